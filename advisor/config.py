@@ -1,0 +1,77 @@
+"""One exact training configuration: the knobs that change memory and speed.
+
+Enums subclass ``str`` so they serialise as plain strings in JSON and plans.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from advisor.errors import UserError
+
+
+class Precision(str, Enum):
+    """fp32/tf32: fp32 everywhere (tf32 lets matmuls use TF32 tensor cores).
+    bf16/fp16: autocast with fp32 master weights (Accelerate's ``mixed_precision``).
+    pure-bf16: weights, gradients and optimizer states all in bf16."""
+
+    fp32 = "fp32"
+    tf32 = "tf32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    pure_bf16 = "pure-bf16"
+
+    @property
+    def autocast(self) -> bool:
+        return self in (Precision.bf16, Precision.fp16)
+
+    @property
+    def weight_bytes(self) -> int:
+        return 2 if self is Precision.pure_bf16 else 4
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of matmul outputs and most activations."""
+        return 4 if self in (Precision.fp32, Precision.tf32) else 2
+
+
+class Optimizer(str, Enum):
+    adamw = "adamw"
+    sgd = "sgd"  # with momentum (one state)
+    adamw_8bit = "adamw-8bit"  # bitsandbytes-style blockwise 8-bit states
+
+
+class Strategy(str, Enum):
+    single = "single"
+    dp = "dp"  # torch.nn.DataParallel: for the bench's comparison only, never recommended
+    ddp = "ddp"
+    fsdp = "fsdp"
+
+
+class TrainConfig(BaseModel):
+    """What one training step looks like on each GPU."""
+
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+    micro_batch: int = Field(8, description="samples per GPU per forward/backward")
+    grad_accum: int = Field(1, description="micro-batches per optimizer step")
+    seq_len: int | None = Field(None, description="tokens per sample (text models)")
+    image_size: int | None = Field(None, description="square input side in pixels (vision models)")
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adamw
+    compile: bool = False
+    channels_last: bool = False
+    grad_ckpt: bool = False
+    strategy: Strategy = Strategy.single
+    lora_rank: int | None = Field(None, description="LoRA rank on attention/MLP projections; None = full fine-tune")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "TrainConfig":
+        for name in ("micro_batch", "grad_accum", "seq_len", "image_size", "lora_rank"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                flag = "--" + name.replace("_", "-")
+                raise UserError(f"{flag} must be a positive integer, got {v}", fix=f"e.g. {flag} 8")
+        return self

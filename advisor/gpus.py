@@ -1,0 +1,164 @@
+"""The GPU spec table: peak rates, memory and links of the GPUs people train on.
+
+All rates are *dense* (no 2:4 sparsity) tensor-core peaks from the vendor datasheets or
+architecture whitepapers named on each row; memory is what ``nvidia-smi`` reports as total
+(MiB / 1024), since that is what a user compares against. Links are the datasheet's
+bidirectional figure; the communication model takes half of it per direction.
+
+Looking a GPU up never imports torch or touches CUDA.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.errors import unknown_name
+
+
+class GpuSpec(BaseModel):
+    """One GPU model's datasheet numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="canonical name, e.g. 'A100-SXM-80GB'")
+    aliases: tuple[str, ...] = Field(default=(), description="other names people and NVML use")
+    memory_gib: float = Field(description="total memory as nvidia-smi shows it, GiB")
+    bandwidth_gbps: float = Field(description="memory bandwidth, GB/s (1e9 bytes)")
+    fp32_tflops: float = Field(description="dense FP32 (CUDA cores), TFLOP/s")
+    tf32_tflops: float = Field(description="dense TF32 tensor cores; equals fp32 where there are none")
+    bf16_tflops: float = Field(description="dense BF16 tensor cores with fp32 accumulate; 0 = no bf16")
+    fp16_tflops: float = Field(description="dense FP16 tensor cores with fp32 accumulate")
+    compute_capability: tuple[int, int]
+    nvlink_gbps: float = Field(0.0, description="NVLink per GPU, bidirectional GB/s; 0 = none")
+    pcie_gbps: float = Field(description="PCIe x16 bidirectional GB/s (gen3 32, gen4 64, gen5 128)")
+    source: str
+
+    @property
+    def supports_bf16(self) -> bool:
+        # bf16 tensor cores arrived with Ampere (compute capability 8.0).
+        return self.compute_capability >= (8, 0) and self.bf16_tflops > 0
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense matmul peak for a precision name (fp32, tf32, bf16, fp16, pure-bf16)."""
+        if precision in ("bf16", "pure-bf16"):
+            return self.bf16_tflops if self.supports_bf16 else self.fp16_tflops
+        if precision == "fp16":
+            return self.fp16_tflops
+        if precision == "tf32":
+            return self.tf32_tflops
+        return self.fp32_tflops
+
+
+def _gpu(**kw) -> GpuSpec:
+    return GpuSpec(**kw)
+
+
+# fmt: off
+GPU_TABLE: tuple[GpuSpec, ...] = (
+    _gpu(name="V100-SXM2-16GB", aliases=("V100", "Tesla V100-SXM2-16GB", "V100-16GB"), memory_gib=15.78,
+         bandwidth_gbps=900, fp32_tflops=15.7, tf32_tflops=15.7, bf16_tflops=0, fp16_tflops=125,
+         compute_capability=(7, 0), nvlink_gbps=300, pcie_gbps=32,
+         source="NVIDIA V100 datasheet (2020): 15.7 FP32, 125 tensor TFLOPS, 900 GB/s, NVLink 300 GB/s"),
+    _gpu(name="V100-SXM2-32GB", aliases=("Tesla V100-SXM2-32GB", "V100-32GB", "V100S"), memory_gib=31.75,
+         bandwidth_gbps=900, fp32_tflops=15.7, tf32_tflops=15.7, bf16_tflops=0, fp16_tflops=125,
+         compute_capability=(7, 0), nvlink_gbps=300, pcie_gbps=32,
+         source="NVIDIA V100 datasheet (2020)"),
+    _gpu(name="T4", aliases=("Tesla T4",), memory_gib=15.0, bandwidth_gbps=320, fp32_tflops=8.1,
+         tf32_tflops=8.1, bf16_tflops=0, fp16_tflops=65, compute_capability=(7, 5), pcie_gbps=32,
+         source="NVIDIA T4 datasheet: 8.1 FP32, 65 FP16 tensor TFLOPS, 320 GB/s"),
+    _gpu(name="A10", aliases=("NVIDIA A10",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
+         tf32_tflops=62.5, bf16_tflops=125, fp16_tflops=125, compute_capability=(8, 6), pcie_gbps=64,
+         source="NVIDIA A10 datasheet: 31.2 FP32, 62.5 TF32, 125 BF16 (dense), 600 GB/s"),
+    _gpu(name="A10G", aliases=("NVIDIA A10G",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
+         tf32_tflops=35.0, bf16_tflops=70, fp16_tflops=70, compute_capability=(8, 6), pcie_gbps=64,
+         source="AWS G5 documentation (A10G): 31.2 FP32, ~70 dense FP16/BF16 tensor TFLOPS, 600 GB/s"),
+    _gpu(name="L4", aliases=("NVIDIA L4",), memory_gib=22.49, bandwidth_gbps=300, fp32_tflops=30.3,
+         tf32_tflops=60, bf16_tflops=121, fp16_tflops=121, compute_capability=(8, 9), pcie_gbps=64,
+         source="NVIDIA L4 datasheet: 30.3 FP32, 120 TF32 / 242 BF16 with sparsity (halved here), 300 GB/s"),
+    _gpu(name="L40S", aliases=("NVIDIA L40S",), memory_gib=44.99, bandwidth_gbps=864, fp32_tflops=91.6,
+         tf32_tflops=183, bf16_tflops=362, fp16_tflops=362, compute_capability=(8, 9), pcie_gbps=64,
+         source="NVIDIA L40S datasheet: 91.6 FP32, 366 TF32 / 733 BF16 with sparsity (halved here), 864 GB/s"),
+    _gpu(name="RTX-3090", aliases=("NVIDIA GeForce RTX 3090", "3090", "RTX 3090"), memory_gib=24.0,
+         bandwidth_gbps=936, fp32_tflops=35.6, tf32_tflops=35.6, bf16_tflops=71, fp16_tflops=71,
+         compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
+         source="NVIDIA Ampere GA102 whitepaper: 35.6 FP32/TF32, 71 FP16 tensor with FP32 accumulate"),
+    _gpu(name="RTX-4090", aliases=("NVIDIA GeForce RTX 4090", "4090", "RTX 4090"), memory_gib=23.99,
+         bandwidth_gbps=1008, fp32_tflops=82.6, tf32_tflops=82.6, bf16_tflops=165.2, fp16_tflops=165.2,
+         compute_capability=(8, 9), pcie_gbps=64,
+         source="NVIDIA Ada Lovelace whitepaper: 82.6 FP32, 165.2 FP16/BF16 tensor with FP32 accumulate"),
+    _gpu(name="RTX-A6000", aliases=("NVIDIA RTX A6000", "A6000"), memory_gib=47.99, bandwidth_gbps=768,
+         fp32_tflops=38.7, tf32_tflops=77.4, bf16_tflops=154.8, fp16_tflops=154.8,
+         compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
+         source="NVIDIA RTX A6000 datasheet: 38.7 FP32, 309.7 tensor TFLOPS with sparsity (halved here)"),
+    _gpu(name="A100-SXM-40GB", aliases=("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "A100-40GB", "A100 40GB"),
+         memory_gib=40.0, bandwidth_gbps=1555, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
+         fp16_tflops=312, compute_capability=(8, 0), nvlink_gbps=600, pcie_gbps=64,
+         source="NVIDIA A100 datasheet: 19.5 FP32, 156 TF32, 312 BF16, 1,555 GB/s, NVLink 600 GB/s"),
+    _gpu(name="A100-SXM-80GB", aliases=("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "A100-80GB", "A100", "A100 80GB"),
+         memory_gib=80.0, bandwidth_gbps=2039, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
+         fp16_tflops=312, compute_capability=(8, 0), nvlink_gbps=600, pcie_gbps=64,
+         source="NVIDIA A100 datasheet: 19.5 FP32, 156 TF32, 312 BF16, 2,039 GB/s, NVLink 600 GB/s"),
+    _gpu(name="A100-PCIE-40GB", aliases=("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"), memory_gib=40.0,
+         bandwidth_gbps=1555, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312, fp16_tflops=312,
+         compute_capability=(8, 0), pcie_gbps=64,
+         source="NVIDIA A100 datasheet (PCIe): 1,555 GB/s, PCIe gen4 64 GB/s"),
+    _gpu(name="A100-PCIE-80GB", aliases=("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB", "A100 80GB PCIe"),
+         memory_gib=80.0, bandwidth_gbps=1935, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
+         fp16_tflops=312, compute_capability=(8, 0), pcie_gbps=64,
+         source="NVIDIA A100 datasheet (PCIe 80GB): 1,935 GB/s, PCIe gen4 64 GB/s"),
+    _gpu(name="H100-SXM", aliases=("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB", "H100", "H100 SXM"),
+         memory_gib=79.65, bandwidth_gbps=3350, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4,
+         fp16_tflops=989.4, compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
+         source="NVIDIA H100 datasheet (SXM): 67 FP32, 989 TF32 / 1,979 BF16 with sparsity (halved), 3.35 TB/s, NVLink 900 GB/s"),
+    _gpu(name="H100-PCIE", aliases=("NVIDIA H100 PCIe", "H100 PCIe", "H100-PCIe-80GB"), memory_gib=79.65,
+         bandwidth_gbps=2000, fp32_tflops=51, tf32_tflops=378, bf16_tflops=756, fp16_tflops=756,
+         compute_capability=(9, 0), pcie_gbps=128,
+         source="NVIDIA H100 datasheet (PCIe): 51 FP32, 756 BF16 dense, 2 TB/s, PCIe gen5 128 GB/s"),
+    _gpu(name="H200", aliases=("NVIDIA H200", "H200-SXM", "H200-SXM-141GB"), memory_gib=140.4,
+         bandwidth_gbps=4800, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4, fp16_tflops=989.4,
+         compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
+         source="NVIDIA H200 datasheet (SXM): H100 SXM compute, 141 GB HBM3e (143,771 MiB in nvidia-smi), 4.8 TB/s"),
+)
+# fmt: on
+
+
+def _key(name: str) -> str:
+    """Normalise a GPU name so 'NVIDIA A100-SXM4-80GB', 'a100 80gb' and 'A100_80GB' meet."""
+    k = name.lower().replace("nvidia", "").replace("geforce", "").replace("tesla", "")
+    return re.sub(r"[^a-z0-9]", "", k)
+
+
+@lru_cache(maxsize=1)
+def _index() -> dict[str, GpuSpec]:
+    idx: dict[str, GpuSpec] = {}
+    for spec in GPU_TABLE:
+        for n in (spec.name, *spec.aliases):
+            idx.setdefault(_key(n), spec)
+    return idx
+
+
+def all_gpus() -> tuple[GpuSpec, ...]:
+    return GPU_TABLE
+
+
+def find_gpu(name: str) -> GpuSpec | None:
+    """Forgiving lookup ('h100', 'A100-80GB', 'NVIDIA H200'); None when nothing matches."""
+    idx = _index()
+    key = _key(name)
+    if key in idx:
+        return idx[key]
+    # NVML names carry extra words ('NVIDIA H100 80GB HBM3'); try the longest known key inside.
+    inside = sorted((k for k in idx if k and k in key), key=len, reverse=True)
+    return idx[inside[0]] if inside else None
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """Like ``find_gpu`` but raises a UserError listing close names."""
+    spec = find_gpu(name)
+    if spec is None:
+        names = [g.name for g in GPU_TABLE] + [a for g in GPU_TABLE for a in g.aliases]
+        raise unknown_name("GPU", name, names, "advise gpus --list")
+    return spec

@@ -1,0 +1,267 @@
+"""What machine a plan is for: detected GPUs (NVML) or a hypothetical one the user names.
+
+Detection reads NVML only (nvidia-ml-py), so it never initialises CUDA, never allocates on a
+GPU, and works in a process that later forks training ranks. No NVML, no driver or no GPU all
+give a ``Machine`` with ``gpus == []`` and the reason in ``nvml_error``, never an exception.
+Tests build ``Machine`` objects as data instead of patching NVML.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.errors import UserError
+from advisor.gpus import GpuSpec, find_gpu, get_gpu
+
+# Per-node network when the user names several nodes but no figure: 200 Gbit/s InfiniBand HDR,
+# the common cluster fabric for A100/H100 (NVIDIA DGX A100 user guide: 8x 200 Gb/s HDR per node;
+# we take one port's worth per node as the conservative default).
+DEFAULT_NETWORK_GBPS = 25.0
+
+LinkKind = Literal["nvlink", "pcie", "none"]
+
+
+class DetectedGpu(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    name: str
+    memory_total_gib: float
+    memory_free_gib: float
+    compute_capability: tuple[int, int] | None = None
+    uuid: str | None = None
+    utilization_pct: float | None = None
+    spec: str | None = Field(None, description="matching GPU table row, if any")
+
+
+class GpuLink(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    a: int
+    b: int
+    kind: LinkKind
+    nvlinks: int = 0
+
+
+class Machine(BaseModel):
+    """The machine this process runs on, as NVML and the OS describe it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: list[DetectedGpu] = []
+    links: list[GpuLink] = []
+    driver: str | None = None
+    cuda_driver: str | None = None
+    cpu_cores: int = Field(default_factory=lambda: os.cpu_count() or 1)
+    ram_gib: float = 0.0
+    nvml_error: str | None = Field(None, description="why no GPU was seen, when none was")
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    def summary(self) -> str:
+        if not self.gpus:
+            return f"no GPU detected ({self.nvml_error or 'NVML reports 0 GPUs'}); {self.cpu_cores} CPU cores"
+        names = {g.name for g in self.gpus}
+        return f"{len(self.gpus)}x {', '.join(sorted(names))}; {self.cpu_cores} CPU cores"
+
+
+class HardwareSpec(BaseModel):
+    """The hardware an estimate is for: one GPU kind, a count per node, nodes, and links."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: GpuSpec
+    gpus_per_node: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1)
+    interconnect: LinkKind = Field("nvlink", description="how GPUs within a node talk")
+    network_gbps: float = Field(DEFAULT_NETWORK_GBPS, gt=0, description="per-node network, GB/s")
+    cpu_cores: int = Field(16, ge=1, description="CPU cores per node, for dataloader workers")
+    detected: bool = Field(False, description="True when this came from NVML on this machine")
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def intra_node_gbps(self) -> float:
+        """Bidirectional per-GPU bandwidth within a node for the chosen interconnect."""
+        if self.interconnect == "nvlink" and self.gpu.nvlink_gbps > 0:
+            return self.gpu.nvlink_gbps
+        return self.gpu.pcie_gbps
+
+    def with_count(self, gpus: int) -> "HardwareSpec":
+        """The same node kind with a different GPU count (nodes fill up to gpus_per_node)."""
+        per_node = min(gpus, self.gpus_per_node) if self.nodes > 1 else gpus
+        nodes = max(1, -(-gpus // per_node))
+        return self.model_copy(update={"gpus_per_node": per_node, "nodes": nodes})
+
+
+def detect_machine() -> Machine:
+    """Read NVML (and /proc) for this machine. Never raises."""
+    machine = Machine(ram_gib=_ram_gib())
+    try:
+        import pynvml
+    except ImportError as exc:  # nvidia-ml-py is a dependency, but be kind to partial installs
+        machine.nvml_error = f"nvidia-ml-py not installed ({exc})"
+        return machine
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        machine.nvml_error = f"NVML unavailable: {exc}"
+        return machine
+    try:
+        machine.driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        try:
+            v = pynvml.nvmlSystemGetCudaDriverVersion()
+            machine.cuda_driver = f"{v // 1000}.{(v % 1000) // 10}"
+        except Exception:
+            pass
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        for i, h in enumerate(handles):
+            machine.gpus.append(_read_gpu(pynvml, i, h))
+        machine.links = _read_links(pynvml, handles)
+        if not machine.gpus:
+            machine.nvml_error = "NVML reports 0 GPUs"
+    except Exception as exc:
+        machine.nvml_error = f"NVML query failed: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return machine
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _read_gpu(pynvml, index: int, handle) -> DetectedGpu:
+    name = _text(pynvml.nvmlDeviceGetName(handle))
+    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    cc = None
+    try:
+        cc = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+    except Exception:
+        pass
+    util = None
+    try:
+        util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+    except Exception:
+        pass
+    uuid = None
+    try:
+        uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+    except Exception:
+        pass
+    spec = find_gpu(name)
+    return DetectedGpu(
+        index=index,
+        name=name,
+        memory_total_gib=mem.total / 2**30,
+        memory_free_gib=mem.free / 2**30,
+        compute_capability=cc,
+        uuid=uuid,
+        utilization_pct=util,
+        spec=spec.name if spec else None,
+    )
+
+
+def _read_links(pynvml, handles) -> list[GpuLink]:
+    """NVLink count between each pair (via remote PCI bus ids); PCIe where there is none."""
+    if len(handles) < 2:
+        return []
+    bus_ids = []
+    for h in handles:
+        try:
+            bus_ids.append(_text(pynvml.nvmlDeviceGetPciInfo(h).busId).lower())
+        except Exception:
+            bus_ids.append("")
+    counts: dict[tuple[int, int], int] = {}
+    for i, h in enumerate(handles):
+        for link in range(18):  # NVML_NVLINK_MAX_LINKS is 18 on Hopper
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId).lower()
+            except Exception:
+                break
+            # An NVSwitch system reports the switch, not the peer: then every pair is linked.
+            j = bus_ids.index(remote) if remote in bus_ids else None
+            targets = [j] if j is not None else [k for k in range(len(handles)) if k != i]
+            for k in targets:
+                pair = (min(i, k), max(i, k))
+                counts[pair] = counts.get(pair, 0) + 1
+    links = []
+    for i in range(len(handles)):
+        for k in range(i + 1, len(handles)):
+            n = counts.get((i, k), 0)
+            links.append(GpuLink(a=i, b=k, kind="nvlink" if n else "pcie", nvlinks=n))
+    return links
+
+
+def _ram_gib() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def resolve_hardware(
+    machine: Machine,
+    gpu: str | None = None,
+    gpus: int | None = None,
+    nodes: int = 1,
+    interconnect: LinkKind | None = None,
+    network_gbps: float | None = None,
+) -> HardwareSpec:
+    """The hardware to plan for: the named GPU if given, else what was detected.
+
+    Raises a UserError with the fix when there is nothing to plan for (no GPU detected and
+    none named) or the counts make no sense.
+    """
+    if gpus is not None and gpus < 1:
+        raise UserError(f"--gpus must be at least 1, got {gpus}", fix="give the GPU count per node, e.g. --gpus 8")
+    if nodes < 1:
+        raise UserError(f"--nodes must be at least 1, got {nodes}", fix="e.g. --nodes 2")
+    detected = False
+    if gpu is not None:
+        spec = get_gpu(gpu)
+        count = gpus or 1
+        links: LinkKind = "nvlink" if spec.nvlink_gbps > 0 else "pcie"
+    elif machine.has_gpu:
+        first = machine.gpus[0]
+        spec = find_gpu(first.name)
+        if spec is None:
+            raise UserError(
+                f"detected GPU '{first.name}' is not in the GPU table",
+                fix="name the closest one with --gpu (see `advise gpus --list`)",
+            )
+        count = gpus or len(machine.gpus)
+        detected = True
+        links = "pcie" if any(l.kind == "pcie" for l in machine.links) else "nvlink"
+        if len(machine.gpus) == 1:
+            links = "nvlink" if spec.nvlink_gbps > 0 else "pcie"
+    else:
+        raise UserError(
+            f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",
+            fix="plan for a GPU you will use, e.g. --gpu A100-80GB --gpus 8 (`advise gpus --list`)",
+        )
+    return HardwareSpec(
+        gpu=spec,
+        gpus_per_node=count,
+        nodes=nodes,
+        interconnect=interconnect or links,
+        network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
+        cpu_cores=machine.cpu_cores if detected or gpu is None else max(machine.cpu_cores, 8 * count),
+        detected=detected,
+    )

@@ -1,0 +1,169 @@
+"""Model specs: what the estimator needs to know about a network, from any of three sources.
+
+A ``ModelSpec`` is plain data. Transformers carry their architecture (``TransformerArch``), from
+which parameter counts and FLOPs are closed-form; every model may carry a ``TraceProfile``:
+bytes autograd saves for backward and FLOPs per sample, measured by tracing the module on the
+meta device (``advisor.tracer``). Catalog profiles are precomputed into ``data/traced.json`` by
+``benchmarks/trace_catalog.py`` so that looking up a catalog model never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Family = Literal["decoder", "encoder", "vit", "cnn", "custom"]
+Head = Literal["lm", "mlm", "cls", "image-cls", "none"]
+
+
+class TransformerArch(BaseModel):
+    """The shape of a standard transformer (GPT-2, Llama, BERT, ViT style)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int | None = None  # grouped-query attention; None = n_heads
+    d_ff: int
+    vocab: int = 0  # 0 for ViT
+    max_seq: int = 2048
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    bias: bool = True  # biases on linear layers (GPT-2/BERT/ViT yes, Llama no)
+    qkv_bias: bool | None = None  # Qwen2: bias on q/k/v only; None = same as bias
+    positions: Literal["learned", "rope"] = "learned"
+    tie_embeddings: bool = False
+    causal: bool = True
+    head: Head = "lm"
+    num_labels: int = 2
+    type_vocab: int = 0  # BERT token types
+    patch_size: int = 0  # ViT
+    image_size: int = 0  # ViT default input side
+    channels: int = 3
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def tokens(self, seq_len: int | None = None, image_size: int | None = None) -> int:
+        """Tokens per sample: the sequence length, or patches (+ class token) for a ViT."""
+        if self.patch_size:
+            side = (image_size or self.image_size) // self.patch_size
+            return side * side + 1
+        return seq_len or self.max_seq
+
+    # ---- parameter counts (exact for the implementations in advisor.zoo and HF/torchvision) ----
+    def layer_params(self) -> int:
+        h, f, kv = self.d_model, self.d_ff, self.kv_heads * self.head_dim
+        qkv_b = self.bias if self.qkv_bias is None else self.qkv_bias
+        attn = h * h + 2 * h * kv + h * h  # q, k, v, o
+        attn += (h + 2 * kv) * qkv_b + h * self.bias
+        mlp = (3 if self.mlp == "swiglu" else 2) * h * f
+        mlp += (2 * f if self.mlp == "swiglu" else f + h) * self.bias
+        norms = 2 * h * (2 if self.norm == "layernorm" else 1)
+        return attn + mlp + norms
+
+    def embedding_params(self, image_size: int | None = None) -> int:
+        h = self.d_model
+        if self.patch_size:
+            patch = self.channels * self.patch_size**2 * h + h
+            return patch + h + self.tokens(image_size=image_size) * h  # conv, class token, positions
+        n = self.vocab * h
+        if self.positions == "learned":
+            n += self.max_seq * h
+        if self.type_vocab:
+            n += self.type_vocab * h + 2 * h  # token types + embedding LayerNorm (BERT)
+        return n
+
+    def head_params(self) -> int:
+        h = self.d_model
+        final_norm = h * (2 if self.norm == "layernorm" else 1)
+        if self.head == "lm":
+            return final_norm + (0 if self.tie_embeddings else self.vocab * h)
+        if self.head == "mlm":  # BERT: dense + LayerNorm transform, tied decoder + its bias
+            return (h * h + h) + 2 * h + (0 if self.tie_embeddings else self.vocab * h) + self.vocab
+        if self.head == "cls":  # BERT-style pooler (dense + tanh) and classifier
+            return (h * h + h) + (h * self.num_labels + self.num_labels)
+        if self.head == "image-cls":
+            return final_norm + h * self.num_labels + self.num_labels
+        return final_norm
+
+    def params(self) -> int:
+        # BERT's heads carry no final norm (its norms are post-LN inside layers): head_params knows.
+        return self.embedding_params() + self.n_layers * self.layer_params() + self.head_params()
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in matmuls per token (excludes embeddings, norms, biases)."""
+        h, f, kv = self.d_model, self.d_ff, self.kv_heads * self.head_dim
+        layer = 2 * h * h + 2 * h * kv + (3 if self.mlp == "swiglu" else 2) * h * f
+        n = self.n_layers * layer
+        if self.head in ("lm", "mlm"):
+            n += self.vocab * h + (h * h if self.head == "mlm" else 0)
+        elif self.head == "cls":
+            n += h * h + h * self.num_labels
+        elif self.head == "image-cls":
+            n += h * self.num_labels
+        if self.patch_size:
+            n += self.channels * self.patch_size**2 * h
+        return n
+
+
+class TraceProfile(BaseModel):
+    """What tracing the module once on the meta device measured, per sample.
+
+    Transformers store per-token coefficients (exactly linear in tokens with memory-efficient
+    attention); CNNs and custom modules store per-sample figures at ``ref_input``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ref_input: tuple[int, ...] = Field(description="input shape per sample the trace used")
+    scales_with: Literal["tokens", "pixels", "fixed"] = "fixed"
+    fwd_flops: float = Field(description="forward FLOPs per sample (or per token)")
+    saved_bytes: dict[str, float] = Field(
+        description="bytes saved for backward per sample (or token), by precision: fp32, bf16, pure-bf16"
+    )
+    layer_saved_bytes: dict[str, float] = Field(
+        default_factory=dict, description="per layer per token (transformers), for checkpointing"
+    )
+    boundary_bytes: dict[str, float] = Field(
+        default_factory=dict, description="per layer per token kept by checkpointing (layer input)"
+    )
+    output_numel: float = Field(0, description="logits elements per sample (or token), for loss temporaries")
+    matmul_weight_params: int = Field(0, description="weights that autocast casts (linear/conv)")
+    largest_unit_params: int = Field(0, description="biggest block FSDP gathers at once")
+    kernels: int = Field(0, description="aten ops launched per forward (eager launch overhead)")
+    has_batchnorm: bool = False
+
+
+class ModelSpec(BaseModel):
+    """One model, whatever its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    family: Family
+    params: int
+    source: str = Field(description="catalog | hf-config PATH | module SPEC")
+    description: str = ""
+    task: str = Field("", description="what the catalog head does (causal LM, masked LM, 1000-class ...)")
+    arch: TransformerArch | None = None
+    trace: TraceProfile | None = None
+    input_shape: tuple[int, ...] | None = Field(None, description="per-sample input for custom modules")
+    input_dtype: str = "float32"
+    default_seq_len: int | None = None
+    default_image_size: int | None = None
+
+    @property
+    def is_text(self) -> bool:
+        return self.family in ("decoder", "encoder")
+
+    @property
+    def is_vision(self) -> bool:
+        return self.family in ("vit", "cnn")

@@ -1,0 +1,131 @@
+"""A launchable plan: one recommendation (or a user's pinned choices) frozen as data.
+
+The rules layer produces it, ``plan.json`` stores it, the launcher turns it into an Accelerate
+config and argv, and the runtime helper inside each rank reads it back from ``CARDWISE_PLAN``.
+It lives in ``advisor`` (not ``launcher``) because it is pure data every layer shares.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from advisor.config import TrainConfig
+from advisor.errors import UserError
+
+PLAN_VERSION = 1
+
+
+class ModelRef(BaseModel):
+    """Where the model comes from: exactly one of catalog name, HF config file, or module factory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="catalog name, e.g. 'gpt2'")
+    hf_config: str | None = Field(None, description="path to a Hugging Face config.json")
+    module: str | None = Field(None, description="FILE.py:FACTORY or pkg.mod:FACTORY")
+    input_shape: tuple[int, ...] | None = None
+    input_dtype: str = "float32"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelRef":
+        given = [n for n in ("name", "hf_config", "module") if getattr(self, n)]
+        if len(given) != 1:
+            raise UserError(
+                "give exactly one model source" + (f" (got {', '.join('--' + g.replace('_', '-') for g in given)})" if given else ""),
+                fix="--model NAME | --hf-config PATH/config.json | --module FILE.py:FACTORY --input-shape 3,224,224",
+            )
+        return self
+
+    def label(self) -> str:
+        return self.name or self.hf_config or self.module or "?"
+
+
+class Plan(BaseModel):
+    """Everything a launch needs; nothing here is re-decided at launch time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = PLAN_VERSION
+    model: ModelRef
+    config: TrainConfig
+    gpu: str | None = Field(None, description="GPU kind planned for (None for CPU runs)")
+    processes_per_node: int = Field(1, ge=1, description="GPUs (or CPU processes) per node")
+    nodes: int = Field(1, ge=1)
+    cpu: bool = Field(False, description="run ranks on CPU with gloo instead of GPUs")
+    global_batch: int = Field(ge=1, description="samples per optimizer step over all ranks")
+    lr: float = Field(gt=0, description="learning rate after scaling")
+    base_lr: float = Field(gt=0)
+    base_batch: int = Field(ge=1)
+    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+    warmup_steps: int = Field(0, ge=0)
+    total_steps: int | None = Field(None, ge=1, description="optimizer steps of the whole run, if known")
+    epochs: float | None = None
+    dataset_size: int | None = None
+    num_workers: int = Field(0, ge=0)
+    pin_memory: bool = True
+    task: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.processes_per_node * self.nodes
+
+    @property
+    def mixed_precision(self) -> Literal["no", "bf16", "fp16"]:
+        """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead."""
+        p = self.config.precision.value
+        return p if p in ("bf16", "fp16") else "no"
+
+    @model_validator(mode="after")
+    def _batch_adds_up(self) -> "Plan":
+        c = self.config
+        got = c.micro_batch * c.grad_accum * self.world_size
+        if got != self.global_batch:
+            raise UserError(
+                f"micro-batch {c.micro_batch} x accumulation {c.grad_accum} x {self.world_size} ranks = {got}, "
+                f"not the global batch {self.global_batch}",
+                fix="pick a global batch divisible by micro-batch x ranks, or let cardwise choose the micro-batch",
+            )
+        return self
+
+    def steps_per_epoch(self) -> int | None:
+        if not self.dataset_size:
+            return None
+        return max(1, math.ceil(self.dataset_size / self.global_batch))
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "Plan":
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise UserError(f"cannot read plan file: {exc.strerror}", where=str(path), fix="give the path of a plan.json written by `advise --save-plan` or a run directory") from None
+        try:
+            return cls.model_validate_json(text)
+        except Exception as exc:  # pydantic ValidationError or JSON error: name the file and field
+            raise UserError(f"not a valid cardwise plan: {_first_error(exc)}", where=str(path),
+                            fix="write it with `advise ... --save-plan plan.json`") from None
+
+
+def scaled_lr(base_lr: float, base_batch: int, global_batch: int, rule: str) -> float:
+    """Scale the LR with the batch: linear (Goyal et al. 2017), sqrt (Krizhevsky 2014), or none."""
+    ratio = global_batch / base_batch
+    if rule == "linear":
+        return base_lr * ratio
+    if rule == "sqrt":
+        return base_lr * math.sqrt(ratio)
+    return base_lr
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        e = errors()[0]
+        loc = ".".join(str(p) for p in e.get("loc", ()))
+        return f"field '{loc}': {e.get('msg')}"
+    return str(exc).splitlines()[0]

@@ -1,0 +1,82 @@
+"""The ``advise`` console script: finds the subcommand, imports only its module, runs it.
+
+Each command lives in ``launcher/cli/<name>_cmd.py`` with ``add_parser(subparsers)`` and
+``run(args) -> int`` (Accelerate's commands layout). Importing a command must stay cheap: heavy
+imports (torch, accelerate, textual) happen inside ``run``. ``advise --model X`` with no
+subcommand is the recommendation; plain ``advise`` in a terminal opens the wizard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Order is the order of `advise --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "recommend": ("launcher.cli.recommend_cmd", "recommend how to train (the default: `advise --model NAME`)"),
+    "estimate": ("launcher.cli.estimate_cmd", "memory and throughput of one exact configuration"),
+    "launch": ("launcher.cli.launch_cmd", "run a recommendation or plan through Accelerate"),
+    "wizard": ("launcher.cli.wizard_cmd", "terminal UI: plan, explain, launch and watch"),
+    "bench": ("launcher.cli.bench_cmd", "measure single- vs multi-GPU throughput and calibrate"),
+    "calibrate": ("launcher.cli.bench_cmd", "show or reset measured calibration"),
+    "gpus": ("launcher.cli.gpus_cmd", "detected GPUs, or the GPU table with --list"),
+    "models": ("launcher.cli.models_cmd", "the model catalog"),
+    "rules": ("launcher.cli.rules_cmd", "list the rules, or explain one"),
+    "runs": ("launcher.cli.runs_cmd", "list recorded runs"),
+    "show": ("launcher.cli.runs_cmd", "show one run record"),
+    "serve": ("launcher.cli.service_cmd", "run the queue service in the foreground"),
+    "submit": ("launcher.cli.service_cmd", "queue a run for the service"),
+    "cancel": ("launcher.cli.service_cmd", "cancel a queued or running run"),
+    "logs": ("launcher.cli.service_cmd", "print (or follow) a run's logs"),
+}
+
+
+def _top_help() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: advise [COMMAND] [options]", "", "cardwise: one GPU or several, and how.", "", "commands:"]
+    lines += [f"  {n:<{width}}  {h}" for n, (_, h) in COMMANDS.items()]
+    lines += ["", "`advise --model llama3-8b` is `advise recommend --model llama3-8b`.",
+              "`advise COMMAND --help` shows a command's flags."]
+    return "\n".join(lines)
+
+
+def build_parser(name: str) -> argparse.ArgumentParser:
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog="advise" if name == "recommend" else f"advise {name}",
+                                     description=COMMANDS[name][1])
+    module.add_parser(parser, name)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            argv = ["wizard"]
+        else:
+            print(_top_help())
+            return 0
+    if argv[0] in ("-h", "--help"):
+        print(_top_help())
+        return 0
+    name = argv[0] if argv[0] in COMMANDS else "recommend"
+    rest = argv[1:] if argv[0] in COMMANDS else argv
+    if name == "recommend" and rest and not rest[0].startswith("-"):
+        from advisor.errors import close_names
+
+        near = close_names(rest[0], COMMANDS)
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        print(f"advise: unknown command '{rest[0]}'{hint}; `advise --help` lists them", file=sys.stderr)
+        return 2
+    parser = build_parser(name)
+    args = parser.parse_args(rest)
+    args.command = name
+    module = importlib.import_module(COMMANDS[name][0])
+    from launcher.cli.errors import run_guarded
+
+    return run_guarded(module.run, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
