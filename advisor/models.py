@@ -129,11 +129,8 @@ class TraceProfile(BaseModel):
     saved_bytes: dict[str, float] = Field(
         description="bytes saved for backward per sample (or token), by precision: fp32, bf16, pure-bf16"
     )
-    layer_saved_bytes: dict[str, float] = Field(
-        default_factory=dict, description="per layer per token (transformers), for checkpointing"
-    )
-    boundary_bytes: dict[str, float] = Field(
-        default_factory=dict, description="per layer per token kept by checkpointing (layer input)"
+    fixed_saved_bytes: dict[str, float] = Field(
+        default_factory=dict, description="saved bytes that do not grow with the batch (autocast weight copies)"
     )
     output_numel: float = Field(0, description="logits elements per sample (or token), for loss temporaries")
     matmul_weight_params: int = Field(0, description="weights that autocast casts (linear/conv)")

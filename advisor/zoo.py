@@ -21,13 +21,18 @@ from advisor.models import ModelSpec, TransformerArch
 
 
 class RMSNorm(nn.Module):
+    """HF LlamaRMSNorm, op for op: its saved tensors are the same on every device (``F.rms_norm``
+    has a fused CUDA kernel in recent torch that saves less, so meta traces would not match)."""
+
     def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x):
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        x32 = x.float()
+        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
 
 
 def _norm(arch: TransformerArch, dim: int) -> nn.Module:
@@ -58,10 +63,10 @@ class Attention(nn.Module):
         v = self.v(x).view(b, s, a.kv_heads, a.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = _rope(q, *rope), _rope(k, *rope)
-        if a.kv_heads != a.n_heads:
+        if a.kv_heads != a.n_heads:  # HF repeat_kv: expand + reshape (a copy autograd does not save)
             rep = a.n_heads // a.kv_heads
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
+            k = k[:, :, None].expand(b, a.kv_heads, rep, s, a.head_dim).reshape(b, a.n_heads, s, a.head_dim)
+            v = v[:, :, None].expand(b, a.kv_heads, rep, s, a.head_dim).reshape(b, a.n_heads, s, a.head_dim)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
         return self.o(y.transpose(1, 2).reshape(b, s, a.d_model))
 

@@ -1,0 +1,90 @@
+"""Efficiency constants of the estimator, and what a measured calibration changes.
+
+Defaults come from the sources named per field. ``advisor/data/calibration.json``, written by
+``python benchmarks/fit_calibration.py`` from the H200 reference measurements in
+``benchmarks/results/``, overrides them; ``advise bench`` adds per-machine factors
+(``measured``) that the CLI loads from the user's home and passes in. Pure data: loading files
+happens in ``load_calibration`` only.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PACKAGED = Path(__file__).with_name("data") / "calibration.json"
+
+
+class Calibration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Fraction of dense tensor-core peak that training matmuls reach. Megatron-LM reports 0.5-0.6
+    # of peak end to end for large GPT models on A100 (Narayanan et al. 2021, Table 1: 163/312 TFLOPS
+    # per GPU, 52%); the matmuls alone reach more. Refit on H200 by benchmarks/fit_calibration.py.
+    mm_efficiency: dict[str, float] = Field(default_factory=lambda: {
+        "fp32": 0.80, "tf32": 0.55, "bf16": 0.65, "fp16": 0.65, "pure-bf16": 0.65})
+    # Bytes of memory traffic per byte saved for backward by non-matmul kernels (written in forward,
+    # read in backward, plus the elementwise reads/writes around them): Korthikanti et al. 2022 count
+    # ~3 passes; refit by benchmarks/fit_calibration.py.
+    traffic_per_saved_byte: float = 3.0
+    # Achieved fraction of datasheet memory bandwidth for large streaming kernels (METHOD.md's copy
+    # test measured 4.3 of 4.8 TB/s on H200 = 0.9; elementwise training kernels reach less).
+    bw_efficiency: float = 0.75
+    # Host-side cost per launched kernel in eager mode, microseconds (PyTorch eager dispatch ~5-10 us
+    # per op; refit from small-model steps).
+    launch_us: float = 6.0
+    # torch.compile: fraction of eager kernel launches left after fusion, of non-matmul traffic,
+    # and of saved activations (inductor's min-cut recomputes cheap pointwise ops); refit.
+    compile_launch_factor: float = 0.25
+    compile_traffic_factor: float = 0.5
+    compile_activation_factor: float = 0.85
+    # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
+    ckpt_fraction: float = 0.5
+    # CUDA context + cuBLAS/cuDNN handles, GiB (torch on H100/H200: ~0.5 GiB in nvidia-smi).
+    cuda_context_gib: float = 0.5
+    # Caching-allocator reserve over the allocated peak (fragmentation), as a factor.
+    allocator_reserve: float = 1.07
+    # Fraction of memory that may be used before "fits" says no (leaves room for spikes).
+    fit_fraction: float = 0.95
+    # Achieved all-reduce bus bandwidth over the per-direction link bandwidth (nccl-tests on
+    # DGX A100/H100 reach ~75-85% of NVLink; PCIe ~70%). Refit by the multi-GPU issue.
+    link_efficiency: dict[str, float] = Field(default_factory=lambda: {"nvlink": 0.78, "pcie": 0.7, "network": 0.8})
+    # Fraction of backward time that can hide DDP's bucketed all-reduce (Li et al. 2020, PyTorch DDP
+    # paper, Fig. 9: most of communication overlaps except the last buckets).
+    ddp_overlap: float = 0.8
+    fsdp_overlap: float = 0.85
+    # Per-machine factors measured by `advise bench`: key "gpu|family|precision|mode" -> measured /
+    # estimated samples/s. Applied last.
+    measured: dict[str, float] = Field(default_factory=dict)
+    source: str = "built-in defaults"
+
+    def factor(self, gpu: str, family: str, precision: str, mode: str) -> float | None:
+        return self.measured.get(f"{gpu}|{family}|{precision}|{mode}")
+
+
+@lru_cache(maxsize=1)
+def default_calibration() -> Calibration:
+    """Packaged calibration (refit on the H200 reference set) or the built-in defaults."""
+    if PACKAGED.exists():
+        data = json.loads(PACKAGED.read_text())
+        return Calibration(**data)
+    return Calibration()
+
+
+def load_calibration(home: Path | None) -> Calibration:
+    """Packaged constants plus the factors `advise bench` measured on this machine, if any."""
+    cal = default_calibration()
+    if home is None:
+        return cal
+    path = Path(home) / "calibration.json"
+    if not path.exists():
+        return cal
+    try:
+        measured = json.loads(path.read_text()).get("measured", {})
+    except (OSError, ValueError):
+        return cal
+    return cal.model_copy(update={"measured": {**cal.measured, **measured},
+                                  "source": f"{cal.source} + measured on this machine ({path})"})

@@ -1,0 +1,84 @@
+"""``estimate(model, config, hardware)``: memory and throughput of one exact configuration.
+
+Pure function of data: no torch, no NVML, no files (calibration is passed in). The result is a
+pydantic model whose JSON is DESIGN.md's ``advise estimate`` contract.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.calibration import Calibration, default_calibration
+from advisor.config import TrainConfig
+from advisor.hardware import HardwareSpec
+from advisor.memory import MemoryEstimate, estimate_memory
+from advisor.models import ModelSpec
+from advisor.throughput import ThroughputEstimate, estimate_throughput
+
+
+class ModelSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    params: int
+    trainable_params: int
+    family: str
+    source: str
+
+
+class HardwareSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    count: int = Field(description="GPUs in total (per node x nodes)")
+    per_node: int
+    nodes: int
+    memory_gib: float
+    interconnect: str
+    detected: bool
+
+
+class Estimate(BaseModel):
+    """What one configuration costs per GPU and how fast it runs over all GPUs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSummary
+    hardware: HardwareSummary
+    config: TrainConfig
+    memory: MemoryEstimate
+    throughput: ThroughputEstimate
+    time_to_train_h: float | None = Field(None, description="hours for dataset_size x epochs, if given")
+    notes: list[str] = Field(default_factory=list, description="assumptions the numbers rest on")
+
+
+def estimate(
+    model: ModelSpec,
+    config: TrainConfig,
+    hardware: HardwareSpec,
+    *,
+    dataset_size: int | None = None,
+    epochs: float | None = None,
+    calibration: Calibration | None = None,
+) -> Estimate:
+    cal = calibration or default_calibration()
+    mem = estimate_memory(model, config, hardware, cal)
+    thr = estimate_throughput(model, config, hardware, cal)
+    if hardware.total_gpus > 1 and config.strategy.value != "single":
+        one = estimate_throughput(model, config, hardware.with_count(1), cal)
+        thr.scaling_efficiency = thr.samples_per_s / (one.samples_per_s * hardware.total_gpus)
+    ttt = None
+    if dataset_size and epochs:
+        ttt = dataset_size * epochs / thr.samples_per_s / 3600.0
+    return Estimate(
+        model=ModelSummary(name=model.name, params=model.params, trainable_params=mem.trainable_params,
+                           family=model.family, source=model.source),
+        hardware=HardwareSummary(gpu=hardware.gpu.name, count=hardware.total_gpus, per_node=hardware.gpus_per_node,
+                                 nodes=hardware.nodes, memory_gib=hardware.gpu.memory_gib,
+                                 interconnect=hardware.interconnect, detected=hardware.detected),
+        config=config,
+        memory=mem,
+        throughput=thr,
+        time_to_train_h=ttt,
+        notes=mem.notes + thr.notes,
+    )

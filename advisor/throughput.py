@@ -1,0 +1,162 @@
+"""Steady-state step time and samples/s: a roofline per micro-step plus communication.
+
+Per micro-batch on one GPU:
+  GPU time  = matmul FLOPs / (peak x mm_efficiency)  +  non-matmul bytes / (bandwidth x bw_efficiency)
+  host time = kernels x launch_us                     (eager PyTorch dispatch; compile fuses most)
+  micro-step = max(GPU time, host time)               (launches run ahead of the GPU asynchronously)
+Per optimizer step: micro-steps x grad_accum + the optimizer's streaming pass + exposed
+communication (ring all-reduce of gradients for DDP, all-gather/reduce-scatter for FSDP, the
+GPU-0 broadcast/reduce of DataParallel).
+
+Training FLOPs are 3x the forward (backward = 2x: Kaplan et al. 2020, sec. 2.1); checkpointing
+adds one forward; attention's backward is 2.5x its forward (FlashAttention recomputes the
+scores, Dao 2022). MFU counts model FLOPs only (PaLM, Chowdhery et al. 2022, appendix B).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.activations import activation_profile
+from advisor.calibration import Calibration
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.hardware import HardwareSpec
+from advisor.memory import trainable_params
+from advisor.models import ModelSpec
+
+# Kernels (aten ops that launch) per transformer layer per forward+backward, and outside layers;
+# counted by advisor.tracer on the zoo's layers (tests/test_throughput.py re-counts them).
+KERNELS_PER_LAYER = 90
+KERNELS_BASE = 40
+# Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
+# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32).
+_OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
+
+
+class ThroughputEstimate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    samples_per_s: float = Field(description="steady state, summed over all GPUs, data on device")
+    step_s: float = Field(description="one optimizer step (all micro-batches)")
+    tokens_per_s: float | None = Field(None, description="samples/s x tokens per sample (text and ViT)")
+    mfu: float = Field(description="model FLOPs utilisation against the GPUs' dense peak")
+    tflops_per_gpu: float
+    compute_s: float = Field(description="per optimizer step: GPU compute of all micro-batches")
+    comm_s: float = Field(description="per optimizer step: communication time (before overlap)")
+    exposed_comm_s: float = Field(description="per optimizer step: communication not hidden by compute")
+    optimizer_s: float
+    host_bound: bool = Field(description="kernel launches, not the GPU, set the pace")
+    scaling_efficiency: float = Field(1.0, description="samples/s over (GPUs x one-GPU samples/s)")
+    calibrated: bool = False
+    notes: list[str] = Field(default_factory=list)
+
+
+def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
+    """(matmul-class forward FLOPs, attention forward FLOPs) per sample."""
+    a = model.arch
+    if a is not None:
+        tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
+        dense = 2.0 * a.matmul_params() * tokens
+        attn = 4.0 * a.n_layers * a.d_model * tokens * tokens * (0.5 if a.causal else 1.0)
+        return dense, attn
+    t = model.trace
+    scale = 1.0
+    if t.scales_with == "pixels" and config.image_size and t.ref_input:
+        scale = (config.image_size / t.ref_input[-1]) ** 2
+    return t.fwd_flops * scale, 0.0
+
+
+def _kernels(model: ModelSpec) -> float:
+    if model.arch is not None:
+        return KERNELS_PER_LAYER * model.arch.n_layers + KERNELS_BASE
+    return float(model.trace.kernels) if model.trace and model.trace.kernels else 500.0
+
+
+def _ring_s(nbytes: float, world: int, per_node: int, nodes: int, hw: HardwareSpec, cal: Calibration) -> float:
+    """Ring all-reduce time: 2(N-1)/N of the bytes over the slowest link (Patarasuk & Yuan 2009);
+    across nodes the inter-node share goes over the per-node network (hierarchical, as NCCL does)."""
+    if world <= 1:
+        return 0.0
+    kind = hw.interconnect if hw.interconnect != "none" else "pcie"
+    intra_bw = hw.intra_node_gbps / 2 * 1e9 * cal.link_efficiency.get(kind, 0.7)  # per direction
+    t = 0.0
+    if per_node > 1:
+        t += 2 * (per_node - 1) / per_node * nbytes / intra_bw
+    if nodes > 1:
+        net = hw.network_gbps * 1e9 * cal.link_efficiency["network"]
+        t += 2 * (nodes - 1) / nodes * nbytes / net
+    return t
+
+
+def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> ThroughputEstimate:
+    p = config.precision
+    gpu = hw.gpu
+    notes: list[str] = []
+    world = hw.total_gpus if config.strategy is not Strategy.single else 1
+    mb = config.micro_batch
+    dense, attn = forward_flops(model, config)
+    lora = config.lora_rank is not None
+    # Backward of dense layers: 2x forward (input and weight grads); LoRA skips frozen weight grads.
+    dense_train = dense * ((2.0 if lora else 3.0) + (1.0 if config.grad_ckpt else 0.0))
+    attn_train = attn * (3.5 + (1.0 if config.grad_ckpt else 0.0))
+    peak = gpu.peak_tflops(p.value) * 1e12
+    if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
+        notes.append("fp32 runs on CUDA cores; --precision tf32 or bf16 uses tensor cores")
+    mm_s = (dense_train + attn_train) * mb / (peak * cal.mm_efficiency[p.value])
+
+    prof = activation_profile(model, config)
+    traffic = prof.per_sample_bytes * mb * cal.traffic_per_saved_byte
+    if config.compile:
+        traffic *= cal.compile_traffic_factor
+    bw = gpu.bandwidth_gbps * 1e9 * cal.bw_efficiency
+    mem_s = traffic / bw
+    gpu_s = mm_s + mem_s
+    host_s = _kernels(model) * cal.launch_us * 1e-6 * (cal.compile_launch_factor if config.compile else 1.0)
+    if config.strategy is Strategy.dp and world > 1:
+        host_s *= world  # one Python thread per replica under the GIL (DataParallel)
+    micro_s = max(gpu_s, host_s)
+    compute_s = micro_s * config.grad_accum
+
+    nt = trainable_params(model, config)
+    shard = world if config.strategy is Strategy.fsdp else 1
+    opt_s = nt * _OPT_BYTES[config.optimizer] * (0.5 if p is Precision.pure_bf16 else 1.0) / shard / bw
+
+    grad_bytes = nt * (2 if p is Precision.pure_bf16 else 4)
+    per_node = min(world, hw.gpus_per_node)
+    nodes = max(1, world // max(1, per_node))
+    comm = exposed = 0.0
+    if config.strategy is Strategy.ddp and world > 1:
+        comm = _ring_s(grad_bytes, world, per_node, nodes, hw, cal)
+        backward_s = micro_s * 2.0 / 3.0
+        # DDP overlaps buckets with the last micro-batch's backward; the final bucket never hides.
+        exposed = max(comm - cal.ddp_overlap * backward_s, comm * (1 - cal.ddp_overlap) * 0.5)
+    elif config.strategy is Strategy.fsdp and world > 1:
+        pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
+        # all-gather (forward), all-gather (backward), reduce-scatter (grads): each (N-1)/N of the
+        # bytes, i.e. 1.5x a ring all-reduce, every micro-batch.
+        comm = 1.5 * _ring_s(pbytes, world, per_node, nodes, hw, cal) * config.grad_accum
+        exposed = max(0.0, comm - cal.fsdp_overlap * compute_s)
+    elif config.strategy is Strategy.dp and world > 1:
+        # DataParallel: each forward broadcasts weights from GPU 0 and each backward reduces grads
+        # to GPU 0, serially, with no overlap (PyTorch docs, "Use DistributedDataParallel instead").
+        link = hw.intra_node_gbps / 2 * 1e9 * cal.link_efficiency.get(hw.interconnect, 0.7)
+        comm = (model.params * p.weight_bytes + grad_bytes) * (world - 1) / link * config.grad_accum
+        exposed = comm
+    step_s = compute_s + opt_s + exposed
+    samples = mb * config.grad_accum * world
+    sps = samples / step_s
+    calibrated = False
+    factor = cal.factor(gpu.name, model.family, p.value, config.strategy.value)
+    if factor:
+        sps *= factor
+        step_s = samples / sps
+        calibrated = True
+        notes.append("calibrated on this machine (advise bench)")
+    model_flops = (3.0 * dense + 3.0 * attn) * sps  # no recompute, per PaLM's MFU
+    tokens = prof.tokens if (model.is_text or model.family == "vit") else None
+    return ThroughputEstimate(
+        samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
+        mfu=model_flops / (peak * world), tflops_per_gpu=model_flops / world / 1e12,
+        compute_s=compute_s, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
+        host_bound=host_s > gpu_s, calibrated=calibrated, notes=notes,
+    )
