@@ -1,0 +1,222 @@
+"""Measure the estimator's reference set on one GPU: peak memory and steady-state samples/s.
+
+For each configuration: build the zoo model on the GPU, train with fused AdamW on synthetic data
+already on the device (zero_grad(set_to_none=True), as Accelerate does), run warm-up steps
+(compile happens there), reset the peak counter after the first optimizer step, then time
+``--steps`` steps with CUDA events. Records ``torch.cuda.max_memory_allocated()`` over the timed
+steps (DESIGN.md's ``peak_gib``), the device memory in use (``device_gib``), samples/s and step time.
+Also measures the two ceilings (bf16 matmul rate, copy bandwidth) once (device/METHOD.md).
+
+    python benchmarks/measure_reference.py --out results.jsonl [--only NAME] [--budget-s 540]
+    python benchmarks/measure_reference.py --smoke   # CPU, tiny, checks the script runs
+
+Rows go to the JSONL as they finish, so a run stopped at its time limit keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from advisor.catalog import catalog_model  # noqa: E402
+from advisor.zoo import build_trainable, init_weights, synthetic_batch  # noqa: E402
+
+# (id, model, micro_batch, seq_len, image_size, precision, compile, grad_ckpt, channels_last, split)
+# split: "fit" rows may be used to fit calibration constants; "holdout" rows never are, and the
+# quality bars (DESIGN.md) are judged on them.
+CONFIGS = [
+    ("r50-fp32-64", "resnet50", 64, None, 224, "fp32", False, False, False, "fit"),
+    ("r50-bf16-128", "resnet50", 128, None, 224, "bf16", False, False, False, "fit"),
+    ("r50-bf16-256", "resnet50", 256, None, 224, "bf16", False, False, False, "holdout"),
+    ("r50-bf16-cl-128", "resnet50", 128, None, 224, "bf16", False, False, True, "fit"),
+    ("r50-pure-128", "resnet50", 128, None, 224, "pure-bf16", False, False, False, "holdout"),
+    ("r50-bf16-ckpt-128", "resnet50", 128, None, 224, "bf16", False, True, False, "fit"),
+    ("r18-bf16-256", "resnet18", 256, None, 224, "bf16", False, False, False, "holdout"),
+    ("r101-bf16-128", "resnet101", 128, None, 224, "bf16", False, False, True, "holdout"),
+    ("vitb-fp32-64", "vit-b-16", 64, None, 224, "fp32", False, False, False, "fit"),
+    ("vitb-bf16-128", "vit-b-16", 128, None, 224, "bf16", False, False, False, "fit"),
+    ("vitb-bf16-256", "vit-b-16", 256, None, 224, "bf16", False, False, False, "holdout"),
+    ("vitb-pure-128", "vit-b-16", 128, None, 224, "pure-bf16", False, False, False, "fit"),
+    ("vitb-bf16-ckpt-128", "vit-b-16", 128, None, 224, "bf16", False, True, False, "holdout"),
+    ("vitl-bf16-64", "vit-l-16", 64, None, 224, "bf16", False, False, False, "holdout"),
+    ("bert-fp32-32", "bert-base", 32, 512, None, "fp32", False, False, False, "holdout"),
+    ("bert-bf16-32", "bert-base", 32, 512, None, "bf16", False, False, False, "fit"),
+    ("bert-bf16-64", "bert-base", 64, 512, None, "bf16", False, False, False, "holdout"),
+    ("bert-pure-32", "bert-base", 32, 512, None, "pure-bf16", False, False, False, "holdout"),
+    ("mini-fp32-64", "mini-transformer", 64, 256, None, "fp32", False, False, False, "fit"),
+    ("mini-bf16-128", "mini-transformer", 128, 256, None, "bf16", False, False, False, "holdout"),
+    ("gpt2-fp32-8", "gpt2", 8, 1024, None, "fp32", False, False, False, "fit"),
+    ("gpt2-bf16-16", "gpt2", 16, 1024, None, "bf16", False, False, False, "fit"),
+    ("gpt2-bf16-32", "gpt2", 32, 1024, None, "bf16", False, False, False, "holdout"),
+    ("gpt2-bf16-ckpt-16", "gpt2", 16, 1024, None, "bf16", False, True, False, "fit"),
+    ("gpt2-pure-16", "gpt2", 16, 1024, None, "pure-bf16", False, False, False, "holdout"),
+    ("gpt2m-bf16-8", "gpt2-medium", 8, 1024, None, "bf16", False, False, False, "holdout"),
+    ("l1b-bf16-4", "llama3.2-1b", 4, 2048, None, "bf16", False, False, False, "fit"),
+    ("l1b-bf16-ckpt-8", "llama3.2-1b", 8, 2048, None, "bf16", False, True, False, "holdout"),
+    ("l1b-pure-4", "llama3.2-1b", 4, 2048, None, "pure-bf16", False, False, False, "fit"),
+    ("l1b-fp32-2", "llama3.2-1b", 2, 2048, None, "fp32", False, False, False, "holdout"),
+    ("l3b-bf16-ckpt-2", "llama3.2-3b", 2, 2048, None, "bf16", False, True, False, "holdout"),
+    ("l8b-pure-ckpt-1", "llama3-8b", 1, 2048, None, "pure-bf16", False, True, False, "holdout"),
+    # compile rows last: each costs ~30-60 s of compilation
+    ("mini-bf16-compile-128", "mini-transformer", 128, 256, None, "bf16", True, False, False, "fit"),
+    ("gpt2-bf16-compile-16", "gpt2", 16, 1024, None, "bf16", True, False, False, "fit"),
+    ("r50-bf16-cl-compile-128", "resnet50", 128, None, 224, "bf16", True, False, True, "holdout"),
+    ("vitb-bf16-compile-128", "vit-b-16", 128, None, 224, "bf16", True, False, False, "holdout"),
+    ("l1b-bf16-compile-4", "llama3.2-1b", 4, 2048, None, "bf16", True, False, False, "holdout"),
+]
+KEYS = ("id", "model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt",
+        "channels_last", "split")
+
+
+def ceilings(device) -> dict:
+    """bf16 matmul TFLOP/s and copy GB/s (read + write), median of 10 after warm-up."""
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    src = torch.randn(2**30 // 4, device=device)
+    dst = torch.empty_like(src)
+
+    def timed(fn, n=10):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(n):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        return sorted(ts)[len(ts) // 2]
+
+    mm = timed(lambda: a @ b)
+    cp = timed(lambda: dst.copy_(src))
+    out = {"bf16_matmul_tflops": 2 * 8192**3 / mm / 1e12, "copy_gbps": 2 * src.numel() * 4 / cp / 1e9}
+    del a, b, src, dst
+    torch.cuda.empty_cache()
+    return out
+
+
+def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
+    spec = catalog_model(row["model"])
+    torch.manual_seed(0)
+    with torch.device(device):  # build on the GPU: an 8B model's CPU init alone takes minutes
+        model = build_trainable(spec, row["image_size"])
+        if spec.arch is not None:
+            init_weights(model)
+    prec = row["precision"]
+    if prec == "pure-bf16":
+        model.to(torch.bfloat16)
+    if row["channels_last"]:
+        model.to(memory_format=torch.channels_last)
+    if row["grad_ckpt"]:
+        model.set_grad_checkpointing(True)
+    model.train()
+    fused = device == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    step_fn = torch.compile(model) if row["compile"] else model
+    dtype = torch.bfloat16 if prec == "pure-bf16" else torch.float32
+    x, y = synthetic_batch(spec, row["micro_batch"], row["seq_len"], row["image_size"], device=device, dtype=dtype)
+    if row["channels_last"]:
+        x = x.contiguous(memory_format=torch.channels_last)
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=prec in ("bf16", "fp16"))
+
+    def step():
+        with autocast:
+            loss = step_fn(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    t0 = time.perf_counter()
+    first_loss = float(step().detach())  # first optimizer step: states now exist
+    for _ in range(max(0, warmup - 1)):
+        step()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    warm_s = time.perf_counter() - t0
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    t1 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    if device == "cuda":
+        end.record()
+    sync()
+    elapsed = start.elapsed_time(end) / 1e3 if device == "cuda" else time.perf_counter() - t1
+    out = dict(row)
+    out.update(step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed, warmup_s=warm_s,
+               first_loss=first_loss, last_loss=float(loss), params=sum(p.numel() for p in model.parameters()))
+    if device == "cuda":
+        free, total = torch.cuda.mem_get_info()
+        out.update(peak_gib=torch.cuda.max_memory_allocated() / 2**30,
+                   reserved_gib=torch.cuda.max_memory_reserved() / 2**30,
+                   device_gib=(total - free) / 2**30)
+    del model, opt, step_fn, x, y
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch._dynamo.reset()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("reference.jsonl"))
+    ap.add_argument("--only", nargs="*", help="config ids to run")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=540, help="stop starting new configs after this")
+    ap.add_argument("--smoke", action="store_true", help="CPU, two tiny configs")
+    args = ap.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    rows = [dict(zip(KEYS, c)) for c in CONFIGS]
+    if args.smoke:
+        rows = [dict(rows[18], micro_batch=2, seq_len=32), dict(rows[20], micro_batch=1, seq_len=64)]
+        args.steps, args.warmup = 2, 1
+    elif args.only:
+        rows = [r for r in rows if r["id"] in args.only]
+    header = {"kind": "header", "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 rows measure fp32 (tf32 is its own precision)
+        torch.backends.cudnn.allow_tf32 = False
+        header.update(ceilings(device))
+        free, total = torch.cuda.mem_get_info()
+        header["context_gib"] = (total - free) / 2**30
+    print(json.dumps(header), flush=True)
+    began = time.perf_counter()
+    with args.out.open("a") as f:
+        f.write(json.dumps(header) + "\n")
+        for row in rows:
+            if time.perf_counter() - began > args.budget_s:
+                print(f"budget spent: skipping {row['id']}", flush=True)
+                continue
+            try:
+                res = run_config(row, device, args.steps, args.warmup)
+            except torch.cuda.OutOfMemoryError as exc:
+                res = dict(row, error=f"OOM: {str(exc)[:200]}")
+                gc.collect()
+                torch.cuda.empty_cache()
+            except Exception as exc:  # keep going: one broken row must not cost the whole call
+                res = dict(row, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+            f.write(json.dumps(res) + "\n")
+            f.flush()
+            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()
+                              if k in ("id", "peak_gib", "device_gib", "samples_per_s", "step_s", "warmup_s", "error")}),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Regenerate advisor/data/traced.json: trace profiles of catalog models without closed forms.
+
+Transformers have closed-form activation formulas (advisor/activations.py); CNNs are traced here
+on the meta device (advisor/tracer.py) at their reference input, once, so that looking them up
+never imports torch.
+
+    python benchmarks/trace_catalog.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from advisor.catalog import CNN_NAMES, TRACED_JSON  # noqa: E402
+from advisor.tracer import profile_module  # noqa: E402
+from advisor.zoo import ResNet, Trainable  # noqa: E402
+
+
+class _Spec:  # the minimum Trainable needs
+    family = "cnn"
+    arch = None
+
+
+def main() -> None:
+    out = {}
+    for name in CNN_NAMES:
+        start = time.perf_counter()
+
+        def make_inputs(b: int):
+            return (torch.randn(b, 3, 224, 224, device="meta"), torch.zeros(b, dtype=torch.long, device="meta"))
+
+        profile, params = profile_module(lambda: Trainable(ResNet(name), _Spec()), make_inputs, (3, 224, 224),
+                                         scales_with="pixels")
+        profile = profile.model_copy(update={"output_numel": 1000.0})
+        out[name] = {"params": params, "trace": profile.model_dump(mode="json")}
+        print(f"{name}: {params:,} params, {profile.fwd_flops / 1e9:.2f} GFLOP fwd, "
+              f"{profile.saved_bytes['bf16'] / 2**20:.0f} MiB saved/sample (bf16), {time.perf_counter() - start:.1f}s")
+    meta = {"_generated_by": "benchmarks/trace_catalog.py", "_torch": torch.__version__}
+    TRACED_JSON.write_text(json.dumps({**meta, **out}, indent=1) + "\n")
+    print(f"wrote {TRACED_JSON}")
+
+
+if __name__ == "__main__":
+    main()
