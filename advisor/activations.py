@@ -30,7 +30,8 @@ class ActivationProfile(BaseModel):
     layer_bytes: float = Field(0.0, description="per sample, one layer (recomputed at a time when checkpointing)")
     boundary_bytes: float = Field(0.0, description="per sample, per layer, kept when checkpointing (layer input)")
     layers: int = 0
-    logits_per_sample: float = Field(0.0, description="output elements per sample (loss temporaries)")
+    loss_saved_bytes: float = Field(0.0, description="per sample, part of per_sample_bytes kept for the loss")
+    loss_temp_bytes: float = Field(0.0, description="per sample, loss-backward temporaries at the start of backward")
     tokens: int = 1
 
 
@@ -42,61 +43,78 @@ def _trace_key(p: Precision) -> str:
     return "fp32"
 
 
-def transformer_layer_bytes(a: TransformerArch, p: Precision) -> float:
-    """Saved bytes per token of one layer."""
+def _norm_bytes(a: TransformerArch, r: int, compiled: bool) -> float:
+    if compiled or a.norm == "layernorm":
+        return r * a.d_model + 8  # input, fp32 mean/rstd (inductor fuses RMSNorm to this too)
+    return 4 * a.d_model + r * a.d_model + 8  # HF RMSNorm eager: fp32 upcast (pow, mul) and y (weight mul)
+
+
+def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = False, gelu_kept: float = 1.0) -> float:
+    """Saved bytes per token of one layer.
+
+    Compiled (inductor's min-cut partitioner recomputes cheap pointwise ops in backward): norms keep
+    their input only, one fused bf16 copy feeds q/k/v and one the MLP, GELU keeps its input only
+    and SwiGLU its gate and up projections.
+    """
     h, f = a.d_model, a.d_ff
     c = p.compute_bytes
     r = 2 if p is Precision.pure_bf16 else 4
-    autocast = p.autocast
-    if a.norm == "layernorm":
-        norm = r * h + 8  # input, fp32 mean and rstd
-    else:
-        norm = 4 * h + r * h + 8  # HF RMSNorm: fp32 upcast (pow, mul) and the normalised y (weight mul)
+    swiglu = a.mlp == "swiglu"
+    norm = _norm_bytes(a, r, compiled)
+    flash = 4 * c * h + 4 * a.n_heads  # q, k, v (after GQA repeat), out; fp32 log-sum-exp per head
+    if compiled:
+        return 2 * norm + 2 * c * h + flash + (2 if swiglu else gelu_kept) * c * f
     # Autocast casts an activation once per op: separate q/k/v projections make three bf16 copies
     # of the same normalised input, gate and up two (torch.amp keeps a cache for weights only).
-    attn_in = (3 if autocast else 1) * c * h
-    swiglu = a.mlp == "swiglu"
-    mlp_in = (2 if autocast and swiglu else 1) * c * h
-    flash = 4 * c * h + 4 * a.n_heads  # q, k, v (after GQA repeat), out; fp32 log-sum-exp per head
+    attn_in = (3 if p.autocast else 1) * c * h
+    mlp_in = (2 if p.autocast and swiglu else 1) * c * h
     mlp = (4 if swiglu else 2) * c * f  # gelu: fc out + gelu out; swiglu: gate, silu, up, product
     return 2 * norm + attn_in + flash + mlp_in + mlp
 
 
-def transformer_base_bytes(a: TransformerArch, p: Precision) -> float:
-    """Saved bytes per token outside the layers: embeddings, final norm, head and loss."""
+def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = False) -> tuple[float, float]:
+    """(saved bytes per token outside the layers, of which the loss keeps) — embeddings, head, loss."""
     h = a.d_model
     c = p.compute_bytes
     r = 2 if p is Precision.pure_bf16 else 4
     n = 0.0
-    if a.patch_size:  # the patch conv keeps its input: 3*p*p pixels per token
-        n += a.channels * a.patch_size**2 * (2 if p.autocast else p.weight_bytes if p is Precision.pure_bf16 else 4)
+    if a.patch_size:  # the patch conv keeps its (cast) input: 3*p*p pixels per token
+        n += a.channels * a.patch_size**2 * (4 if p in (Precision.fp32, Precision.tf32) else 2)
     else:
         n += 8  # token ids for the embedding backward
         if a.type_vocab:
             n += 8 + r * h + 8  # token-type ids, embedding LayerNorm
-    norm = r * h + 8 if a.norm == "layernorm" else 4 * h + r * h + 8
-    if a.head == "lm":
-        n += norm + c * h + 4 * a.vocab + 8  # final norm, head input, fp32 log-softmax, targets
-    elif a.head == "mlm":
-        n += 2 * c * h + r * h + 8 + c * h + 4 * a.vocab + 8  # transform + gelu + LN + decoder + loss
+    norm = _norm_bytes(a, r, compiled)
+    loss = 0.0
+    if a.head in ("lm", "mlm"):
+        # Eager: fp32 log-softmax output of the upcast logits; compiled: the logits themselves.
+        loss = (c if compiled else 4) * a.vocab + 8
+        n += (norm + c * h) if a.head == "lm" else (2 * c * h + r * h + 8 + c * h)
     elif a.head == "image-cls":
         n += norm + c * h
-    return n
+    return n + loss, loss
 
 
-def activation_profile(model: ModelSpec, config: TrainConfig) -> ActivationProfile:
+def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
+                       gelu_kept: float = 1.0) -> ActivationProfile:
+    """Per-sample saved bytes for ``config``; ``compile_factor`` scales traced (non-transformer) models
+    when compiled, ``gelu_kept`` is the compiled GELU MLP's kept tensors (calibrated)."""
     p = config.precision
     if model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-        layer = transformer_layer_bytes(a, p) * tokens
-        base = transformer_base_bytes(a, p) * tokens
+        layer = transformer_layer_bytes(a, p, config.compile, gelu_kept) * tokens
+        base, loss = transformer_base_bytes(a, p, config.compile)
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
         r = 2 if p is Precision.pure_bf16 else 4
-        logits = (a.vocab * tokens) if a.head in ("lm", "mlm") else a.num_labels
+        logits = a.vocab * tokens if a.head in ("lm", "mlm") else 0
+        # Loss backward: fp32 grad of the log-softmax and of the upcast logits, 8 bytes per logit
+        # eager (measured: benchmarks/results/h200-estimator.md, LM rows); fused when compiled.
+        temp = (6.0 if config.compile else 8.0) * logits
         return ActivationProfile(
-            per_sample_bytes=a.n_layers * layer + base, fixed_bytes=fixed, layer_bytes=layer,
-            boundary_bytes=r * a.d_model * tokens, layers=a.n_layers, logits_per_sample=logits, tokens=tokens,
+            per_sample_bytes=a.n_layers * layer + base * tokens, fixed_bytes=fixed, layer_bytes=layer,
+            boundary_bytes=r * a.d_model * tokens, layers=a.n_layers, loss_saved_bytes=loss * tokens,
+            loss_temp_bytes=temp, tokens=tokens,
         )
     t = model.trace
     if t is None:
@@ -105,21 +123,23 @@ def activation_profile(model: ModelSpec, config: TrainConfig) -> ActivationProfi
     scale = 1.0
     if t.scales_with == "pixels" and config.image_size and t.ref_input:
         scale = (config.image_size / t.ref_input[-1]) ** 2
-    per = t.saved_bytes[key] * scale
-    return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0),
-                             layer_bytes=0.0, logits_per_sample=t.output_numel or 1000, tokens=1)
+    per = t.saved_bytes[key] * scale * (compile_factor if config.compile else 1.0)
+    return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0), tokens=1)
 
 
-def saved_bytes(profile: ActivationProfile, micro_batch: int, grad_ckpt: bool, ckpt_fraction: float) -> float:
-    """Activation bytes at the start of backward for one micro-batch.
+def backward_bytes(profile: ActivationProfile, micro_batch: int, grad_ckpt: bool, ckpt_fraction: float) -> tuple[float, float]:
+    """(activations kept at the start of backward, extra transient bytes on top during backward).
 
-    Checkpointing per layer keeps each layer's input and recomputes one layer at a time; for
-    models without layers (CNNs) it keeps ``ckpt_fraction`` of the activations (calibrated).
+    Checkpointing per layer keeps each layer's input; during backward one layer is recomputed at
+    a time, after the loss's saved tensors and temporaries are gone. Models without layers (CNNs)
+    keep ``ckpt_fraction`` of their activations (calibrated).
     """
+    mb = micro_batch
     if not grad_ckpt:
-        return profile.per_sample_bytes * micro_batch + profile.fixed_bytes
+        return profile.per_sample_bytes * mb + profile.fixed_bytes, profile.loss_temp_bytes * mb
     if profile.layers:
         outside = profile.per_sample_bytes - profile.layers * profile.layer_bytes
-        kept = profile.layers * profile.boundary_bytes + profile.layer_bytes + outside
-        return kept * micro_batch + profile.fixed_bytes
-    return profile.per_sample_bytes * micro_batch * ckpt_fraction + profile.fixed_bytes
+        kept = (profile.layers * profile.boundary_bytes + outside) * mb + profile.fixed_bytes
+        extra = max(profile.loss_temp_bytes, profile.layer_bytes - profile.loss_saved_bytes) * mb
+        return kept, extra
+    return profile.per_sample_bytes * mb * ckpt_fraction + profile.fixed_bytes, 0.0

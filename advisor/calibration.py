@@ -36,10 +36,22 @@ class Calibration(BaseModel):
     # Host-side cost per launched kernel in eager mode, microseconds (PyTorch eager dispatch ~5-10 us
     # per op; refit from small-model steps).
     launch_us: float = 6.0
-    # torch.compile: fraction of eager kernel launches left after fusion, of non-matmul traffic,
-    # and of saved activations (inductor's min-cut recomputes cheap pointwise ops); refit.
-    compile_launch_factor: float = 0.25
+    # Measured fraction of the dense peak per "family|fp32" or "family|tensor" (see
+    # advisor.throughput.efficiency_key), fit by benchmarks/fit_calibration.py on the H200
+    # reference rows marked "fit"; falls back to mm_efficiency.
+    family_efficiency: dict[str, float] = Field(default_factory=dict)
+    # Transformer width at which matmul efficiency is half its family's asymptote (0 = no width
+    # effect); fit together with family_efficiency.
+    width_half: float = 0.0
+    # Compiled GELU MLPs: how many f-wide tensors inductor keeps per token (1 = recomputes GELU,
+    # 2 = keeps both); fit on the compile rows.
+    compile_gelu_kept: float = 1.0
+    # torch.compile: fraction of the eager memory-bound time left after fusion (fit on the "fit"
+    # compile rows), of kernel launches, and of saved activations of traced models (CNNs;
+    # transformers have a compiled formula in advisor.activations).
     compile_traffic_factor: float = 0.5
+    compile_traffic: dict[str, float] = Field(default_factory=dict, description="per model family, when fit")
+    compile_launch_factor: float = 0.25
     compile_activation_factor: float = 0.85
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
     ckpt_fraction: float = 0.5

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.activations import activation_profile, saved_bytes
+from advisor.activations import activation_profile, backward_bytes
 from advisor.calibration import Calibration
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
@@ -86,7 +86,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     grads = nt * gb / shard
     states = nt * state / shard
 
-    prof = activation_profile(model, config)
+    prof = activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
     if config.strategy is Strategy.fsdp:
         # FSDP with mixed precision gathers bf16 parameters (no autocast weight copies) and keeps
         # the current and the prefetched unit unsharded (Zhao et al. 2023, PyTorch FSDP, sec. 4).
@@ -95,13 +95,9 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         prof = prof.model_copy(update={"fixed_bytes": 0.0})
     else:
         gathered = 0.0
-    acts = saved_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
+    acts, temps = backward_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
     if config.compile:
-        acts *= cal.compile_activation_factor
-        notes.append(f"torch.compile: activations x{cal.compile_activation_factor} (inductor recomputes pointwise ops)")
-    # Loss temporaries at the start of backward: the fp32 grad of the log-softmax, exp() of its
-    # output and the grad of the upcast logits live together (12 bytes per logit element).
-    temps = 12.0 * prof.logits_per_sample * config.micro_batch if prof.logits_per_sample > 1000 else 0.0
+        notes.append("torch.compile: inductor recomputes pointwise ops, so fewer activations are kept")
     # DDP copies gradients into flat buckets (Accelerate's default gradient_as_bucket_view=False).
     buckets = nt * gb if config.strategy is Strategy.ddp and world > 1 else 0.0
     accum_grads = grads if config.grad_accum > 1 else 0.0

@@ -42,6 +42,7 @@ class ThroughputEstimate(BaseModel):
     mfu: float = Field(description="model FLOPs utilisation against the GPUs' dense peak")
     tflops_per_gpu: float
     compute_s: float = Field(description="per optimizer step: GPU compute of all micro-batches")
+    matmul_s: float = Field(0.0, description="per optimizer step: the matmul part of compute_s")
     comm_s: float = Field(description="per optimizer step: communication time (before overlap)")
     exposed_comm_s: float = Field(description="per optimizer step: communication not hidden by compute")
     optimizer_s: float
@@ -64,6 +65,27 @@ def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     if t.scales_with == "pixels" and config.image_size and t.ref_input:
         scale = (config.image_size / t.ref_input[-1]) ** 2
     return t.fwd_flops * scale, 0.0
+
+
+def efficiency_key(model: ModelSpec, config: TrainConfig) -> str:
+    """Calibration key: model family (CNNs split by memory format) and tensor-core use."""
+    fam = model.family
+    if fam == "cnn" and config.channels_last:
+        fam = "cnn-cl"
+    cls = "fp32" if config.precision is Precision.fp32 else "tensor"
+    return f"{fam}|{cls}"
+
+
+def efficiency(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float:
+    """Fraction of the dense peak the step's matmuls reach: measured per family, else the default.
+
+    Transformers lose efficiency as their matmuls shrink (tile quantisation, launch and memory-
+    bound epilogues dominate small GEMMs): scaled by d/(d + d_half), d_half fit with the rest.
+    """
+    eff = cal.family_efficiency.get(efficiency_key(model, config), cal.mm_efficiency[config.precision.value])
+    if model.arch is not None and cal.width_half > 0 and config.precision is not Precision.fp32:
+        eff *= model.arch.d_model / (model.arch.d_model + cal.width_half)
+    return eff
 
 
 def _kernels(model: ModelSpec) -> float:
@@ -102,16 +124,19 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     peak = gpu.peak_tflops(p.value) * 1e12
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 runs on CUDA cores; --precision tf32 or bf16 uses tensor cores")
-    mm_s = (dense_train + attn_train) * mb / (peak * cal.mm_efficiency[p.value])
+    eff = efficiency(model, config, cal)
+    mm_s = (dense_train + attn_train) * mb / (peak * eff)
 
-    prof = activation_profile(model, config)
+    # Non-matmul traffic of the eager kernels (compile's gain is applied to the whole step below).
+    prof = activation_profile(model, config.model_copy(update={"compile": False}))
     traffic = prof.per_sample_bytes * mb * cal.traffic_per_saved_byte
-    if config.compile:
-        traffic *= cal.compile_traffic_factor
     bw = gpu.bandwidth_gbps * 1e9 * cal.bw_efficiency
     mem_s = traffic / bw
+    host_s = _kernels(model) * cal.launch_us * 1e-6
+    if config.compile:  # fusion removes memory-bound passes and launches, not matmul work
+        mem_s *= cal.compile_traffic.get(model.family, cal.compile_traffic_factor)
+        host_s *= cal.compile_launch_factor
     gpu_s = mm_s + mem_s
-    host_s = _kernels(model) * cal.launch_us * 1e-6 * (cal.compile_launch_factor if config.compile else 1.0)
     if config.strategy is Strategy.dp and world > 1:
         host_s *= world  # one Python thread per replica under the GIL (DataParallel)
     micro_s = max(gpu_s, host_s)
@@ -157,6 +182,6 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     return ThroughputEstimate(
         samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
         mfu=model_flops / (peak * world), tflops_per_gpu=model_flops / world / 1e12,
-        compute_s=compute_s, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
+        compute_s=compute_s, matmul_s=mm_s * config.grad_accum, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
         host_bound=host_s > gpu_s, calibrated=calibrated, notes=notes,
     )
