@@ -42,6 +42,11 @@ class TransformerArch(BaseModel):
     patch_size: int = 0  # ViT
     image_size: int = 0  # ViT default input side
     channels: int = 3
+    # Bare backbones (HF BertModel / ViTModel, head "none"): a pooler (dense + tanh on the first
+    # token) after the last layer. Head "cls" always has its own pooler; the others never do.
+    pooler: bool = False
+    # Post-LN layers with no final norm (BERT). None = BERT's heads ("mlm", "cls") are post-norm.
+    post_norm: bool | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -50,6 +55,10 @@ class TransformerArch(BaseModel):
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def is_post_norm(self) -> bool:
+        return self.head in ("mlm", "cls") if self.post_norm is None else self.post_norm
 
     def tokens(self, seq_len: int | None = None, image_size: int | None = None) -> int:
         """Tokens per sample: the sequence length, or patches (+ class token) for a ViT."""
@@ -83,16 +92,16 @@ class TransformerArch(BaseModel):
 
     def head_params(self) -> int:
         h = self.d_model
-        final_norm = h * (2 if self.norm == "layernorm" else 1)
+        final_norm = 0 if self.is_post_norm else h * (2 if self.norm == "layernorm" else 1)
         if self.head == "lm":
             return final_norm + (0 if self.tie_embeddings else self.vocab * h)
         if self.head == "mlm":  # BERT: dense + LayerNorm transform, tied decoder + its bias
-            return (h * h + h) + 2 * h + (0 if self.tie_embeddings else self.vocab * h) + self.vocab
+            return final_norm + (h * h + h) + 2 * h + (0 if self.tie_embeddings else self.vocab * h) + self.vocab
         if self.head == "cls":  # BERT-style pooler (dense + tanh) and classifier
-            return (h * h + h) + (h * self.num_labels + self.num_labels)
+            return final_norm + (h * h + h) + (h * self.num_labels + self.num_labels)
         if self.head == "image-cls":
             return final_norm + h * self.num_labels + self.num_labels
-        return final_norm
+        return final_norm + ((h * h + h) if self.pooler else 0)
 
     def params(self) -> int:
         # BERT's heads carry no final norm (its norms are post-LN inside layers): head_params knows.
@@ -109,6 +118,8 @@ class TransformerArch(BaseModel):
             n += h * h + h * self.num_labels
         elif self.head == "image-cls":
             n += h * self.num_labels
+        elif self.pooler:
+            n += h * h
         if self.patch_size:
             n += self.channels * self.patch_size**2 * h
         return n
