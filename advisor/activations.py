@@ -46,7 +46,7 @@ def _trace_key(p: Precision) -> str:
 def _norm_bytes(a: TransformerArch, r: int, compiled: bool) -> float:
     if compiled or a.norm == "layernorm":
         return r * a.d_model + 8  # input, fp32 mean/rstd (inductor fuses RMSNorm to this too)
-    return 4 * a.d_model + r * a.d_model + 8  # HF RMSNorm eager: fp32 upcast (pow, mul) and y (weight mul)
+    return 4 * a.d_model + r * a.d_model + 4  # HF RMSNorm eager: fp32 upcast (pow, mul), y (weight mul), rstd
 
 
 def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = False, gelu_kept: float = 1.0) -> float:
@@ -91,7 +91,11 @@ def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = Fa
         loss = (c if compiled else 4) * a.vocab + 8
         n += (norm + c * h) if a.head == "lm" else (2 * c * h + r * h + 8 + c * h)
     elif a.head == "image-cls":
-        n += norm + c * h
+        # The classifier reads the class token, a view that keeps the whole normalised output
+        # alive, except under autocast, whose bf16 cast copies the slice alone.
+        n += norm + (0 if p.autocast else c * h)
+    elif a.head == "cls":
+        n += 0 if p.autocast else c * h  # the pooler's class-token view, likewise
     return n + loss, loss
 
 

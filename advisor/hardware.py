@@ -82,6 +82,7 @@ class HardwareSpec(BaseModel):
     network_gbps: float = Field(DEFAULT_NETWORK_GBPS, gt=0, description="per-node network, GB/s")
     cpu_cores: int = Field(16, ge=1, description="CPU cores per node, for dataloader workers")
     detected: bool = Field(False, description="True when this came from NVML on this machine")
+    assumed: bool = Field(False, description="True when nothing was detected or named and a default was planned for")
 
     @property
     def total_gpus(self) -> int:
@@ -223,11 +224,14 @@ def resolve_hardware(
     nodes: int = 1,
     interconnect: LinkKind | None = None,
     network_gbps: float | None = None,
+    assume_if_none: str | None = None,
+    assume_count: int = 8,
 ) -> HardwareSpec:
     """The hardware to plan for: the named GPU if given, else what was detected.
 
-    Raises a UserError with the fix when there is nothing to plan for (no GPU detected and
-    none named) or the counts make no sense.
+    With no GPU detected and none named: plan for ``assume_if_none`` (``assume_count`` of them,
+    marked ``assumed``, so every report says so) or, when that is None, raise a UserError whose
+    fix says how to name one. Counts that make no sense raise a UserError too.
     """
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus must be at least 1, got {gpus}", fix="give the GPU count per node, e.g. --gpus 8")
@@ -251,6 +255,12 @@ def resolve_hardware(
         links = "pcie" if any(l.kind == "pcie" for l in machine.links) else "nvlink"
         if len(machine.gpus) == 1:
             links = "nvlink" if spec.nvlink_gbps > 0 else "pcie"
+    elif assume_if_none is not None:
+        spec = get_gpu(assume_if_none)
+        return HardwareSpec(gpu=spec, gpus_per_node=gpus or assume_count, nodes=nodes,
+                            interconnect=interconnect or ("nvlink" if spec.nvlink_gbps > 0 else "pcie"),
+                            network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
+                            cpu_cores=8 * (gpus or assume_count), assumed=True)
     else:
         raise UserError(
             f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",
@@ -262,6 +272,7 @@ def resolve_hardware(
         nodes=nodes,
         interconnect=interconnect or links,
         network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
-        cpu_cores=machine.cpu_cores if detected or gpu is None else max(machine.cpu_cores, 8 * count),
+        # A named (hypothetical) server: 8 cores per GPU, as on cloud 8-GPU nodes (AWS p4d: 96 vCPU).
+        cpu_cores=machine.cpu_cores if detected else 8 * count,
         detected=detected,
     )

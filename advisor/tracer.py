@@ -124,9 +124,11 @@ class _KernelCounter(TorchDispatchMode):
 class StepTrace:
     """The numbers from one traced training step at one batch size and precision."""
 
-    def __init__(self, saved_bytes: float, flops: float, attn_fwd_flops: float, kernels: int, output_numel: int):
+    def __init__(self, saved_bytes: float, fwd_flops: float, flops: float, attn_fwd_flops: float, kernels: int,
+                 output_numel: int):
         self.saved_bytes = saved_bytes
-        self.flops = flops  # forward + backward FLOPs counted by torch.utils.flop_counter
+        self.fwd_flops = fwd_flops  # forward FLOPs counted by torch.utils.flop_counter
+        self.flops = flops  # forward + backward
         self.attn_fwd_flops = attn_fwd_flops
         self.kernels = kernels
         self.output_numel = output_numel
@@ -151,14 +153,18 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
         return t
 
     mode = _TraceMode(autocast)
-    flops = FlopCounterMode(display=False)
+    fwd = FlopCounterMode(display=False)
+    bwd = FlopCounterMode(display=False)
     kernels = _KernelCounter()
-    with flops, kernels, mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(*inputs) if loss_fn is None else loss_fn(model, inputs)
-        loss = out if out.dim() == 0 else out.float().mean()
+    with kernels, mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with fwd:
+            out = model(*inputs) if loss_fn is None else loss_fn(model, inputs)
+            loss = out if out.dim() == 0 else out.float().mean()
         numel = 0 if out.dim() == 0 else out.numel()
-        loss.backward()
-    return StepTrace(float(sum(saved.values())), float(flops.get_total_flops()), mode.attn_flops,
+        with bwd:
+            loss.backward()
+    f = float(fwd.get_total_flops())
+    return StepTrace(float(sum(saved.values())), f, f + float(bwd.get_total_flops()), mode.attn_flops,
                      kernels.count, numel)
 
 
@@ -192,8 +198,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
     has_bn = any(isinstance(mod, nn.modules.batchnorm._BatchNorm) for mod in m.modules())
     return TraceProfile(
         ref_input=ref_input, scales_with=scales_with,
-        # flop_counter counts forward+backward (3x forward for matmuls/convs); store forward.
-        fwd_flops=(t2.flops - t1.flops) / 3.0 + (t2.attn_fwd_flops - t1.attn_fwd_flops),
+        fwd_flops=(t2.fwd_flops - t1.fwd_flops) + (t2.attn_fwd_flops - t1.attn_fwd_flops),
         saved_bytes=saved, fixed_saved_bytes=fixed,
         output_numel=float(t2.output_numel - t1.output_numel),
         matmul_weight_params=mm_weights, largest_unit_params=max(units) if units else n_params,
