@@ -72,6 +72,11 @@ CONFIGS = [
     ("r50-bf16-cl-compile-128", "resnet50", 128, None, 224, "bf16", True, False, True, "holdout"),
     ("vitb-bf16-compile-128", "vit-b-16", 128, None, 224, "bf16", True, False, False, "holdout"),
     ("l1b-bf16-compile-4", "llama3.2-1b", 4, 2048, None, "bf16", True, False, False, "holdout"),
+    # added after the first run (2026-12-03) because no CNN or ViT compile row was in the fit set;
+    # the holdout rows above stay as they were declared.
+    ("r18-bf16-cl-compile-256", "resnet18", 256, None, 224, "bf16", True, False, True, "fit"),
+    ("r34-bf16-cl-compile-128", "resnet34", 128, None, 224, "bf16", True, False, True, "fit"),
+    ("vitl-bf16-compile-64", "vit-l-16", 64, None, 224, "bf16", True, False, False, "fit"),
 ]
 KEYS = ("id", "model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt",
         "channels_last", "split")
