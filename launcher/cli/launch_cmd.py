@@ -1,0 +1,220 @@
+"""``advise launch``: turn a plan into a running, recorded Accelerate job.
+
+    advise launch --model gpt2 --batch-size 32 -- train.py --lr {lr} --bs {micro_batch}
+    advise launch --plan plan.json --recipe synthetic --max-steps 100
+    advise launch --cpu --processes 2 --model mini-transformer --recipe synthetic --dry-run
+
+The plan comes from ``--plan``, from the flags with ``--cpu`` (launcher.cpu_plan: arithmetic
+only), or from the rules layer for GPUs (``rules.api.plan_for_args``). Then: ``--dry-run``
+prints the Accelerate config and command, ``--emit slurm`` prints an sbatch script, and
+otherwise the run is recorded in the store and executed in the foreground (launcher.runner);
+Ctrl-C stops every rank and records ``cancelled`` (a second Ctrl-C skips the grace period).
+Exit status: 0 succeeded, 1 failed, 130 cancelled, 2 a mistake in the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from launcher.cli import flags
+
+RECIPE_NAMES = ("synthetic", "text-classification")  # launcher.command.RECIPES, without importing it
+
+# Flags that shape a plan; with --plan they would be ignored, so giving them is an error.
+_PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "grad_accum", "seq_len", "image_size",
+               "precision", "optimizer", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "gpu",
+               "gpus", "interconnect", "network_gbps", "batch_size", "dataset_size", "epochs", "deadline",
+               "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
+    return v
+
+
+def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    flags.add_model_flags(parser)
+    flags.add_config_flags(parser)
+    flags.add_hardware_flags(parser)
+    flags.add_workload_flags(parser)
+    g = parser.add_argument_group("launch")
+    g.add_argument("--plan", type=Path, metavar="plan.json", help="launch a saved plan instead of planning from flags")
+    g.add_argument("--recipe", metavar="NAME", help=f"built-in training loop: {', '.join(RECIPE_NAMES)}")
+    g.add_argument("--data", type=Path, metavar="FILE", help="(text, label) JSONL/CSV for --recipe text-classification")
+    g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
+    g.add_argument("--warmup-steps", type=_nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
+    g.add_argument("--num-workers", type=_nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
+    g.add_argument("--cpu", action="store_true", help="run the ranks on CPU over gloo (no GPU needed)")
+    g.add_argument("--processes", type=flags.positive_int, metavar="N", help="CPU processes per node (with --cpu)")
+    g.add_argument("--node-rank", type=_nonneg_int, metavar="R", help="this machine's rank (multi-node)")
+    g.add_argument("--main-address", metavar="HOST", help="address of node 0, reachable from every node")
+    g.add_argument("--main-port", type=flags.positive_int, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
+    g.add_argument("--max-oom-retries", type=_nonneg_int, default=3, metavar="N",
+                   help="retries with half the micro-batch after a CUDA OOM (default 3)")
+    g.add_argument("--dry-run", action="store_true", help="print the Accelerate config and command; run nothing")
+    g.add_argument("--emit", choices=("slurm",), help="print an sbatch script for the plan instead of running it")
+    g.add_argument("--save-plan", type=Path, metavar="plan.json", help="also write the plan to this file")
+    flags.add_home_flag(parser)
+    flags.add_json_flag(parser)
+    parser.add_argument("script", nargs="*", metavar="-- SCRIPT ARGS",
+                        help="your training script and its arguments; {lr} {micro_batch} {grad_accum} "
+                             "{global_batch} {precision} {warmup_steps} are filled from the plan")
+
+
+def _given(args: argparse.Namespace, names) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
+
+
+def make_plan(args: argparse.Namespace):
+    """(plan, notes): from --plan, from --cpu flags, or from the rules layer."""
+    from advisor.errors import UserError
+    from advisor.plan import Plan
+
+    if args.plan:
+        extra = _given(args, _PLAN_FLAGS) + (["--nodes"] if args.nodes != 1 else [])
+        if extra:
+            raise UserError(f"{', '.join(extra)} would be ignored with --plan (the plan already decides them)",
+                            fix="drop them, or plan again from flags without --plan")
+        plan = Plan.load(args.plan)
+        if args.cpu and not plan.cpu:
+            raise UserError("--cpu given but the plan is for GPUs", where=str(args.plan), fix="drop --cpu, or plan again with --cpu")
+        return plan, []
+    if args.cpu:
+        from launcher.cpu_plan import plan_from_args
+
+        return plan_from_args(args)
+    if args.processes is not None:
+        raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")
+    try:
+        from rules.api import plan_for_args
+    except ImportError:
+        raise UserError("planning a GPU launch needs the rules layer, which is not available in this install",
+                        fix="launch on CPU with --cpu --processes N, or pass a saved plan with --plan plan.json") from None
+    return plan_for_args(args), []
+
+
+def _target(args: argparse.Namespace, plan):
+    from advisor.errors import UserError
+    from launcher.command import Target
+
+    recipe_args: list[str] = []
+    if args.data is not None:
+        if args.recipe != "text-classification":
+            raise UserError("--data is for --recipe text-classification", fix="drop --data, or add --recipe text-classification")
+        if not args.data.is_file():
+            raise UserError("data file not found", where=str(args.data), fix="give a JSONL or CSV file of (text, label) rows")
+        recipe_args = ["--data", str(args.data.expanduser().absolute())]
+    target = Target.from_cli(args.recipe, list(args.script), recipe_args)
+    if target.kind == "recipe":
+        if not plan.model.name:
+            raise UserError(f"--recipe {target.name} trains catalog models", fix="use --model NAME (see `advise models`)")
+        from advisor.catalog import catalog_model
+
+        catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
+        if target.name == "text-classification" and plan.model.name != "mini-transformer":
+            raise UserError("--recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
+    return target
+
+
+def _options(args: argparse.Namespace, plan):
+    from advisor.errors import UserError
+    from launcher.runner import RunOptions
+
+    if plan.nodes > 1:
+        if args.node_rank is None or not args.main_address:
+            raise UserError(f"a {plan.nodes}-node launch needs this machine's rank and node 0's address",
+                            fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
+    elif args.node_rank not in (None, 0) or args.main_address:
+        raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
+    return RunOptions(max_oom_retries=args.max_oom_retries, max_steps=args.max_steps, machine_rank=args.node_rank or 0,
+                      main_address=args.main_address, main_port=args.main_port)
+
+
+def _dry_run(args, plan, target, options, notes) -> int:
+    from launcher.accelerate_config import accelerate_config, to_yaml
+    from launcher.command import build_launch_spec
+    from launcher.home import resolve_home, run_dir
+    from launcher.store import new_run_id
+
+    rdir = run_dir(resolve_home(args.home), new_run_id())
+    adir = rdir / "attempt-1"
+    cfg = accelerate_config(plan, machine_rank=options.machine_rank, main_address=options.main_address,
+                            main_port=options.main_port)
+    spec = build_launch_spec(plan, target, config_path=adir / "accelerate_config.yaml", plan_path=adir / "plan.json",
+                             run_dir=rdir, log_dir=adir / "ranks", main_port=options.main_port if plan.nodes == 1 else None,
+                             max_steps=options.max_steps)
+    if args.json:
+        print(json.dumps({"plan": plan.model_dump(mode="json"), "accelerate_config": cfg,
+                          "accelerate_config_yaml": to_yaml(cfg, plan), "command": spec.model_dump(),
+                          "run_dir": str(rdir), "notes": notes}, indent=2))
+        return 0
+    print(f"# accelerate_config.yaml (would be written to {adir})")
+    print(to_yaml(cfg, plan).rstrip())
+    print("\n# command (argv; the environment variables are added to yours)")
+    print(spec.shell_line())
+    return 0
+
+
+def _summary(rec) -> str:
+    m = rec.metrics
+    line = f"run {rec.id} {rec.status}"
+    if rec.started and rec.ended:
+        line += f" in {rec.ended - rec.started:.1f} s"
+    if m is not None:
+        line += f": {m.steps} steps on {m.ranks} rank(s)"
+        if m.first_loss is not None and m.last_loss is not None:
+            line += f", loss {m.first_loss:.4g} -> {m.last_loss:.4g}"
+        if m.samples_per_s:
+            line += f", {m.samples_per_s:.1f} samples/s"
+    if len(rec.attempts) > 1:
+        line += "; attempts " + ", ".join(f"{a.micro_batch}x{a.grad_accum} {a.status}" for a in rec.attempts)
+    if rec.status != "succeeded" and rec.error:
+        line += f"\n  error: {rec.error}"
+    return line + f"\n  run dir: {rec.run_dir}"
+
+
+def run(args: argparse.Namespace) -> int:
+    import threading
+
+    plan, notes = make_plan(args)
+    target = _target(args, plan)
+    options = _options(args, plan)
+    for note in notes:
+        print(f"advise: note: {note}", file=sys.stderr)
+    if args.save_plan:
+        plan.save(args.save_plan)
+    if args.emit == "slurm":
+        from launcher.slurm import sbatch_script
+
+        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500), end="")
+        return 0
+    if args.dry_run:
+        return _dry_run(args, plan, target, options, notes)
+
+    from launcher.home import make_run_dir, resolve_home
+    from launcher.runner import execute, forward_signals
+    from launcher.store import RunStore
+
+    home = resolve_home(args.home)
+    store = RunStore.open(home)
+    rec = store.create(label=f"{plan.model.label()} · {target.label()}", plan=plan.model_dump(mode="json"))
+    rdir = make_run_dir(home, rec.id)
+    store.update(rec.id, run_dir=str(rdir))
+    print(f"advise: run {rec.id}: {plan.world_size} rank(s), logs in {rdir}", file=sys.stderr)
+    cancel, launches = threading.Event(), []
+    with forward_signals(cancel, force=lambda: launches and launches[-1].kill_now()):
+        final = execute(store, rec.id, plan, target, rdir, options, cancel=cancel,
+                        echo=None if args.json else sys.stdout, on_launch=launches.append)
+    if args.json:
+        print(final.model_dump_json(indent=2))
+    else:
+        print(_summary(final))
+    return {"succeeded": 0, "cancelled": 130}.get(final.status, 1)

@@ -1,0 +1,105 @@
+"""``advise runs`` (list recorded runs) and ``advise show ID`` (one run in full).
+
+Both read the run store under ``--home`` (or ``$CARDWISE_HOME``, or the XDG data directory);
+``--json`` prints the records exactly as the store, the TUI and the queue service see them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from launcher.cli import flags
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    if name == "show":
+        parser.add_argument("id", metavar="ID", help="run id (a unique prefix is enough)")
+    else:
+        parser.add_argument("--status", choices=STATUSES, action="append", help="only runs in this status (repeatable)")
+        parser.add_argument("--limit", type=flags.positive_int, metavar="N", help="only the newest N runs")
+    flags.add_home_flag(parser)
+    flags.add_json_flag(parser)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _duration(rec) -> str:
+    if rec.started is None:
+        return "-"
+    end = rec.ended or time.time()
+    s = end - rec.started
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+
+
+def _table(records) -> str:
+    if not records:
+        return "no runs recorded yet (`advise launch ...` records one)"
+    head = ("ID", "STATUS", "CREATED", "TIME", "EXIT", "STEPS", "LOSS", "WHAT")
+    rows = []
+    for r in records:
+        m = r.metrics
+        loss = "-" if m is None or m.last_loss is None else f"{m.last_loss:.4g}"
+        rows.append((r.id, r.status, _when(r.created), _duration(r), "-" if r.exit_code is None else str(r.exit_code),
+                     "-" if m is None else str(m.steps), loss, r.label))
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head) - 1)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    return "\n".join(fmt.format(*row) for row in [head, *rows])
+
+
+def _detail(rec) -> str:
+    lines = [f"run {rec.id}: {rec.status}" + (f" (exit code {rec.exit_code})" if rec.exit_code is not None else ""),
+             f"  what:     {rec.label}",
+             f"  created:  {_when(rec.created)}   started: {_when(rec.started)}   ended: {_when(rec.ended)}",
+             f"  run dir:  {rec.run_dir or '-'}"]
+    if rec.error:
+        lines.append(f"  error:    {rec.error}")
+    if rec.gpus is not None:
+        lines.append(f"  gpus:     {','.join(map(str, rec.gpus))}")
+    if rec.command:
+        from launcher.command import LaunchSpec
+
+        lines.append(f"  command:  {LaunchSpec.model_validate(rec.command).shell_line()}")
+    for a in rec.attempts:
+        took = f", {a.ended - a.started:.1f}s" if a.started and a.ended else ""
+        lines.append(f"  attempt {a.n}: micro-batch {a.micro_batch} x accumulation {a.grad_accum}: {a.status}"
+                     + (f" (exit {a.exit_code})" if a.exit_code not in (None, 0) else "") + took)
+    m = rec.metrics
+    if m is not None:
+        parts = [f"{m.steps} steps", f"{m.ranks} rank(s)"]
+        if m.first_loss is not None:
+            parts.append(f"loss {m.first_loss:.4g} -> {m.last_loss:.4g}")
+        if m.samples_per_s:
+            parts.append(f"{m.samples_per_s:.1f} samples/s")
+        if m.tokens_per_s:
+            parts.append(f"{m.tokens_per_s:.0f} tokens/s")
+        if m.peak_gib is not None:
+            parts.append(f"peak {m.peak_gib:.2f} GiB")
+        lines.append("  metrics:  " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.home import resolve_home, store_path
+    from launcher.store import RunStore
+
+    home = resolve_home(args.home)
+    if args.command == "show":
+        if not store_path(home).exists():
+            from advisor.errors import UserError
+
+            raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
+        rec = RunStore.open(home).get(args.id)
+        print(rec.model_dump_json(indent=2) if args.json else _detail(rec))
+        return 0
+    records = RunStore.open(home).list(status=args.status, limit=args.limit) if store_path(home).exists() else []
+    if args.json:
+        print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
+    else:
+        print(_table(records))
+    return 0

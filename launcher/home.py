@@ -1,0 +1,70 @@
+"""Where cardwise keeps its state: the run store, run directories and calibration.
+
+Resolution order (DESIGN.md): ``--home DIR``, else ``$CARDWISE_HOME``, else the user's XDG data
+directory (``platformdirs.user_data_dir("cardwise")``, e.g. ``~/.local/share/cardwise``).
+
+Directories we create are mode 0700 and the store file 0600: run records hold command lines and
+environment variables, which can carry paths and tokens other users of a shared box should not
+read. A directory the user already owns keeps the mode they gave it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from advisor.errors import UserError
+
+ENV_HOME = "CARDWISE_HOME"
+STORE_NAME = "runs.sqlite"
+RUNS_DIR = "runs"
+
+
+def resolve_home(explicit: str | os.PathLike | None = None) -> Path:
+    """The home directory to use, without creating it."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    env = os.environ.get(ENV_HOME)
+    if env:
+        return Path(env).expanduser().absolute()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("cardwise"))
+
+
+def _mkdir_private(path: Path) -> None:
+    """Create ``path`` (and parents) with mode 0700; leave an existing directory's mode alone."""
+    if path.is_dir():
+        return
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+    except OSError as exc:
+        raise UserError(f"cannot create the cardwise home: {exc.strerror}", where=str(path),
+                        fix="pass a writable directory with --home DIR or set CARDWISE_HOME") from None
+
+
+def ensure_home(home: Path) -> Path:
+    """Create the home and its ``runs/`` folder if needed; return the home."""
+    if home.exists() and not home.is_dir():
+        raise UserError("the cardwise home is not a directory", where=str(home),
+                        fix="pass a directory with --home DIR or set CARDWISE_HOME")
+    _mkdir_private(home)
+    _mkdir_private(home / RUNS_DIR)
+    return home
+
+
+def store_path(home: Path) -> Path:
+    return home / STORE_NAME
+
+
+def run_dir(home: Path, run_id: str) -> Path:
+    """The directory of one run: plan, Accelerate config, command, logs, metrics."""
+    return home / RUNS_DIR / run_id
+
+
+def make_run_dir(home: Path, run_id: str) -> Path:
+    path = run_dir(home, run_id)
+    ensure_home(home)
+    _mkdir_private(path)
+    return path

@@ -1,0 +1,83 @@
+"""Out-of-memory recovery: recognise a CUDA OOM death and shrink the micro-batch, not the batch.
+
+A rank that runs out of GPU memory dies with ``torch.OutOfMemoryError`` (``torch.cuda.
+OutOfMemoryError`` is the same class) or, from code that catches and re-raises, a
+``RuntimeError: CUDA out of memory``. Either leaves its message in the rank's log. We retry with
+half the micro-batch and twice the accumulation: samples per optimizer step (the global batch)
+and therefore the learning rate and its schedule stay what was planned; only speed changes.
+
+Host-RAM exhaustion (the kernel's OOM killer, SIGKILL) is not retried: a smaller micro-batch
+rarely fixes it and the cause is usually elsewhere (dataset in memory, too many workers).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from advisor.plan import Plan
+
+DEFAULT_MAX_RETRIES = 3
+
+# Exception names and messages of device OOMs (CUDA; ROCm reports through the same class; XPU/MPS
+# have their own words). Matched case-sensitively on log text.
+_OOM_RE = re.compile(
+    r"torch\.(?:cuda\.)?OutOfMemoryError"
+    r"|CUDA out of memory"
+    r"|CUDA error: out of memory"
+    r"|CUBLAS_STATUS_ALLOC_FAILED"
+    r"|XPU out of memory"
+    r"|MPS backend out of memory"
+)
+
+
+def text_has_oom(text: str) -> bool:
+    return bool(_OOM_RE.search(text))
+
+
+def logs_have_oom(paths: Iterable[Path], tail_bytes: int = 256_000) -> bool:
+    """Whether any log's tail shows a device OOM (tails only: logs can be large)."""
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - tail_bytes))
+                if text_has_oom(f.read().decode(errors="replace")):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def smaller_micro_batch(micro_batch: int) -> int | None:
+    """The largest divisor of ``micro_batch`` that is at most half of it (6 -> 3, 3 -> 1, 8 -> 4);
+    None at 1. A divisor, so that micro-batch x accumulation stays exactly the same."""
+    for d in range(micro_batch // 2, 0, -1):
+        if micro_batch % d == 0:
+            return d
+    return None
+
+
+def shrink(plan: Plan) -> Plan | None:
+    """The plan with a smaller micro-batch and proportionally more accumulation, same global
+    batch and LR; None when the micro-batch is already 1."""
+    micro = plan.config.micro_batch
+    new = smaller_micro_batch(micro)
+    if new is None:
+        return None
+    config = plan.config.model_copy(update={"micro_batch": new, "grad_accum": plan.config.grad_accum * (micro // new)})
+    # Re-validate through the model: Plan checks micro x accum x ranks == global batch.
+    return Plan.model_validate({**plan.model_dump(), "config": config.model_dump()})
+
+
+def retry_decision(oom: bool, plan: Plan, attempt: int, max_retries: int) -> tuple[Plan | None, str | None]:
+    """(next plan, None) to retry, or (None, why not) when a failed attempt is final."""
+    if not oom:
+        return None, None
+    if attempt > max_retries:
+        return None, f"out of GPU memory; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
+    nxt = shrink(plan)
+    if nxt is None:
+        return None, "out of GPU memory at micro-batch 1: needs a sharded strategy (--strategy fsdp), --grad-ckpt or a shorter --seq-len"
+    return nxt, None

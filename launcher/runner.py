@@ -1,0 +1,412 @@
+"""Run a ``LaunchSpec`` as a process tree that always ends, and a whole run as attempts.
+
+Process model. ``accelerate launch`` starts in a new session (``start_new_session``), so a
+terminal's Ctrl-C reaches only cardwise, which then stops the run in order: SIGTERM to the
+launcher's process group (torchrun's agent stops its workers; the single-process launcher
+stops its child), SIGKILL after a grace period. torchrun puts every worker in a session of
+its own, so signalling one group is not enough when the agent itself dies: the runner
+snapshots the launcher's descendants while it runs (and registers itself as Linux "child
+subreaper", so workers orphaned by a dying agent are re-parented to it rather than to init)
+and, whatever the exit path, ends and reaps every descendant it saw. A rank that crashes is
+torchrun's to handle (it stops the others); the runner records which rank and its exit code.
+
+Output goes to files, never pipes: the launcher's stdout+stderr to ``launcher.log`` (it carries
+every rank's lines, prefixed ``[defaultN]:``) and torchrun's per-rank files under ``ranks/``, so
+a run whose supervisor dies keeps writing instead of dying of SIGPIPE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+import psutil
+from pydantic import BaseModel
+
+from launcher.command import LaunchSpec
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux >= 3.4) so none outlives a run unseen; False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class Outcome(BaseModel):
+    """How one launch ended."""
+
+    status: Literal["succeeded", "failed", "cancelled"]
+    exit_code: int | None = None  # the failing rank's exit code when known, else the launcher's
+    launcher_exit: int | None = None  # Popen returncode of `accelerate launch` (negative: signal)
+    failed_rank: int | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+
+
+class Launch:
+    """One ``accelerate launch`` process tree.
+
+    ``start()``, then ``wait()`` (optionally with a ``cancel`` event another thread sets, or
+    ``cancel()`` from another thread). ``wait`` returns only once every process is gone.
+    """
+
+    def __init__(self, spec: LaunchSpec, log_path: Path, *, echo: IO[str] | None = None, grace_s: float = 10.0):
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.echo = echo
+        self.grace_s = grace_s
+        self.proc: subprocess.Popen | None = None
+        self._seen: dict[int, psutil.Process] = {}  # pid -> process (psutil checks create time: no pid reuse)
+        self._cancel = threading.Event()
+        self._force = threading.Event()
+        self._cancelled = False
+        self._t0 = 0.0
+        self._echo_thread: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    @property
+    def pgid(self) -> int | None:
+        return self.pid  # new session: session id == process group id == pid
+
+    def start(self) -> None:
+        become_subreaper()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab", buffering=0)
+        try:
+            self.proc = subprocess.Popen(self.spec.cmd, env=self.spec.full_env(), cwd=self.spec.cwd,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, close_fds=True)
+        except OSError as exc:
+            from advisor.errors import UserError
+
+            raise UserError(f"cannot start the launcher: {exc.strerror}", where=self.spec.cmd[0],
+                            fix="check that Python and accelerate are installed in this environment") from None
+        finally:
+            log.close()  # the child holds its own descriptor
+        self._t0 = time.monotonic()
+        if self.echo is not None:
+            self._echo_thread = threading.Thread(target=self._tail, daemon=True, name="cardwise-log-echo")
+            self._echo_thread.start()
+
+    def cancel(self) -> None:
+        """Ask the run to stop (thread-safe); ``wait`` does the stopping."""
+        self._cancel.set()
+
+    def kill_now(self) -> None:
+        """Cancel without the grace period (a second Ctrl-C)."""
+        self._force.set()
+        self._cancel.set()
+
+    def wait(self, cancel: threading.Event | None = None, poll_s: float = 0.2) -> Outcome:
+        assert self.proc is not None, "start() first"
+        try:
+            while self.proc.poll() is None:
+                self._snapshot()
+                if self._cancel.is_set() or (cancel is not None and cancel.is_set()):
+                    self._cancelled = True
+                    self._stop()
+                    break
+                time.sleep(poll_s)
+        finally:
+            # Any exit path, exceptions included: nothing the run started survives it.
+            self._snapshot()
+            if self.proc.poll() is None:
+                self._stop()
+            self._sweep()
+            self.proc.wait()
+            if self._echo_thread is not None:
+                self._echo_thread.join(timeout=2)
+        return self._outcome(self.proc.returncode, time.monotonic() - self._t0)
+
+    # ---------------------------------------------------------------- internals
+    def _snapshot(self) -> None:
+        try:
+            root = psutil.Process(self.proc.pid)
+            for child in root.children(recursive=True):
+                self._seen.setdefault(child.pid, child)
+        except psutil.Error:
+            pass
+        # Orphans adopted by us (subreaper) are our children now; those we saw before are ours.
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children(recursive=True):
+                if child.pid in self._seen:
+                    for grand in child.children(recursive=True):
+                        self._seen.setdefault(grand.pid, grand)
+
+    def _signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def _stop(self) -> None:
+        """SIGTERM the launcher's group, wait up to grace_s (or until kill_now), then SIGKILL it."""
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while self.proc.poll() is None and time.monotonic() < deadline and not self._force.is_set():
+            self._snapshot()
+            time.sleep(0.05)
+        if self.proc.poll() is None:
+            self._snapshot()
+            self._signal_group(signal.SIGKILL)
+            self.proc.wait()
+
+    def _sweep(self) -> None:
+        """End every descendant seen that is still alive (workers in their own sessions) and reap it."""
+        alive = [p for p in self._seen.values() if _alive(p)]
+        if not alive:
+            return
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(alive, timeout=min(self.grace_s, 5.0))
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5.0)  # reaps those re-parented to us
+
+    def _tail(self) -> None:
+        with open(self.log_path, "r", errors="replace") as f:
+            while True:
+                line = f.readline()
+                if line:
+                    with contextlib.suppress(ValueError, OSError):
+                        self.echo.write(line)
+                        self.echo.flush()
+                    continue
+                if self.proc.poll() is not None:
+                    rest = f.read()
+                    if rest:
+                        with contextlib.suppress(ValueError, OSError):
+                            self.echo.write(rest)
+                            self.echo.flush()
+                    return
+                time.sleep(0.1)
+
+    def _outcome(self, rc: int, wall: float) -> Outcome:
+        if rc == 0 and not self._cancelled:
+            return Outcome(status="succeeded", exit_code=0, launcher_exit=0, wall_s=wall)
+        text = _read_tail(self.log_path)
+        signalled = rc in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+        if self._cancelled or (signalled and "Root Cause" not in text):
+            # Stopped by us, or by someone signalling the run's group (`kill -TERM -PGID`, the service).
+            who = "cancelled" if self._cancelled else f"stopped by signal ({_rc_text(rc)})"
+            return Outcome(status="cancelled", exit_code=rc, launcher_exit=rc, error=who, wall_s=wall)
+        rank, code = failing_rank(text)
+        exit_code = code if code is not None else rc
+        where = f"rank {rank}" if rank is not None else "the launcher"
+        return Outcome(status="failed", exit_code=exit_code, launcher_exit=rc, failed_rank=rank,
+                       error=f"{where} exited with {_rc_text(exit_code)}", wall_s=wall)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _rc_text(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit code {rc}"
+
+
+def _read_tail(path: Path, limit: int = 200_000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+_ROOT_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_CALLED_RE = re.compile(r"returned non-zero exit status (-?\d+)")
+_DIED_RE = re.compile(r"died with <Signals\.\w+: (\d+)>")
+
+
+def failing_rank(launcher_log: str) -> tuple[int | None, int | None]:
+    """(rank, exit code) of the first failure, from torchrun's report or the single-process launcher's."""
+    m = _ROOT_RE.search(launcher_log)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = _CALLED_RE.search(launcher_log)
+    if m:
+        return 0, int(m.group(1))
+    m = _DIED_RE.search(launcher_log)
+    if m:
+        return 0, -int(m.group(1))
+    return None, None
+
+
+def rank_logs(attempt_dir: Path, node_rank: int = 0, procs_per_node: int = 1) -> dict[int, list[Path]]:
+    """Global rank -> its log files. With several ranks torchrun writes ``ranks/<id>/attempt_0/<local>/``;
+    a single rank's output is the launcher's own log."""
+    attempt_dir = Path(attempt_dir)
+    found: dict[int, list[Path]] = {}
+    for f in sorted((attempt_dir / "ranks").glob("*/attempt_*/*/std*.log")):
+        local = int(f.parent.name)
+        found.setdefault(node_rank * procs_per_node + local, []).append(f)
+    if not found and (attempt_dir / "launcher.log").exists():
+        found[node_rank * procs_per_node] = [attempt_dir / "launcher.log"]
+    return found
+
+
+@contextlib.contextmanager
+def forward_signals(cancel: threading.Event, force: Callable[[], None] | None = None) -> Iterator[None]:
+    """In the main thread: SIGINT/SIGTERM/SIGHUP set ``cancel`` (a second one calls ``force``)
+    instead of raising in the middle of bookkeeping; restored on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    count = [0]
+
+    def handler(signum, frame):
+        count[0] += 1
+        cancel.set()
+        if count[0] > 1 and force is not None:
+            force()
+
+    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {s: signal.signal(s, handler) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# ==================================================================== a run: attempts + store
+class RunOptions(BaseModel):
+    """How to execute a run, beyond its plan and target."""
+
+    max_oom_retries: int = 3
+    max_steps: int | None = None
+    machine_rank: int = 0
+    main_address: str | None = None
+    main_port: int | None = None  # one node: None = a free port per attempt; several: default 29500
+    gpus: list[int] | None = None  # pinned GPU indices (queue service)
+    grace_s: float = 10.0
+    extra_env: dict[str, str] = {}
+
+
+def write_attempt_files(plan, target, run_dir: Path, attempt: int, options: RunOptions) -> tuple[LaunchSpec, Path]:
+    """Write an attempt's plan.json, accelerate_config.yaml and command.json (in ``attempt-N/``
+    and, as "what ran last", at the top of the run dir); return its LaunchSpec and folder."""
+    import json
+    import shutil
+
+    from launcher.accelerate_config import write_accelerate_config
+    from launcher.command import build_launch_spec
+
+    adir = Path(run_dir) / f"attempt-{attempt}"
+    adir.mkdir(parents=True, exist_ok=True)
+    plan_path = adir / "plan.json"
+    plan.save(plan_path)
+    cfg_path = write_accelerate_config(plan, adir / "accelerate_config.yaml", machine_rank=options.machine_rank,
+                                       main_address=options.main_address, main_port=options.main_port,
+                                       gpu_ids=options.gpus)
+    spec = build_launch_spec(plan, target, config_path=cfg_path, plan_path=plan_path, run_dir=Path(run_dir),
+                             log_dir=adir / "ranks", main_port=options.main_port if plan.nodes == 1 else None,
+                             attempt=attempt, max_steps=options.max_steps, extra_env=options.extra_env)
+    (adir / "command.json").write_text(json.dumps({**spec.model_dump(), "shell": spec.shell_line()}, indent=2) + "\n")
+    for name in ("plan.json", "accelerate_config.yaml", "command.json"):
+        shutil.copyfile(adir / name, Path(run_dir) / name)
+    return spec, adir
+
+
+def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions | None = None, *,
+            cancel: threading.Event | None = None, echo: IO[str] | None = None,
+            on_launch: Callable[[Launch], None] | None = None):
+    """Run ``run_id`` to a terminal status and return its final ``RunRecord``.
+
+    The record must be ``queued`` (moved to running here) or already ``running`` (claimed by the
+    queue service). Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
+    retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times. ``cancel`` (an
+    event set from a signal handler or another thread) stops the run and records ``cancelled``.
+    ``on_launch`` sees each started ``Launch`` (e.g. to keep a handle for ``kill_now``).
+    If the store says the run was cancelled meanwhile (``advise cancel``), that status stands.
+    """
+    from launcher import oom
+    from launcher.store import Attempt, MetricsSummary
+
+    options = options or RunOptions()
+    run_dir = Path(run_dir)
+    rec = store.get(run_id)
+    if rec.status == "queued":
+        rec = store.transition(run_id, "running", expect=["queued"], run_dir=str(run_dir))
+        if rec is None:
+            return store.get(run_id)  # cancelled before it started
+    cancel = cancel or threading.Event()
+    current, attempt_no, launch = plan, 0, None
+    final: dict = {"status": "failed", "exit_code": None, "error": "internal error in the launcher"}
+    try:
+        while True:
+            attempt_no += 1
+            spec, adir = write_attempt_files(current, target, run_dir, attempt_no, options)
+            att = Attempt(n=attempt_no, micro_batch=current.config.micro_batch, grad_accum=current.config.grad_accum,
+                          started=time.time(), log_dir=str(adir))
+            store.record_attempt(run_id, att)
+            store.update(run_id, command=spec.model_dump(), plan=current.model_dump(mode="json"))
+            if cancel.is_set():
+                store.record_attempt(run_id, att.model_copy(update={"status": "cancelled", "ended": time.time()}))
+                final = {"status": "cancelled", "exit_code": None, "error": "cancelled before launch"}
+                break
+            launch = Launch(spec, adir / "launcher.log", echo=echo, grace_s=options.grace_s)
+            launch.start()
+            store.update(run_id, pid=launch.pid, pgid=launch.pgid)
+            if on_launch is not None:
+                on_launch(launch)
+            out = launch.wait(cancel=cancel)
+            logs = [p for ps in rank_logs(adir, options.machine_rank, current.processes_per_node).values() for p in ps]
+            is_oom = out.status == "failed" and oom.logs_have_oom([adir / "launcher.log", *logs])
+            nxt, why = oom.retry_decision(is_oom, current, attempt_no, options.max_oom_retries)
+            status = "oom" if is_oom else out.status
+            store.record_attempt(run_id, att.model_copy(update={
+                "status": status, "exit_code": out.exit_code, "ended": time.time(),
+                "error": ("out of GPU memory" if is_oom else out.error)}))
+            if nxt is not None and not cancel.is_set():
+                if echo is not None:
+                    echo.write(f"cardwise: out of GPU memory at micro-batch {current.config.micro_batch}; retrying with "
+                               f"{nxt.config.micro_batch} x {nxt.config.grad_accum} accumulation (same global batch)\n")
+                current = nxt
+                continue
+            final = {"status": out.status, "exit_code": out.exit_code, "error": why or out.error}
+            break
+    except BaseException as exc:  # recorded as failed (or cancelled on Ctrl-C), then re-raised
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        final = {"status": "cancelled" if interrupted else "failed", "exit_code": None,
+                 "error": "interrupted" if interrupted else (str(exc).splitlines() or [type(exc).__name__])[0]}
+        raise
+    finally:
+        if launch is not None and launch.proc is not None and launch.proc.poll() is None:
+            launch.kill_now()
+            launch.wait()
+        metrics = MetricsSummary.from_jsonl(run_dir / "metrics.jsonl", attempt=attempt_no)
+        done = store.transition(run_id, final["status"], expect=["running"], metrics=metrics,
+                                exit_code=final["exit_code"], error=final["error"])
+        if done is None:  # moved by someone else (advise cancel): keep their status, add what we know
+            done = store.update(run_id, metrics=metrics, exit_code=final["exit_code"], pid=None, pgid=None)
+    return done

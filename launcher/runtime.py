@@ -1,0 +1,306 @@
+"""The helper a training script uses to do what its plan says, single- or multi-process alike.
+
+    from launcher.runtime import Runtime
+
+    rt = Runtime.from_env()                      # plan from $CARDWISE_PLAN (set by `advise launch`)
+    model = rt.setup_model(MyModel())            # pure-bf16 cast, channels_last, checkpointing
+    model, opt, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(train_set))
+    batches = rt.batches(loader)                 # endless, reshuffled per epoch on every rank
+    for _ in range(rt.total_steps or 1000):
+        rt.train_step(model, opt, batches)       # grad_accum micro-batches, one optimizer step, LR schedule, metrics
+    rt.finish(model)
+
+What it applies, and why here rather than in each script:
+- ``Accelerator`` with the plan's mixed precision (autocast, fp32 master weights) and gradient
+  accumulation; gradients are all-reduced only on the last micro-batch (``no_sync``).
+- LR: the plan's (already scaled) LR with linear warmup, then cosine to 10% when the number of
+  steps is known (nanoGPT's min_lr = lr/10), else constant. One scheduler step per optimizer step.
+- pure-bf16 = ``model.to(bfloat16)``: weights, gradients and AdamW states in bf16.
+- ``torch.compile`` when planned, unless Accelerate's dynamo config already compiles in
+  ``prepare`` (the config cardwise writes does that, so plain Accelerate scripts get it too).
+- Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
+- Data sharding per rank: ``accelerator.prepare`` of the DataLoader (Accelerate's equivalent of
+  DistributedSampler), ``set_epoch`` every epoch.
+- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, rank, time, attempt};
+  timing synchronises the device only at logging steps, so measuring does not slow training.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from advisor.config import Optimizer, Precision
+from advisor.plan import Plan
+from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR
+
+FINAL_LR_FRACTION = 0.1
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int | None, final: float = FINAL_LR_FRACTION) -> float:
+    """Multiplier of the planned LR at optimizer step ``step`` (0-based)."""
+    if warmup_steps and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if not total_steps or total_steps <= warmup_steps:
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this rank when its launcher dies, so no rank outlives a killed run."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Runtime:
+    """One rank's view of the plan, wrapping an ``accelerate.Accelerator``."""
+
+    def __init__(self, plan: Plan, *, max_steps: int | None = None, metrics_path: str | Path | None = None,
+                 run_dir: str | Path | None = None, attempt: int = 1, log_every: int | None = None,
+                 clip_grad_norm: float | None = None):
+        from accelerate import Accelerator
+        from accelerate.utils import GradientAccumulationPlugin
+
+        self.plan = plan
+        self.max_steps = max_steps
+        self.attempt = attempt
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.metrics_path = Path(metrics_path) if metrics_path else None
+        self.clip_grad_norm = clip_grad_norm
+        precision = plan.config.precision
+        # TF32 matmuls for everything but explicit fp32 (the estimate assumes the same).
+        torch.set_float32_matmul_precision("highest" if precision is Precision.fp32 else "high")
+        self.accelerator = Accelerator(
+            cpu=plan.cpu,
+            mixed_precision=plan.mixed_precision,
+            # sync_with_dataloader=False: an epoch boundary must not force an early optimizer step,
+            # or steps would stop holding exactly grad_accum micro-batches.
+            gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=plan.config.grad_accum,
+                                                                    sync_with_dataloader=False),
+            step_scheduler_with_optimizer=False,  # we step once per optimizer step, not per process
+        )
+        self.step = 0  # optimizer steps done
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.tokens_per_sample: int | None = plan.config.seq_len
+        steps = self.total_steps or 0
+        self.log_every = log_every or max(1, min(10, steps // 10 if steps else 10))
+        self._loss_sum: torch.Tensor | None = None
+        self._since_log = 0
+        self._t_log: float | None = None
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> "Runtime":
+        """The runtime for a rank started by ``advise launch`` (reads ``$CARDWISE_PLAN``)."""
+        path = os.environ.get(ENV_PLAN)
+        if not path:
+            raise SystemExit(f"{ENV_PLAN} is not set: start this script with `advise launch ... -- {sys.argv[0]}` "
+                             f"or set {ENV_PLAN}=path/to/plan.json")
+        _die_with_parent()
+        max_steps = os.environ.get(ENV_MAX_STEPS)
+        kwargs.setdefault("max_steps", int(max_steps) if max_steps else None)
+        kwargs.setdefault("metrics_path", os.environ.get(ENV_METRICS))
+        kwargs.setdefault("run_dir", os.environ.get(ENV_RUN_DIR))
+        kwargs.setdefault("attempt", int(os.environ.get(ENV_ATTEMPT, "1")))
+        return cls(Plan.load(Path(path)), **kwargs)
+
+    # ---------------------------------------------------------------- facts
+    @property
+    def device(self) -> torch.device:
+        return self.accelerator.device
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world_size(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def total_steps(self) -> int | None:
+        """Optimizer steps to run: ``--max-steps`` caps the plan's total."""
+        caps = [s for s in (self.plan.total_steps, self.max_steps) if s]
+        return min(caps) if caps else None
+
+    def _fsdp_checkpoints(self) -> bool:
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
+        return bool(plugin is not None and getattr(plugin, "activation_checkpointing", False))
+
+    def _accelerate_compiles(self) -> bool:
+        from accelerate.utils import DynamoBackend
+
+        return self.accelerator.state.dynamo_plugin.backend != DynamoBackend.NO
+
+    # ---------------------------------------------------------------- building
+    def setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Apply the plan's model-level choices before ``prepare`` (and before the optimizer)."""
+        c = self.plan.config
+        if c.precision is Precision.pure_bf16:
+            model = model.to(torch.bfloat16)
+        if c.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        if c.grad_ckpt and not self._fsdp_checkpoints():
+            if hasattr(model, "set_grad_checkpointing"):  # advisor.zoo models
+                model.set_grad_checkpointing(True)
+            elif hasattr(model, "gradient_checkpointing_enable"):  # Hugging Face models
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            elif self.is_main:
+                print("cardwise: the plan asks for --grad-ckpt but this model has no checkpointing switch", file=sys.stderr)
+        return model
+
+    def optimizer(self, model_or_params: torch.nn.Module | Iterable, weight_decay: float = 0.01) -> torch.optim.Optimizer:
+        """The plan's optimizer at the plan's LR (the schedule multiplies it from step 0)."""
+        params = model_or_params.parameters() if isinstance(model_or_params, torch.nn.Module) else model_or_params
+        params = [p for p in params if p.requires_grad]
+        opt, lr = self.plan.config.optimizer, self.plan.lr
+        if opt is Optimizer.sgd:
+            return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+        if opt is Optimizer.adamw_8bit:
+            try:
+                import bitsandbytes as bnb
+            except ImportError:
+                raise SystemExit("the plan uses --optimizer adamw-8bit, which needs bitsandbytes: pip install bitsandbytes") from None
+            return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
+        fused = self.device.type == "cuda"
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
+
+    def dataloader(self, dataset, *, shuffle: bool = True, collate_fn: Callable | None = None) -> torch.utils.data.DataLoader:
+        """A DataLoader of micro-batches with the plan's workers/pinning; pass it to ``prepare``."""
+        workers = self.plan.num_workers
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=self.plan.config.micro_batch, shuffle=shuffle, drop_last=True,
+            num_workers=workers, pin_memory=self.plan.pin_memory and self.device.type == "cuda",
+            persistent_workers=workers > 0, prefetch_factor=2 if workers > 0 else None, collate_fn=collate_fn)
+
+    def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *loaders):
+        """``accelerator.prepare`` plus the LR schedule and compile; returns (model, optimizer, *loaders)."""
+        schedule_len = self.plan.total_steps or self.max_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: lr_factor(s, self.plan.warmup_steps, schedule_len))
+        model, optimizer, *loaders = self.accelerator.prepare(model, optimizer, *loaders)
+        if self.plan.config.compile and not self._accelerate_compiles():
+            model = torch.compile(model)
+        return (model, optimizer, *loaders)
+
+    def batches(self, loader) -> Iterator:
+        """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks)."""
+        epoch = 0
+        while True:
+            if hasattr(loader, "set_epoch"):
+                loader.set_epoch(epoch)
+            yield from loader
+            epoch += 1
+
+    # ---------------------------------------------------------------- training
+    def train_step(self, model, optimizer, batches: Iterator, loss_fn: Callable | None = None) -> torch.Tensor:
+        """One optimizer step over ``grad_accum`` micro-batches from ``batches``; returns the mean
+        loss (a detached tensor: reading it would sync the device). ``loss_fn(model, batch)``
+        defaults to ``model(*batch)``, the advisor.zoo convention."""
+        acc = self.accelerator
+        loss_fn = loss_fn or (lambda m, b: m(*b))
+        if self._t_log is None:
+            self._t_log = time.perf_counter()
+        total = None
+        for _ in range(self.plan.config.grad_accum):
+            batch = next(batches)
+            with acc.accumulate(model):  # no_sync on all but the last micro-batch
+                loss = loss_fn(model, batch)
+                acc.backward(loss)  # divides by grad_accum
+                if acc.sync_gradients and self.clip_grad_norm:
+                    acc.clip_grad_norm_(model.parameters(), self.clip_grad_norm)
+                optimizer.step()  # a no-op until the last micro-batch
+                optimizer.zero_grad(set_to_none=True)
+            d = loss.detach().float()
+            total = d if total is None else total + d
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.step += 1
+        mean = total / self.plan.config.grad_accum
+        self._loss_sum = mean if self._loss_sum is None else self._loss_sum + mean
+        self._since_log += 1
+        if self.step % self.log_every == 0 or self.step == self.total_steps:
+            self._log()
+        return mean
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _log(self) -> None:
+        self._sync()
+        now = time.perf_counter()
+        dt = max(now - self._t_log, 1e-9)
+        samples = self._since_log * self.plan.config.micro_batch * self.plan.config.grad_accum
+        row = {
+            "step": self.step,
+            "loss": float(self._loss_sum.item() / self._since_log),
+            "lr": self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.plan.lr,
+            "samples_per_s": samples / dt,
+            "tokens_per_s": samples * self.tokens_per_sample / dt if self.tokens_per_sample else None,
+            "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            "rank": self.rank,
+            "time": time.time(),
+            "attempt": self.attempt,
+        }
+        self.write_row(row)
+        if self.is_main:
+            print(f"step {row['step']}: loss {row['loss']:.4f}, {row['samples_per_s']:.1f} samples/s (rank 0)", flush=True)
+        self._loss_sum, self._since_log, self._t_log = None, 0, time.perf_counter()
+
+    def write_row(self, row: dict) -> None:
+        """Append one JSON line to metrics.jsonl (one write on an O_APPEND descriptor: ranks never interleave)."""
+        if self.metrics_path is None:
+            return
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, (json.dumps(row) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def finish(self, model, /, **extra: Any) -> dict:
+        """Write ``final-rank{R}.json`` (steps, parameter checksum, ``extra``) and shut down cleanly.
+
+        The checksum (sha256 of every parameter's bytes) is identical on all ranks when data
+        parallelism kept the replicas in sync, which the tests check.
+        """
+        if self._since_log:
+            self._log()
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        digest, total = hashlib.sha256(), 0.0
+        for name, p in sorted(acc.unwrap_model(model).named_parameters()):
+            t = p.detach().cpu().contiguous()
+            digest.update(name.encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            total += float(t.double().sum())
+        info = {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "attempt": self.attempt,
+                "micro_batch": self.plan.config.micro_batch, "grad_accum": self.plan.config.grad_accum,
+                "param_sha256": digest.hexdigest(), "param_sum": total, **extra}
+        if self.run_dir is not None:
+            (self.run_dir / f"final-rank{self.rank}.json").write_text(json.dumps(info, indent=2) + "\n")
+        acc.end_training()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        return info
