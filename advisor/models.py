@@ -74,7 +74,7 @@ class TransformerArch(BaseModel):
         attn = h * h + 2 * h * kv + h * h  # q, k, v, o
         attn += (h + 2 * kv) * qkv_b + h * self.bias
         mlp = (3 if self.mlp == "swiglu" else 2) * h * f
-        mlp += (2 * f if self.mlp == "swiglu" else f + h) * self.bias
+        mlp += (2 * f + h if self.mlp == "swiglu" else f + h) * self.bias  # gate + up, down
         norms = 2 * h * (2 if self.norm == "layernorm" else 1)
         return attn + mlp + norms
 
