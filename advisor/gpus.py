@@ -117,6 +117,10 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
          bandwidth_gbps=2000, fp32_tflops=51, tf32_tflops=378, bf16_tflops=756, fp16_tflops=756,
          compute_capability=(9, 0), pcie_gbps=128,
          source="NVIDIA H100 datasheet (PCIe): 51 FP32, 756 BF16 dense, 2 TB/s, PCIe gen5 128 GB/s"),
+    _gpu(name="H100-NVL", aliases=("NVIDIA H100 NVL", "H100 NVL"), memory_gib=93.58,
+         bandwidth_gbps=3900, fp32_tflops=60, tf32_tflops=417.5, bf16_tflops=835.5, fp16_tflops=835.5,
+         compute_capability=(9, 0), nvlink_gbps=600, pcie_gbps=128,
+         source="NVIDIA H100 datasheet (NVL): 60 FP32, 835 TF32 / 1,671 BF16 with sparsity (halved), 3.9 TB/s, NVLink bridge 600 GB/s"),
     _gpu(name="H200", aliases=("NVIDIA H200", "H200-SXM", "H200-SXM-141GB"), memory_gib=140.4,
          bandwidth_gbps=4800, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4, fp16_tflops=989.4,
          compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
@@ -145,14 +149,32 @@ def all_gpus() -> tuple[GpuSpec, ...]:
 
 
 def find_gpu(name: str) -> GpuSpec | None:
-    """Forgiving lookup ('h100', 'A100-80GB', 'NVIDIA H200'); None when nothing matches."""
+    """Forgiving lookup ('h100', 'A100-80GB', 'NVIDIA H200'); None when nothing matches.
+
+    Exact (normalised) names and aliases first; then a table name the query starts ('l40' ->
+    L40S) when that is unambiguous; then, for NVML's longer names, a known name inside the query
+    whose memory size agrees with any size the query states (so 'A100-90GB' matches nothing).
+    """
     idx = _index()
     key = _key(name)
+    if not key:
+        return None
     if key in idx:
         return idx[key]
-    # NVML names carry extra words ('NVIDIA H100 80GB HBM3'); try the longest known key inside.
-    inside = sorted((k for k in idx if k and k in key), key=len, reverse=True)
-    return idx[inside[0]] if inside else None
+    prefixed = {idx[k].name: idx[k] for k in idx if k.startswith(key)}
+    if len(prefixed) == 1:
+        return next(iter(prefixed.values()))
+    size = re.search(r"(\d+)gb", key)
+    inside = sorted((k for k in idx if len(k) >= 3 and k in key), key=len, reverse=True)
+    for k in inside:
+        spec = idx[k]
+        rest = key.replace(k, "", 1)
+        if rest[:1].isdigit():  # 'l40' inside 'l40s'? no: 'l4' inside 'l40' leaves '0...': a different GPU
+            continue
+        if size and abs(int(size.group(1)) - spec.memory_gib) > 0.1 * spec.memory_gib + 2:
+            continue
+        return spec
+    return None
 
 
 def get_gpu(name: str) -> GpuSpec:

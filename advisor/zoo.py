@@ -113,7 +113,7 @@ class Transformer(nn.Module):
         self.arch = arch
         h = arch.d_model
         self.vit = arch.patch_size > 0
-        self.post_norm = arch.head in ("mlm", "cls")  # BERT family
+        self.post_norm = arch.is_post_norm  # BERT family: post-LN layers, no final norm
         self.grad_ckpt = False
         if self.vit:
             self.patch = nn.Conv2d(arch.channels, h, arch.patch_size, stride=arch.patch_size)
@@ -134,11 +134,13 @@ class Transformer(nn.Module):
             self.pooler = nn.Linear(h, h)
             self.classifier = nn.Linear(h, arch.num_labels)
         else:
-            self.final_norm = _norm(arch, h)
+            self.final_norm = None if self.post_norm else _norm(arch, h)
             if arch.head == "lm":
                 self.lm_head = None if arch.tie_embeddings else nn.Linear(h, arch.vocab, bias=False)
             elif arch.head == "image-cls":
                 self.classifier = nn.Linear(h, arch.num_labels)
+            elif arch.pooler:  # bare backbone (HF BertModel / ViTModel): pooled first token
+                self.pooler = nn.Linear(h, h)
 
     def _rope_tables(self, s: int, device, dtype):
         a = self.arch
@@ -174,9 +176,12 @@ class Transformer(nn.Module):
             return F.linear(x, w, self.decoder_bias)
         if a.head == "cls":
             return self.classifier(torch.tanh(self.pooler(x[:, 0])))
-        x = self.final_norm(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
         if a.head == "image-cls":
             return self.classifier(x[:, 0])
+        if a.head == "none":  # backbone: the hidden states (and pooled first token, as HF returns)
+            return torch.tanh(self.pooler(x[:, 0])) if a.pooler else x
         w = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, w)
 
