@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from pydantic import BaseModel
 from launcher.command import LaunchSpec
 
 _PR_SET_CHILD_SUBREAPER = 36
+ENV_LAUNCH_ID = "CARDWISE_LAUNCH_ID"  # marks every process of one launch (see Launch._sweep)
 
 
 def become_subreaper() -> bool:
@@ -78,6 +80,7 @@ class Launch:
         self._cancelled = False
         self._t0 = 0.0
         self._echo_thread: threading.Thread | None = None
+        self.token = secrets.token_hex(8)
 
     @property
     def pid(self) -> int | None:
@@ -92,7 +95,8 @@ class Launch:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab", buffering=0)
         try:
-            self.proc = subprocess.Popen(self.spec.cmd, env=self.spec.full_env(), cwd=self.spec.cwd,
+            env = {**self.spec.full_env(), ENV_LAUNCH_ID: self.token}
+            self.proc = subprocess.Popen(self.spec.cmd, env=env, cwd=self.spec.cwd,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -121,6 +125,7 @@ class Launch:
         try:
             while self.proc.poll() is None:
                 self._snapshot()
+                self._reap_adopted()
                 if self._cancel.is_set() or (cancel is not None and cancel.is_set()):
                     self._cancelled = True
                     self._stop()
@@ -152,6 +157,17 @@ class Launch:
                     for grand in child.children(recursive=True):
                         self._seen.setdefault(grand.pid, grand)
 
+    def _reap_adopted(self) -> None:
+        """waitpid() the zombies of this launch that were re-parented to us (we are their subreaper).
+        Only processes seen as this launch's: another launch's Popen child must keep its status."""
+        me = os.getpid()
+        for p in list(self._seen.values()):
+            try:
+                if p.is_running() and p.ppid() == me and p.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(p.pid, os.WNOHANG)
+            except (psutil.Error, OSError):
+                continue
+
     def _signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
@@ -162,6 +178,9 @@ class Launch:
         deadline = time.monotonic() + self.grace_s
         while self.proc.poll() is None and time.monotonic() < deadline and not self._force.is_set():
             self._snapshot()
+            # The launcher may be waiting for a rank's child that died re-parented to us: reap it,
+            # or the launcher waits out its own timeout (accelerate's is 5 s) for nothing.
+            self._reap_adopted()
             time.sleep(0.05)
         if self.proc.poll() is None:
             self._snapshot()
@@ -169,18 +188,39 @@ class Launch:
             self.proc.wait()
 
     def _sweep(self) -> None:
-        """End every descendant seen that is still alive (workers in their own sessions) and reap it."""
-        alive = [p for p in self._seen.values() if _alive(p)]
-        if not alive:
-            return
-        for p in alive:
+        """End every process of this launch still alive, and reap those that died re-parented to
+        us (subreaper): no process or zombie outlives the run.
+
+        "Of this launch": seen as a descendant while it ran, or carrying its ``CARDWISE_LAUNCH_ID``
+        in the environment (which every rank and rank child inherits) -- the second catches
+        workers that started between two snapshots and were orphaned by a dying agent.
+        """
+        for _ in range(3):  # a dying rank may still fork (data workers): look again until quiet
+            for p in self._by_token():
+                self._seen.setdefault(p.pid, p)
+            procs = [p for p in self._seen.values() if _exists(p)]
+            if not procs:
+                return
+            for p in procs:
+                if _alive(p):
+                    with contextlib.suppress(psutil.Error):
+                        p.terminate()
+            # wait_procs reaps our (adopted) children and polls the others until they are gone.
+            _, left = psutil.wait_procs(procs, timeout=min(self.grace_s, 5.0))
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(left, timeout=5.0)
+
+    def _by_token(self) -> list[psutil.Process]:
+        found, me = [], os.getpid()
+        for p in psutil.process_iter():
+            if p.pid == me or p.pid in self._seen:
+                continue
             with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _, alive = psutil.wait_procs(alive, timeout=min(self.grace_s, 5.0))
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(alive, timeout=5.0)  # reaps those re-parented to us
+                if p.environ().get(ENV_LAUNCH_ID) == self.token:
+                    found.append(p)
+        return found
 
     def _tail(self) -> None:
         with open(self.log_path, "r", errors="replace") as f:
@@ -214,6 +254,14 @@ class Launch:
         where = f"rank {rank}" if rank is not None else "the launcher"
         return Outcome(status="failed", exit_code=exit_code, launcher_exit=rc, failed_rank=rank,
                        error=f"{where} exited with {_rc_text(exit_code)}", wall_s=wall)
+
+
+def _exists(p: psutil.Process) -> bool:
+    """Still there, possibly as a zombie (is_running also checks the pid was not reused)."""
+    try:
+        return p.is_running()
+    except psutil.Error:
+        return False
 
 
 def _alive(p: psutil.Process) -> bool:

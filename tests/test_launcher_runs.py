@@ -1,0 +1,170 @@
+"""Real launches on CPU: accelerate launch -> torchrun -> gloo ranks, as users run them.
+
+Tiny on purpose (2 cores): mini-transformer at sequence length 16-32, micro-batches of 2-4,
+a handful of steps. Each test checks the run record, the run directory and the processes.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launcher.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).with_name("scripts")
+TINY = ["--model", "mini-transformer", "--seq-len", "16"]
+
+
+def launch_json(capsys, *argv: str) -> tuple[int, dict]:
+    rc = main(["launch", "--json", *argv])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """One 2-process synthetic run shared by the tests that inspect it."""
+    home = tmp_path_factory.mktemp("home")
+    rc = main(["launch", "--cpu", "--processes", "2", *TINY, "--micro-batch", "2",
+               "--recipe", "synthetic", "--max-steps", "10", "--home", str(home), "--json"])
+    return rc, home
+
+
+def test_two_process_gloo_run(ddp_run):
+    from launcher.store import RunStore
+
+    rc, home = ddp_run
+
+    (rec,) = RunStore.open(home).list()
+    assert rc == 0 and rec.status == "succeeded" and rec.exit_code == 0
+    run = Path(rec.run_dir)
+    finals = [json.loads((run / f"final-rank{r}.json").read_text()) for r in (0, 1)]
+    assert [f["world_size"] for f in finals] == [2, 2] and [f["steps"] for f in finals] == [10, 10]
+    assert finals[0]["param_sha256"] == finals[1]["param_sha256"]  # DDP kept the replicas identical
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {r["rank"] for r in rows} == {0, 1}
+    assert set(rows[0]) >= {"step", "loss", "samples_per_s", "tokens_per_s", "peak_gib", "rank", "time"}
+    m = rec.metrics
+    assert m.ranks == 2 and m.steps == 10 and m.last_loss < m.first_loss and m.samples_per_s > 0
+    assert [(a.micro_batch, a.grad_accum, a.status) for a in rec.attempts] == [(2, 1, "succeeded")]
+    for name in ("plan.json", "accelerate_config.yaml", "command.json"):
+        assert (run / name).is_file()
+    logs = sorted(glob.glob(str(run / "attempt-1" / "ranks" / "*" / "attempt_0" / "*" / "stdout.log")))
+    assert len(logs) == 2  # per-rank logs from torchrun's --tee/--log_dir
+
+
+def test_runs_and_show(ddp_run, capsys):
+    _, home = ddp_run
+    assert main(["runs", "--home", str(home), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["status"] == "succeeded"
+    assert main(["show", listed["id"][:4], "--home", str(home), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["id"] == listed["id"] and shown["attempts"][0]["micro_batch"] == 2
+    assert main(["runs", "--home", str(home)]) == 0 and listed["id"] in capsys.readouterr().out
+
+
+def test_oom_retries_with_smaller_micro_batch(tmp_path, capsys):
+    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "3", "--home", str(tmp_path),
+                          "--", str(SCRIPTS / "oom_train.py"), "--micro-batch", "{micro_batch}",
+                          "--grad-accum", "{grad_accum}", "--lr", "{lr}", "--limit", "2")
+    assert rc == 0 and rec["status"] == "succeeded"
+    assert [(a["micro_batch"], a["grad_accum"], a["status"]) for a in rec["attempts"]] == [(4, 1, "oom"), (2, 2, "succeeded")]
+    assert rec["plan"]["global_batch"] == 4 and rec["plan"]["lr"] == pytest.approx(3e-4)
+    run = Path(rec["run_dir"])
+    argv2 = json.loads((run / "argv-attempt2-rank0.json").read_text())
+    assert argv2 == ["--micro-batch", "2", "--grad-accum", "2", "--lr", "0.0003", "--limit", "2"]
+    assert rec["metrics"]["steps"] == 3
+
+
+def test_oom_gives_up_at_the_limit(tmp_path, capsys):
+    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-oom-retries", "0", "--home", str(tmp_path),
+                          "--", str(SCRIPTS / "oom_train.py"), "--micro-batch", "{micro_batch}", "--grad-accum", "1")
+    assert rc == 1 and rec["status"] == "failed" and "out of GPU memory" in rec["error"]
+    assert [a["status"] for a in rec["attempts"]] == ["oom"]
+
+
+def test_crashing_rank_fails_the_run(tmp_path, capsys):
+    t0 = time.monotonic()
+    rc, rec = launch_json(capsys, "--cpu", "--processes", "2", *TINY, "--home", str(tmp_path), "--", str(SCRIPTS / "crash.py"))
+    assert time.monotonic() - t0 < 30  # rank 0 would sleep 60 s: torchrun ended it
+    assert rc == 1 and rec["status"] == "failed" and rec["exit_code"] == 3
+    assert "rank 1" in rec["error"]
+    pids = [int(Path(p).read_text()) for p in glob.glob(os.path.join(rec["run_dir"], "pid-*"))]
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("sig, procs", [(signal.SIGINT, "2"), (signal.SIGTERM, "1")])
+def test_cancel_stops_every_process(tmp_path, sig, procs):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "launch", "--cpu", "--processes", procs, *TINY,
+                          "--home", str(tmp_path), "--json", "--", str(SCRIPTS / "sleeper.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) < int(procs):
+            assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else "timeout"
+            time.sleep(0.1)
+        tree = psutil.Process(p.pid).children(recursive=True)
+        pids = [int(x) for f in glob.glob(str(tmp_path / "runs" / "*" / "pids-*")) for x in Path(f).read_text().split()]
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    rec = json.loads(out)
+    assert p.returncode == 130 and rec["status"] == "cancelled", err
+    assert len(pids) == 2 * int(procs)  # each rank and its own child
+    assert not [q.pid for q in tree if alive(q.pid)] and not any(alive(x) for x in pids)
+
+
+def test_two_nodes_on_localhost(tmp_path):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "launch", "--cpu", "--processes", "1",
+                               "--nodes", "2", "--node-rank", str(r), "--main-address", "127.0.0.1", "--main-port", str(port),
+                               *TINY, "--micro-batch", "2", "--recipe", "synthetic", "--max-steps", "3",
+                               "--home", str(tmp_path / f"node{r}"), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    outs = [n.communicate(timeout=120) for n in nodes]
+    recs = [json.loads(o) for o, _ in outs]
+    assert [r["status"] for r in recs] == ["succeeded", "succeeded"], [e[-2000:] for _, e in outs]
+    finals = [json.loads((Path(r["run_dir"]) / f"final-rank{i}.json").read_text()) for i, r in enumerate(recs)]
+    assert [f["world_size"] for f in finals] == [2, 2] and [f["rank"] for f in finals] == [0, 1]
+    assert finals[0]["param_sha256"] == finals[1]["param_sha256"]
+    cfg = (Path(recs[1]["run_dir"]) / "accelerate_config.yaml").read_text()
+    assert "machine_rank: 1" in cfg and "num_machines: 2" in cfg and f"main_process_port: {port}" in cfg
+
+
+def test_text_classification_recipe(tmp_path, capsys):
+    rc, rec = launch_json(capsys, "--cpu", "--model", "mini-transformer", "--seq-len", "48", "--micro-batch", "4",
+                          "--recipe", "text-classification", "--max-steps", "4", "--home", str(tmp_path))
+    assert rc == 0 and rec["status"] == "succeeded" and rec["metrics"]["steps"] == 4
+    final = json.loads((Path(rec["run_dir"]) / "final-rank0.json").read_text())
+    assert final["labels"] == ["negative", "positive"] and 0.0 <= final["eval_accuracy"] <= 1.0
