@@ -1,0 +1,248 @@
+"""``advise [--model NAME ...]``: the recommendation, as a rich report or DESIGN.md's JSON.
+
+Thin: parse flags, call ``rules.api.recommend_from_args``, render. Rich is imported only for the
+readable report, so ``--json`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from launcher.cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
+                                add_workload_flags)
+
+
+def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    add_model_flags(parser, required=True)
+    add_config_flags(parser)
+    add_hardware_flags(parser)
+    add_workload_flags(parser)
+    add_home_flag(parser)
+    add_json_flag(parser)
+    parser.add_argument("--save-plan", type=Path, metavar="FILE", help="write the plan `advise launch --plan FILE` runs")
+    parser.add_argument("--alternatives", action="store_true",
+                        help="also list memory compromises (pure-bf16, 8-bit AdamW, LoRA, CPU offload) when the standard setup fits")
+    parser.epilog = ("Given flags pin a choice; the rules fill in the rest. Examples:\n"
+                     "  advise --model llama3-8b --gpu A100-80GB --gpus 8 --seq-len 2048\n"
+                     "  advise --model resnet50 --gpu A100-80GB --gpus 8 --dataset-size 1281167 --epochs 90 --deadline 6h")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.errors import UserError
+    from rules.api import recommend_from_args
+
+    rec = recommend_from_args(args)
+    if args.json:
+        sys.stdout.write(rec.to_json() + "\n")
+    else:
+        render_report(rec)
+    if args.save_plan:
+        if not rec.recommendation.fits:
+            raise UserError("nothing fits, so no plan was written", where=str(args.save_plan),
+                            fix="pin one of the alternatives above (their commands are listed) and save that")
+        rec.plan.save(args.save_plan)
+        if not args.json:
+            print(f"plan written to {args.save_plan}; run it with: advise launch --plan {args.save_plan}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- rendering (shared with estimate_cmd)
+
+_SEGMENTS = (("weights_gib", "weights", "blue"), ("gradients_gib", "gradients", "magenta"),
+             ("optimizer_gib", "optimizer", "yellow"), ("activations_gib", "activations", "green"),
+             ("other_gib", "other", "cyan"))
+
+
+def memory_bar(memory, width: int = 56):
+    """A bar of the memory breakdown against the GPU's memory (rich Text)."""
+    from rich.text import Text
+
+    total = memory.gpu_memory_gib
+    scale = width / max(total, memory.device_gib)
+    bar = Text()
+    used = 0
+    for key, _, color in _SEGMENTS:
+        n = int(round(getattr(memory, key) * scale))
+        n = min(n, width - used)
+        bar.append("█" * n, style=color)
+        used += n
+    overhead = int(round((memory.device_gib - memory.peak_gib) * scale))
+    overhead = max(0, min(overhead, width - used))
+    bar.append("▒" * overhead, style="grey50")
+    used += overhead
+    gpu_cells = int(round(total * scale))
+    if used < gpu_cells:
+        bar.append("░" * (gpu_cells - used), style="grey30")
+    elif used > gpu_cells:
+        bar.stylize("bold red", gpu_cells, used)
+    bar.append(f"  {memory.device_gib:.1f} / {total:.0f} GiB", style="bold green" if memory.fits else "bold red")
+    legend = Text("  ")
+    for key, label, color in _SEGMENTS:
+        legend.append("█ ", style=color)
+        legend.append(f"{label} {getattr(memory, key):.1f}  ")
+    legend.append("▒ ", style="grey50")
+    legend.append("allocator + CUDA context")
+    out = Text()
+    out.append_text(bar)
+    out.append("\n")
+    out.append_text(legend)
+    out.append(f"\n  peak {memory.peak_gib:.1f} GiB allocated (torch.cuda.max_memory_allocated) at the "
+               f"{memory.peak_at}; ~{memory.device_gib:.1f} GiB in nvidia-smi; "
+               + ("fits" if memory.fits else "DOES NOT FIT"), style="dim")
+    return out
+
+
+def hours(h: float | None) -> str:
+    from rules.engine import _hours
+
+    return "-" if h is None else _hours(h)
+
+
+def _tree(rec):
+    """The decision tree of rules/data/tree.toml with the path taken highlighted."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from rules.tree import load_tree
+
+    nodes = load_tree()
+    steps = {s.node: s for s in rec.decision_path}
+    order = [s.node for s in rec.decision_path]
+
+    def label(node_id: str, on: bool, edge: str | None) -> Text:
+        n = nodes[node_id]
+        t = Text()
+        if edge:
+            t.append(f"{edge} → ", style="bold" if on else "grey42")
+        t.append(f"{node_id} ", style="bold reverse green" if on else "grey42")
+        t.append(n.question, style="bold" if on else "grey42")
+        if on and node_id in steps:
+            t.append(f"\n{steps[node_id].answer}", style="green")
+        return t
+
+    def grow(branch, node_id: str, on: bool, depth: int = 0) -> None:
+        n = nodes[node_id]
+        taken = steps[node_id].key if on and node_id in steps else None
+        for key, child in n.next.items():
+            child_on = on and key == taken and node_id in order and order.index(node_id) + 1 < len(order) \
+                and order[order.index(node_id) + 1] == child
+            sub = branch.add(label(child, child_on, key), guide_style="green" if child_on else "grey30")
+            if depth < 8:
+                grow(sub, child, child_on, depth + 1)
+
+    root = Tree(label("A", True, None), guide_style="green")
+    grow(root, "A", True)
+    return root
+
+
+def render_report(rec, console=None) -> None:
+    from rich.console import Console, Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console(soft_wrap=False, width=max(100, Console().width))
+    r, e = rec.recommendation, rec.estimate
+    hw, m = e.hardware, e.model
+
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("hardware", f"{hw.count}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, "
+                 f"{hw.nodes} node(s); {'detected' if hw.detected else 'as named (not detected)'}")
+    head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source})"
+                 + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))
+    shape = []
+    if r.seq_len:
+        shape.append(f"seq len {r.seq_len}")
+    if r.image_size:
+        shape.append(f"image {r.image_size}px")
+    if rec.plan.dataset_size:
+        shape.append(f"{rec.plan.dataset_size:,} samples x {rec.plan.epochs:g} epochs")
+    if r.deadline_h:
+        shape.append(f"deadline {hours(r.deadline_h)}")
+    head.add_row("workload", ", ".join(shape) or "-")
+    console.print(Panel(head, title="[bold]cardwise[/bold]", title_align="left"))
+
+    console.print(Panel(_tree(rec), title="decision tree (path taken highlighted)", title_align="left"))
+
+    console.print(Panel(memory_bar(e.memory), title=f"memory per GPU ({r.strategy}, micro-batch {r.micro_batch})",
+                        title_align="left"))
+
+    if rec.scaling:
+        t = Table(title="throughput and time-to-train by GPU count", title_justify="left", show_edge=False)
+        for col in ("GPUs", "strategy", "micro x accum", "global", "GiB/GPU", "samples/s", "speedup", "efficiency", "time to train"):
+            t.add_column(col, justify="right" if col not in ("strategy",) else "left")
+        for row in rec.scaling:
+            style = "bold green" if row.chosen else None
+            if row.fits:
+                t.add_row(str(row.gpus), row.strategy, f"{row.micro_batch} x {row.grad_accum}", str(row.global_batch),
+                          f"{row.device_gib:.1f}", f"{row.samples_per_s:,.1f}",
+                          f"{row.speedup:.2f}x" if row.speedup else "-",
+                          f"{row.scaling_efficiency:.0%}" if row.gpus > 1 else "-", hours(row.time_to_train_h),
+                          style=style)
+            else:
+                t.add_row(str(row.gpus), row.strategy, "-", "-", f"{row.device_gib:.1f}" if row.device_gib else "-",
+                          "does not fit" if "GiB" in row.note else row.note[:30], "-", "-", "-", style="red")
+        console.print(t)
+        console.print()
+
+    kv = Table.grid(padding=(0, 2))
+    kv.add_column(style="bold")
+    kv.add_column()
+    fit = Text("fits", style="bold green") if r.fits else Text("DOES NOT FIT", style="bold red")
+    kv.add_row("strategy", Text.assemble(f"{r.strategy} on {r.gpus}x {r.gpu}" + (f" ({r.nodes} nodes)" if r.nodes > 1 else "") + "  ", fit))
+    kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
+    extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
+              f"checkpointing {'on' if r.grad_ckpt else 'off'}"]
+    if r.channels_last:
+        extras.append("channels_last")
+    if r.sync_batchnorm:
+        extras.append("SyncBatchNorm")
+    if r.lora_rank:
+        extras.append(f"LoRA r{r.lora_rank}")
+    kv.add_row("training", ", ".join(extras))
+    kv.add_row("learning rate", f"{r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at batch {r.base_batch}), warmup {r.warmup_steps} steps"
+               + (f" of {r.total_steps:,}" if r.total_steps else ""))
+    kv.add_row("data loading", f"{r.num_workers} workers per GPU, pin_memory={r.pin_memory}, prefetch_factor={r.prefetch_factor}")
+    tp = e.throughput
+    speed = f"{tp.samples_per_s:,.1f} samples/s" + (f", {tp.tokens_per_s:,.0f} tokens/s" if tp.tokens_per_s else "") + \
+        f", {tp.step_s:.3g} s per step, MFU {tp.mfu:.0%}"
+    kv.add_row("speed", speed)
+    kv.add_row("time to train", hours(r.time_to_train_h) + ("" if r.time_to_train_h is not None else " (give --dataset-size and --epochs)"))
+    console.print(Panel(kv, title="recommendation", title_align="left", border_style="green" if r.fits else "red"))
+
+    if rec.warnings:
+        console.print(Panel(Group(*[Text(f"! {w}", style="yellow") for w in rec.warnings]), title="warnings",
+                            title_align="left", border_style="yellow"))
+
+    rules = Table(title="rules fired", title_justify="left", show_edge=False, show_lines=False)
+    rules.add_column("id", style="bold", no_wrap=True)
+    rules.add_column("why")
+    for f in rec.rules_fired:
+        rules.add_row(f.id, Text(f.why, style="yellow" if f.level == "warning" else ""))
+    console.print(rules)
+    console.print(Text("  `advise rules ID` explains a rule: what, why, example, source", style="dim"))
+    console.print()
+
+    if rec.alternatives:
+        alt = Table(title="alternatives", title_justify="left", show_edge=False, show_lines=True)
+        alt.add_column("option", style="bold")
+        alt.add_column("fits", justify="center")
+        alt.add_column("estimate")
+        alt.add_column("cost / risk")
+        for a in rec.alternatives:
+            fits = "-" if a.fits is None else ("[green]yes[/green]" if a.fits else "[red]no[/red]")
+            risk = "; ".join(x for x in (a.cost.accuracy_risk, a.cost.speed if a.kind == "offload" else "") if x)
+            body = Text(a.summary)
+            if a.command:
+                body.append(f"\n{a.command}", style="dim")
+            alt.add_row(a.name, fits, body, risk or "-")
+        console.print(alt)
+        console.print()
+
+    console.print(Panel(Text(r.command, style="bold"), title="launch it" if r.fits else "launch (will refuse: does not fit)",
+                        title_align="left", border_style="green" if r.fits else "red"))

@@ -1,0 +1,151 @@
+"""``advise rules [ID] [--json]``: list every rule (and the tree's nodes), or explain one.
+
+Explaining shows what the rule does, why, an example command where it fires, its source, and
+its condition and choices as written in ``rules/data/*.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from launcher.cli.flags import add_json_flag
+
+
+def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("id", nargs="?", metavar="ID", help="a rule id (e.g. precision.bf16) or a tree node (A-J)")
+    add_json_flag(parser)
+
+
+def condition_text(cond) -> str:
+    """A condition in words: `gpu.supports_bf16 is true and plan.gpus > 1`."""
+    from rules.engine import All, Any_, Not
+
+    if isinstance(cond, All):
+        return " and ".join(_paren(c) for c in cond.all)
+    if isinstance(cond, Any_):
+        return " or ".join(_paren(c) for c in cond.any)
+    if isinstance(cond, Not):
+        return f"not {_paren(cond.not_)}"
+    if cond.op in ("is_true", "is_false"):
+        return f"{cond.fact} is {'true' if cond.op == 'is_true' else 'false'}"
+    if cond.op in ("exists", "missing"):
+        return f"{cond.fact} is {'known' if cond.op == 'exists' else 'unknown'}"
+    value = json.dumps(cond.value)
+    return f"{cond.fact} {cond.op.replace('_', ' ')} {value}"
+
+
+def _paren(c) -> str:
+    from rules.engine import All, Any_
+
+    text = condition_text(c)
+    return f"({text})" if isinstance(c, (All, Any_)) else text
+
+
+def _rule_dict(rule) -> dict:
+    d = rule.model_dump(mode="json", by_alias=True, exclude={"file"})
+    d["condition"] = condition_text(rule.when)
+    d["file"] = f"rules/data/{rule.file}"
+    return d
+
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.errors import close_names
+    from advisor.errors import UserError
+    from rules.engine import get_rule, load_rules
+    from rules.tree import load_tree
+
+    rules = load_rules()
+    nodes = load_tree()
+    if args.id is None:
+        if args.json:
+            out = {"rules": [{k: v for k, v in _rule_dict(r).items() if k in ("id", "name", "phase", "level", "summary", "source")}
+                             for r in rules],
+                   "tree": [{"node": n.id, "question": n.question, "summary": n.summary} for n in nodes.values()]}
+            sys.stdout.write(json.dumps(out, indent=2) + "\n")
+            return 0
+        _render_list(rules, nodes)
+        return 0
+    key = args.id
+    if key.upper() in nodes and len(key) == 1:
+        n = nodes[key.upper()]
+        if args.json:
+            sys.stdout.write(json.dumps({"node": n.id, **n.model_dump(mode="json")}, indent=2) + "\n")
+            return 0
+        _render_node(n)
+        return 0
+    rule = get_rule(key)
+    if rule is None:
+        near = close_names(key, [r.id for r in rules])
+        raise UserError(f"unknown rule '{key}'", fix=(f"did you mean {', '.join(near)}? " if near else "")
+                        + "`advise rules` lists every rule")
+    if args.json:
+        sys.stdout.write(json.dumps(_rule_dict(rule), indent=2) + "\n")
+        return 0
+    _render_rule(rule)
+    return 0
+
+
+def _render_list(rules, nodes) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    t = Table(title="decision tree (rules/data/tree.toml)", title_justify="left", show_edge=False)
+    t.add_column("node", style="bold")
+    t.add_column("question")
+    t.add_column("leads to")
+    for n in nodes.values():
+        t.add_row(n.id, n.question, ", ".join(f"{k} → {v}" for k, v in n.next.items()) or "(end)")
+    console.print(t)
+    console.print()
+    r = Table(title=f"rules ({len(rules)}; rules/data/*.toml)", title_justify="left", show_edge=False)
+    r.add_column("id", style="bold", no_wrap=True)
+    r.add_column("phase")
+    r.add_column("summary")
+    for rule in rules:
+        r.add_row(rule.id, rule.phase + (" (warns)" if rule.level == "warning" else ""), rule.summary)
+    console.print(r)
+    console.print("`advise rules ID` explains one: what, why, example, source.", style="dim")
+
+
+def _render_rule(rule) -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    g = Table.grid(padding=(0, 2))
+    g.add_column(style="bold")
+    g.add_column()
+    g.add_row("what", rule.summary)
+    g.add_row("why", rule.why)
+    g.add_row("example", rule.example)
+    g.add_row("source", rule.source)
+    g.add_row("when", condition_text(rule.when))
+    if rule.set:
+        g.add_row("chooses", ", ".join(f"{k} = {v.fact if hasattr(v, 'fact') else v}" for k, v in rule.set.items())
+                  + "  (never over a pinned flag)")
+    g.add_row("says", rule.say)
+    g.add_row("phase", f"{rule.phase} ({ {'setup': 'before the decision tree', 'plan': 'on the tree’s plan', 'final': 'on the final estimate'}[rule.phase]})"
+              + ("; a warning" if rule.level == "warning" else ""))
+    g.add_row("defined in", f"rules/data/{rule.file}")
+    console.print(Panel(g, title=f"[bold]{rule.id}[/bold]: {rule.name}", title_align="left"))
+
+
+def _render_node(n) -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    g = Table.grid(padding=(0, 2))
+    g.add_column(style="bold")
+    g.add_column()
+    g.add_row("question", n.question)
+    g.add_row("what", n.summary)
+    g.add_row("why", n.why)
+    g.add_row("source", n.source)
+    g.add_row("leads to", ", ".join(f"{k} → {v}" for k, v in n.next.items()) or "(end of the walk)")
+    console.print(Panel(g, title=f"[bold]node {n.id}[/bold] of the decision tree", title_align="left"))

@@ -1,0 +1,124 @@
+"""The arithmetic behind the practice rules, turned into facts the TOML rules test and quote.
+
+The rules themselves (conditions, messages, sources) are data in ``rules/data/practice.toml``;
+what is computed here is what a condition cannot compute: compile's break-even time, dataloader
+workers from CPU cores per GPU, how many cores image decoding needs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.estimate import Estimate
+from rules.facts import (CompileFacts, ConfigFacts, DataFacts, EstimateFacts, Facts, GpuFacts, HardwareFacts,
+                         ModelFacts, PinnedFacts, PlanFacts, WorkloadFacts)
+from rules.tree import Choice, Planner, TreeContext, model_layers
+
+
+def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_source: str) -> Facts:
+    req, hw, m = p.req, p.hw, p.model
+    g = hw.gpu
+    fam = p.defaults.for_model(m.name, m.family)
+    tokens = None
+    if m.arch is not None:
+        tokens = m.arch.tokens(cfg.seq_len or m.default_seq_len, cfg.image_size)
+    has_bn = bool(m.trace and m.trace.has_batchnorm)
+    return Facts(
+        gpu=GpuFacts(name=g.name, cc=g.compute_capability[0] + g.compute_capability[1] / 10, supports_bf16=g.supports_bf16,
+                     memory_gib=g.memory_gib, usable_gib=g.memory_gib * p.cal.fit_fraction, nvlink=g.nvlink_gbps > 0),
+        hw=HardwareFacts(gpus=hw.total_gpus, gpus_per_node=hw.gpus_per_node, nodes=hw.nodes, multi_gpu=hw.total_gpus > 1,
+                         interconnect=hw.interconnect, network_gbps=hw.network_gbps, cpu_cores=hw.cpu_cores,
+                         detected=hw.detected),
+        model=ModelFacts(name=m.name, family=m.family, params=m.params, params_b=m.params / 1e9, is_cnn=m.family == "cnn",
+                         is_vision=m.is_vision, is_text=m.is_text, is_llm=m.family == "decoder" and m.params >= 1e9,
+                         has_batchnorm=has_bn, layers=model_layers(m), tokens=tokens),
+        workload=WorkloadFacts(dataset_size=req.dataset_size, epochs=req.epochs, run_known=bool(req.dataset_size and req.epochs),
+                               deadline_h=req.deadline_h, has_deadline=req.deadline_h is not None, batch_size=req.batch_size,
+                               keep_global_batch=req.keep_global_batch, lr_scaling=req.lr_scaling, base_lr=p.base_lr,
+                               base_batch=p.base_batch, lr_defaulted=lr_defaulted, defaults_source=defaults_source,
+                               want_alternatives=req.alternatives),
+        pinned=PinnedFacts(**{k: getattr(req, k) is not None for k in PinnedFacts.model_fields if k != "compromise"},
+                           compromise=req.precision is Precision.pure_bf16 or req.optimizer is Optimizer.adamw_8bit
+                           or req.lora_rank is not None),
+        config=_config_facts(cfg, fam.optimizer, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None),
+    )
+
+
+def _config_facts(cfg: TrainConfig, default_optimizer: str, micro: bool = False, patch: int | None = None) -> ConfigFacts:
+    rem = cfg.image_size % patch if patch and cfg.image_size else None
+    return ConfigFacts(patch_size=patch, patch_remainder=rem,precision=cfg.precision.value, optimizer=cfg.optimizer.value, compile=cfg.compile,
+                       channels_last=cfg.channels_last, grad_ckpt=cfg.grad_ckpt, strategy=cfg.strategy.value,
+                       lora_rank=cfg.lora_rank, micro_batch=cfg.micro_batch if micro else None,
+                       grad_accum=cfg.grad_accum if micro else None, seq_len=cfg.seq_len, image_size=cfg.image_size,
+                       default_optimizer=default_optimizer)
+
+
+def compile_facts(p: Planner, ch: Choice) -> CompileFacts:
+    """Does compiling pay for itself over this run? (Planner.compile_gain: estimated eager vs compiled)"""
+    g = p.compile_gain(ch.config, ch.gpus)
+    return CompileFacts(compile_min=g["minutes"], speedup_pct=g["saving"] * 100, breakeven_min=g["breakeven_min"],
+                        saving_min=g["saving_min"], run_h=g["run_h"], repays=g["repays"])
+
+
+def data_facts(p: Planner, ch: Choice, est: Estimate) -> DataFacts:
+    d = p.defaults.data
+    # Cores per GPU of the node (all its GPUs share the CPU, used by this run or not), so that the
+    # same node gives the same workers whatever count the tree picks.
+    cores_per_gpu = p.hw.cpu_cores / p.hw.gpus_per_node
+    cap = d.text_max_workers if p.model.is_text else d.max_workers
+    workers = int(max(1, min(cap, math.floor(cores_per_gpu) - 1)))
+    sps_gpu = est.throughput.samples_per_s / ch.gpus
+    need = sps_gpu / d.decode_rate if p.model.is_vision else 0.0
+    return DataFacts(workers=workers, cores_per_gpu=cores_per_gpu, prefetch_factor=2,
+                     samples_per_s_per_worker=sps_gpu / workers, cores_needed_per_gpu=need, decode_rate=d.decode_rate,
+                     cpu_bound=p.model.is_vision and need > max(1, cores_per_gpu - 1))
+
+
+def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, path: str) -> PlanFacts:
+    p, lr = ctx.planner, ctx.lr
+    n = ch.gpus
+    return PlanFacts(
+        path=path, end=ctx.end, tree_strategy=ctx.tree_strategy, strategy=strategy.value, gpus=n,
+        nodes=ch.estimate.hardware.nodes, multi_gpu=n > 1, micro_batch=ch.config.micro_batch,
+        grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, per_gpu_batch=ch.global_batch // n,
+        batch_grown=ch.grown, batch_rounded=ch.rounded, grad_ckpt_needed=ch.ckpt_needed, fits=fits,
+        lr=lr["lr"], lr_ratio=lr["ratio"], warmup_steps=lr["warmup_steps"], warmup_rule=lr["warmup_rule"],
+        total_steps=lr["total_steps"], steps_per_epoch=lr["steps_per_epoch"], gpus_at_hand=p.available,
+        min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),
+        strategy_overridden=strategy.value != ctx.tree_strategy,
+    )
+
+
+def estimate_facts(p: Planner, est: Estimate, ch: Choice) -> EstimateFacts:
+    m, t = est.memory, est.throughput
+    dl = p.req.deadline_h
+    ttt = est.time_to_train_h
+    missed = (ttt - dl) if (dl is not None and ttt is not None and ttt > dl) else None
+    amp_speedup = None
+    if est.config.precision in (Precision.fp32, Precision.tf32):
+        amp = Precision.bf16 if p.hw.gpu.supports_bf16 else Precision.fp16
+        alt = p.est(est.config.model_copy(update={"precision": amp}), ch.gpus)
+        amp_speedup = alt.throughput.samples_per_s / t.samples_per_s
+    return EstimateFacts(
+        fits=m.fits, peak_gib=m.peak_gib, device_gib=m.device_gib, headroom_gib=m.gpu_memory_gib - m.device_gib,
+        samples_per_s=t.samples_per_s, samples_per_s_per_gpu=t.samples_per_s / ch.gpus, step_s=t.step_s, mfu=t.mfu,
+        time_to_train_h=ttt, deadline_missed_h=missed, deadline_missed_pct=(missed / dl if missed else None),
+        scaling_efficiency=t.scaling_efficiency, host_bound=t.host_bound, comm_s=t.comm_s,
+        exposed_comm_s=t.exposed_comm_s, comm_fraction=t.exposed_comm_s / t.step_s if t.step_s else 0.0,
+        memory_fraction=m.device_gib / m.gpu_memory_gib,
+        fp16_alt_speedup=amp_speedup,
+    )
+
+
+def with_plan(facts: Facts, ctx: TreeContext, ch: Choice, est: Estimate, strategy: Strategy, path: str,
+              data: bool = True) -> Facts:
+    p = ctx.planner
+    fam = p.defaults.for_model(p.model.name, p.model.family)
+    return facts.model_copy(update={
+        "config": _config_facts(est.config, fam.optimizer, micro=True, patch=facts.config.patch_size),
+        "plan": plan_facts(ctx, ch, strategy, est.memory.fits, path),
+        "estimate": estimate_facts(p, est, ch),
+        "compile": compile_facts(p, ch),
+        "data": data_facts(p, ch, est) if data else None,
+    })

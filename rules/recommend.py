@@ -1,0 +1,263 @@
+"""``Recommendation``: the answer of ``advise``, as DESIGN.md's JSON contract, plus the ``Plan``.
+
+The JSON (``Recommendation.to_json()``) has the contract's keys — ``recommendation``,
+``estimate``, ``decision_path``, ``rules_fired``, ``alternatives``, ``warnings`` — and more:
+``plan`` (what ``advise launch`` runs), ``scaling`` (throughput and time-to-train for 1..N
+GPUs), ``rules_evaluated`` (every rule and whether it fired) and ``defaults_applied``.
+``str(rec)`` and the notebook repr are a plain-text report; the CLI draws the rich one.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from advisor.estimate import Estimate
+from advisor.plan import Plan
+from rules.engine import RuleTrace, _hours
+
+
+class RecommendationCore(BaseModel):
+    """The contract's ``recommendation`` object (and a few more choices)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str
+    gpus: int = Field(description="GPUs used in total")
+    nodes: int
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    precision: str
+    compile: bool
+    grad_ckpt: bool
+    lr: float
+    lr_scaling: str
+    warmup_steps: int
+    num_workers: int
+    fits: bool
+    command: str = Field(description="the `advise launch ...` command line that reproduces this plan")
+    # more than the contract
+    gpu: str
+    optimizer: str
+    channels_last: bool
+    lora_rank: int | None = None
+    seq_len: int | None = None
+    image_size: int | None = None
+    sync_batchnorm: bool = False
+    pin_memory: bool = True
+    prefetch_factor: int = 2
+    base_lr: float
+    base_batch: int
+    total_steps: int | None = None
+    time_to_train_h: float | None = None
+    deadline_h: float | None = None
+
+
+class PathStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node: str
+    question: str
+    answer: str
+    why: str
+    key: str = Field("", description="the answer's key in rules/data/tree.toml")
+
+
+class FiredRule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    why: str
+    name: str = ""
+    level: Literal["info", "warning"] = "info"
+    phase: str = ""
+
+
+class Cost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    memory: str = ""
+    speed: str = ""
+    accuracy_risk: str = ""
+
+
+class Alternative(BaseModel):
+    """Another way to run it, with its estimate and its cost."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: Literal["compromise", "scale-out", "speed", "smaller-model", "workload", "offload"]
+    summary: str
+    fits: bool | None = None
+    gpus: int = 1
+    strategy: str = "single"
+    peak_gib: float | None = None
+    device_gib: float | None = None
+    samples_per_s: float | None = None
+    time_to_train_h: float | None = None
+    meets_deadline: bool | None = None
+    cost: Cost = Field(default_factory=Cost)
+    source: str = ""
+    command: str | None = Field(None, description="`advise launch` command for it (None where cardwise cannot launch it)")
+
+
+class ScalingRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int
+    strategy: str
+    fits: bool
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    global_batch: int | None = None
+    peak_gib: float | None = None
+    device_gib: float | None = None
+    samples_per_s: float | None = None
+    step_s: float | None = None
+    time_to_train_h: float | None = None
+    scaling_efficiency: float | None = None
+    speedup: float | None = Field(None, description="samples/s over the 1-GPU row's (when it fits)")
+    chosen: bool = False
+    note: str = ""
+
+
+class RuleSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    phase: str
+    fired: bool
+    blocked_by_pin: list[str] = Field(default_factory=list)
+
+
+class Recommendation(BaseModel):
+    """What to run and why. ``plan`` is what ``advise launch`` runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    recommendation: RecommendationCore
+    estimate: Estimate
+    decision_path: list[PathStep]
+    rules_fired: list[FiredRule]
+    alternatives: list[Alternative] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    plan: Plan
+    scaling: list[ScalingRow] = Field(default_factory=list)
+    rules_evaluated: list[RuleSummary] = Field(default_factory=list)
+    defaults_applied: list[str] = Field(default_factory=list)
+
+    _trace: list[RuleTrace] = PrivateAttr(default_factory=list)
+
+    @property
+    def trace(self) -> list[RuleTrace]:
+        """Every rule evaluated, with each condition's actual value."""
+        return self._trace
+
+    @property
+    def path(self) -> list[str]:
+        return [s.node for s in self.decision_path]
+
+    @property
+    def fired(self) -> list[str]:
+        return [r.id for r in self.rules_fired]
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return self.model_dump_json(indent=indent)
+
+    # ---- readable forms (notebooks, print)
+    def __repr__(self) -> str:
+        r = self.recommendation
+        t = f", {_hours(r.time_to_train_h)}" if r.time_to_train_h is not None else ""
+        fit = "fits" if r.fits else "DOES NOT FIT"
+        return (f"Recommendation({r.strategy} on {r.gpus}x {r.gpu}, micro-batch {r.micro_batch} x accum {r.grad_accum} "
+                f"= {r.global_batch}, {r.precision}, {fit}{t}; path {'>'.join(self.path)})")
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython / Jupyter
+        p.text(repr(self) if cycle else str(self))
+
+
+def render_text(rec: Recommendation) -> str:
+    r, e = rec.recommendation, rec.estimate
+    m, t = e.memory, e.throughput
+    lines = [f"cardwise: {e.model.name} ({e.model.params / 1e6:,.0f}M params) on {e.hardware.count}x {e.hardware.gpu}"]
+    lines.append("")
+    lines.append("decision path:")
+    for s in rec.decision_path:
+        lines.append(f"  {s.node}  {s.question}")
+        lines.append(f"       -> {s.answer}")
+    lines.append("")
+    fit = "fits" if r.fits else "DOES NOT FIT"
+    lines.append(f"recommendation: {r.strategy} on {r.gpus}x {r.gpu} ({fit})")
+    lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
+    lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
+                 f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
+                 + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))
+    lines.append(f"  lr {r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), warmup {r.warmup_steps} steps, "
+                 f"{r.num_workers} dataloader workers per GPU")
+    lines.append(f"  memory: peak {m.peak_gib:.1f} GiB allocated, ~{m.device_gib:.1f} GiB in nvidia-smi, of {m.gpu_memory_gib:.0f} GiB per GPU")
+    speed = f"  speed: {t.samples_per_s:,.1f} samples/s, {t.step_s:.3g} s/step, MFU {t.mfu:.0%}"
+    if r.time_to_train_h is not None:
+        speed += f", time to train {_hours(r.time_to_train_h)}"
+    lines.append(speed)
+    if rec.warnings:
+        lines.append("")
+        lines.append("warnings:")
+        lines += [f"  ! {w}" for w in rec.warnings]
+    if rec.alternatives:
+        lines.append("")
+        lines.append("alternatives:")
+        for a in rec.alternatives:
+            tail = f" [{'fits' if a.fits else 'does not fit'}]" if a.fits is not None else ""
+            lines.append(f"  - {a.name}: {a.summary}{tail}")
+    lines.append("")
+    lines.append("rules fired:")
+    lines += [f"  {f.id}: {f.why}" for f in rec.rules_fired]
+    lines.append("")
+    lines.append(f"launch: {r.command}")
+    return "\n".join(lines)
+
+
+def launch_command(*, model_args: list[str], gpu_arg: str | None, gpus_per_node: int, nodes: int,
+                   interconnect: str | None, network_gbps: float | None, config, strategy: str, global_batch: int,
+                   req, base_lr: float, base_batch: int) -> str:
+    """The `advise launch` argv (as a shell-quoted string) that pins every choice of a plan."""
+    argv = ["advise", "launch", *model_args]
+    if gpu_arg:
+        argv += ["--gpu", gpu_arg]
+    argv += ["--gpus", str(gpus_per_node)]
+    if nodes > 1:
+        argv += ["--nodes", str(nodes)]
+    if interconnect:
+        argv += ["--interconnect", interconnect]
+    if network_gbps:
+        argv += ["--network-gbps", f"{network_gbps:g}"]
+    argv += ["--strategy", strategy, "--micro-batch", str(config.micro_batch), "--batch-size", str(global_batch)]
+    if req.grad_accum is not None:
+        argv += ["--grad-accum", str(config.grad_accum)]
+    if config.seq_len:
+        argv += ["--seq-len", str(config.seq_len)]
+    if config.image_size:
+        argv += ["--image-size", str(config.image_size)]
+    argv += ["--precision", config.precision.value, "--optimizer", config.optimizer.value]
+    for flag, on in (("--compile", config.compile), ("--channels-last", config.channels_last), ("--grad-ckpt", config.grad_ckpt)):
+        if on:
+            argv.append(flag)
+    if config.lora_rank:
+        argv += ["--lora-rank", str(config.lora_rank)]
+    if req.dataset_size:
+        argv += ["--dataset-size", str(req.dataset_size), "--epochs", f"{req.epochs:g}"]
+    if req.deadline_h:
+        argv += ["--deadline", f"{req.deadline_h:g}h"]
+    argv += ["--base-lr", f"{base_lr:g}", "--base-batch", str(base_batch)]
+    if req.lr_scaling != "linear":
+        argv += ["--lr-scaling", req.lr_scaling]
+    if req.task:
+        argv += ["--task", req.task]
+    return shlex.join(argv)
