@@ -136,7 +136,9 @@ class BenchRequest(BaseModel):
     modes: list[Literal["single", "dp", "ddp", "fsdp"]] = Field(default_factory=lambda: ["single", "ddp"])
     variants: list[Variant] = Field(default_factory=lambda: [Variant(precision=Precision.bf16)])
     micro_batch: int | None = Field(None, ge=1, description="per GPU / process; default per model")
+    micro_batches: dict[str, int] = Field(default_factory=dict, description="per-model micro-batch, over micro_batch")
     seq_len: int | None = Field(None, ge=1)
+    seq_lens: dict[str, int] = Field(default_factory=dict, description="per-model sequence length, over seq_len")
     image_size: int | None = Field(None, ge=1)
     steps: int = Field(10, ge=2, description="timed optimizer steps per run")
     warmup: int = Field(3, ge=1, description="untimed steps before (compile happens here)")
@@ -395,7 +397,7 @@ def plan_jobs(request: BenchRequest, machine) -> tuple[list[Job], list[str]]:
         if spec.is_vision:
             image_size = request.image_size or spec.default_image_size
         else:
-            seq_len = request.seq_len
+            seq_len = request.seq_lens.get(name, request.seq_len)
             if seq_len is None:
                 seq_len = min(CPU_DEFAULT_SEQ_LEN, spec.default_seq_len or CPU_DEFAULT_SEQ_LEN) if request.cpu \
                     else (spec.default_seq_len or 512)
@@ -405,7 +407,7 @@ def plan_jobs(request: BenchRequest, machine) -> tuple[list[Job], list[str]]:
             hardware = hardware_for(request, machine, 1)
         except UserError as exc:
             notes.append(f"no estimates: {exc.what}")
-        micro = request.micro_batch
+        micro = request.micro_batches.get(name, request.micro_batch)
         if micro is None:
             if request.cpu or hardware is None:
                 micro = CPU_DEFAULT_MICRO_BATCH

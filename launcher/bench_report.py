@@ -66,32 +66,46 @@ def _first_variant(result: BenchResult) -> str:
 
 
 # ---------------------------------------------------------------- rich table
-def rich_table(result: BenchResult):
+def rich_table(result: BenchResult, width: int | None = None):
+    """The measured rows; under ~150 columns of terminal only the main columns (--report has all)."""
     from rich.table import Table
 
     rows = measured(result)
-    tokens = any(r.tokens_per_s for r in rows)
+    compact = width is not None and width < 150
+    tokens = any(r.tokens_per_s for r in rows) and not compact
     many_variants = len({r.variant for r in rows}) > 1
     many_models = len({r.model for r in rows}) > 1
     what = "" if many_models else f"{rows[0].model} " if rows else ""
-    t = Table(title=f"advise bench: {what}on {result.device} ({result.machine})", title_justify="left", show_lines=False)
-    for name, justify in ([("model", "left")] if many_models else []) + [("variant", "left"), ("mode", "left"), (_unit(result), "right"),
-                          ("samples/s", "right")] + ([("tokens/s", "right")] if tokens else []) + [
-                          ("step ms", "right"), ("speedup", "right"), ("eff", "right")] + (
-                          [(f"vs {_first_variant(result)}", "right")] if many_variants else []) + [
-                          ("peak GiB", "right"), ("util %", "right"), ("comm ms", "right"), ("est/s", "right"),
-                          ("err", "right"), ("cal err", "right")]:
-        t.add_column(name, justify=justify, no_wrap=name in ("model", "variant"))
-    for r in rows:
-        cells = ([r.model] if many_models else []) + [r.variant, r.mode, str(r.devices), _num(r.samples_per_s)]
-        if tokens:
-            cells.append(_num(r.tokens_per_s, 0))
-        cells += [_ms(r.step_s), _x(r.speedup), _pct(r.efficiency)]
-        if many_variants:
-            cells.append(_x(r.variant_speedup))
-        cells += [_num(r.peak_gib, 2), _util(r), _ms(r.exposed_comm_s), _num(r.est_samples_per_s), _err(r.est_error_pct),
-                  _err(r.calibrated_error_pct)]
-        t.add_row(*cells)
+    from rich import box
+
+    t = Table(title=f"advise bench: {what}on {result.device}", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False, collapse_padding=True, caption=result.machine, caption_justify="left")
+    cols: list[tuple[str, str, object]] = []
+    if many_models:
+        cols.append(("model", "left", lambda r: r.model))
+    cols += [("variant", "left", lambda r: r.variant), ("mode", "left", lambda r: r.mode),
+             (_unit(result), "right", lambda r: str(r.devices)), ("samples/s", "right", lambda r: _num(r.samples_per_s))]
+    if tokens:
+        cols.append(("tokens/s", "right", lambda r: _num(r.tokens_per_s, 0)))
+    if not compact:
+        cols.append(("step ms", "right", lambda r: _ms(r.step_s)))
+    cols += [("speedup", "right", lambda r: _x(r.speedup)), ("eff", "right", lambda r: _pct(r.efficiency))]
+    if many_variants:
+        cols.append((f"vs {_first_variant(result)}", "right", lambda r: _x(r.variant_speedup)))
+    cols.append(("peak GiB", "right", lambda r: _num(r.peak_gib, 2)))
+    if not compact:
+        cols += [("util %", "right", _util), ("comm ms", "right", lambda r: _ms(r.exposed_comm_s)),
+                 ("est/s", "right", lambda r: _num(r.est_samples_per_s))]
+    cols += [("err", "right", lambda r: _err(r.est_error_pct)), ("cal err", "right", lambda r: _err(r.calibrated_error_pct))]
+    cells = [[cell(r) for _, _, cell in cols] for r in rows]
+    keep = [i for i in range(len(cols)) if any(c[i] != "-" for c in cells)]  # e.g. peak GiB on CPU
+    for i in keep:
+        name, justify, _ = cols[i]
+        t.add_column(name, justify=justify, no_wrap=True)
+    for c in cells:
+        t.add_row(*[c[i] for i in keep])
+    if compact:
+        t.caption = f"{result.machine}\nnarrow terminal: step time, utilisation, DDP communication and estimates are in --report/--csv/--json"
     return t
 
 

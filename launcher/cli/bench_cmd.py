@@ -56,8 +56,9 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     c.add_argument("--compile", action="store_true", help="torch.compile every variant")
     c.add_argument("--channels-last", action="store_true", help="NHWC memory format for every variant (CNNs)")
     s = parser.add_argument_group("sizes (default: per model, reported)")
-    s.add_argument("--micro-batch", type=flags.positive_int, metavar="N", help="samples per GPU (or process) per step")
-    s.add_argument("--seq-len", type=flags.positive_int, metavar="N", help="tokens per sample (text models)")
+    s.add_argument("--micro-batch", metavar="N | MODEL=N,...",
+                   help="samples per GPU (or process) per step, for all models or per model (gpt2=16,llama3.2-1b=4)")
+    s.add_argument("--seq-len", metavar="N | MODEL=N,...", help="tokens per sample (text models), for all or per model")
     s.add_argument("--image-size", type=flags.positive_int, metavar="N", help="image side in pixels (vision models)")
     s.add_argument("--steps", type=flags.positive_int, default=10, metavar="N", help="timed optimizer steps per run (default 10)")
     s.add_argument("--warmup", type=flags.positive_int, default=3, metavar="N", help="untimed steps first; compile happens here (default 3)")
@@ -115,12 +116,39 @@ def request_from_args(args: argparse.Namespace, machine):
         first = next(g for g in machine.gpus if g.index == visible[0])
         spec = find_gpu(first.name)
         default_precision = "bf16" if spec is None or spec.supports_bf16 else "fp16"
+    micro, per_model = _per_model(args.micro_batch, models, "--micro-batch", "gpt2=16,llama3.2-1b=4")
+    seq_len, seq_lens = _per_model(args.seq_len, models, "--seq-len", "gpt2=1024,mini-transformer=256")
     variants = parse_variants(args.precision, default=default_precision, compile=args.compile,
                               channels_last=args.channels_last)
     return BenchRequest(models=models, cpu=args.cpu, counts=counts, modes=modes, variants=variants,
-                        micro_batch=args.micro_batch, seq_len=args.seq_len, image_size=args.image_size,
+                        micro_batch=micro, micro_batches=per_model, seq_len=seq_len, seq_lens=seq_lens, image_size=args.image_size,
                         steps=max(2, args.steps), warmup=args.warmup, comm_steps=args.comm_steps,
                         dataloader_workers=args.dataloader_workers, calibrate=not args.no_calibrate)
+
+
+def _per_model(text: str | None, models: list[str], flag: str, example: str) -> tuple[int | None, dict[str, int]]:
+    """``--micro-batch 16`` (every model) or ``--micro-batch gpt2=16,llama3.2-1b=4`` (the others: default)."""
+    from advisor.errors import UserError
+
+    if not text:
+        return None, {}
+    fix = f"e.g. {flag} 16, or per model: {flag} {example}"
+    if "=" not in text:
+        try:
+            return flags.positive_int(text), {}
+        except argparse.ArgumentTypeError as exc:
+            raise UserError(f"{flag}: {exc}", fix=fix) from None
+    out: dict[str, int] = {}
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        name, _, value = item.partition("=")
+        name = name.strip().lower()
+        if name not in models:
+            raise UserError(f"{flag} names '{name}', which is not among --model {','.join(models)}", fix=fix)
+        try:
+            out[name] = flags.positive_int(value.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise UserError(f"{flag} {name}: {exc}", fix=fix) from None
+    return None, out
 
 
 def command_line(request) -> str:
@@ -128,7 +156,9 @@ def command_line(request) -> str:
     parts = ["advise", "bench", "--model", ",".join(request.models)]
     parts += ["--cpu", "--processes", ",".join(map(str, request.counts))] if request.cpu else ["--gpus", ",".join(map(str, request.counts))]
     parts += ["--modes", ",".join(request.modes), "--precision", ",".join(v.label for v in request.variants)]
-    for flag, value in (("--micro-batch", request.micro_batch), ("--seq-len", request.seq_len),
+    micro = ",".join(f"{m}={n}" for m, n in request.micro_batches.items()) or request.micro_batch
+    seq = ",".join(f"{m}={n}" for m, n in request.seq_lens.items()) or request.seq_len
+    for flag, value in (("--micro-batch", micro), ("--seq-len", seq),
                         ("--image-size", request.image_size), ("--dataloader-workers", request.dataloader_workers)):
         if value is not None:
             parts += [flag, str(value)]
@@ -228,7 +258,7 @@ def _print_text(result, report) -> None:
     if not out.is_terminal:
         out = Console(width=max(out.width, 180))  # a file or pipe: room for every column
     if report.measured(result):
-        out.print(report.rich_table(result))
+        out.print(report.rich_table(result, width=out.width))
         out.print()
         print(report.terminal_plot(result))
     else:
