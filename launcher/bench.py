@@ -426,6 +426,9 @@ def plan_jobs(request: BenchRequest, machine) -> tuple[list[Job], list[str]]:
                 if job.skip is None:
                     job.skip = _launcher_refusal(job, request)
                 jobs.append(job)
+    # Compiled variants last: their compilation is most of a bench's time, and a bench stopped
+    # early (Ctrl-C, a time limit) has then measured every eager row already.
+    jobs.sort(key=lambda j: j.variant.compile)
     return jobs, notes
 
 
@@ -721,11 +724,14 @@ ProgressFn = Callable[[str, int, int, Job, "BenchRow | None"], None]
 
 
 def run_bench(request: BenchRequest, home: Path | None = None, *, machine=None, progress: ProgressFn | None = None,
-              cancel: threading.Event | None = None) -> BenchResult:
+              cancel: threading.Event | None = None,
+              on_partial: Callable[[BenchResult], None] | None = None) -> BenchResult:
     """Plan, run every job in turn (each a recorded launch), then compute and calibrate.
 
     ``progress(event, index, total, job, row)`` is called with "start" before and "done" after
     each job (skipped ones too). ``cancel`` stops the run in progress and skips the rest.
+    ``on_partial(result)`` sees the result so far after each job (calibration not saved), so
+    that reports survive a bench that is killed; the result is also kept in ``HOME/bench/``.
     """
     from advisor.hardware import detect_machine
     from launcher.home import ensure_home, resolve_home
@@ -753,16 +759,29 @@ def run_bench(request: BenchRequest, home: Path | None = None, *, machine=None, 
         rows.append(row)
         if progress is not None:
             progress("done", i, len(jobs), job, row)
-    factors, path = finish(rows, jobs, request, machine, home, notes)
+        if i + 1 < len(jobs):
+            partial = _assemble([r.model_copy(deep=True) for r in rows], jobs[: i + 1], request, machine, home,
+                                notes + [f"partial: {i + 1} of {len(jobs)} configurations done"], started,
+                                cancel.is_set(), save=False)
+            _save_result(home, partial)
+            if on_partial is not None:
+                on_partial(partial)
+    result = _assemble(rows, jobs, request, machine, home, notes, started, cancel.is_set(), save=request.calibrate)
+    _save_result(home, result)
+    return result
+
+
+def _assemble(rows: list[BenchRow], jobs: list[Job], request: BenchRequest, machine, home: Path, notes: list[str],
+              started: float, cancelled: bool, *, save: bool) -> BenchResult:
+    notes = list(notes)
+    factors, path = finish(rows, jobs, request.model_copy(update={"calibrate": save}), machine, home, notes)
     if factors and not request.calibrate:
         notes.append("--no-calibrate: factors computed (the 'calibrated' columns) but not saved")
     torch_v, acc_v = _versions()
     device = "cpu" if request.cpu else _device_name(machine)
-    result = BenchResult(machine=machine.summary(), device=device, cpu=request.cpu, torch=torch_v, accelerate=acc_v,
-                         started=started, wall_s=time.time() - started, request=request, rows=rows, notes=notes,
-                         factors=factors, calibration_path=path, cancelled=cancel.is_set())
-    _save_result(home, result)
-    return result
+    return BenchResult(machine=machine.summary(), device=device, cpu=request.cpu, torch=torch_v, accelerate=acc_v,
+                       started=started, wall_s=time.time() - started, request=request, rows=rows, notes=notes,
+                       factors=factors, calibration_path=path, cancelled=cancelled)
 
 
 def _device_name(machine) -> str:

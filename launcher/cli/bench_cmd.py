@@ -232,10 +232,17 @@ def _bench(args: argparse.Namespace) -> int:
             args.plot = None
     home = resolve_home(args.home)
     cancel = threading.Event()
-    with forward_signals(cancel), _Progress() as progress:
-        result = run_bench(request, home, machine=machine, progress=progress, cancel=cancel)
-
     cmd = command_line(request)
+
+    def partial(result) -> None:  # files that survive a bench killed half-way
+        if args.csv:
+            report.write_csv(result, args.csv)
+        if args.report:
+            report.write_markdown(result, args.report, cmd)
+
+    with forward_signals(cancel), _Progress() as progress:
+        result = run_bench(request, home, machine=machine, progress=progress, cancel=cancel, on_partial=partial)
+
     if args.csv:
         print(f"advise: wrote {report.write_csv(result, args.csv)}", file=sys.stderr)
     if args.report:

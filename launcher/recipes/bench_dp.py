@@ -240,6 +240,20 @@ def _exposed_comm(acc, model, optimizer, batches, device, reps: int) -> dict:
 
 
 # ---------------------------------------------------------------- dp: DataParallel, one process
+class _Autocast(torch.nn.Module):
+    """Autocast entered inside each replica: DataParallel runs replicas in threads, and autocast's
+    dtype is per thread (parallel_apply re-enters autocast with the default dtype, fp16 on CUDA)."""
+
+    def __init__(self, inner: torch.nn.Module, dtype: torch.dtype | None):
+        super().__init__()
+        self.inner = inner
+        self.dtype = dtype
+
+    def forward(self, *args):
+        with torch.autocast("cuda", dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None):
+            return self.inner(*args)
+
+
 def run_dp(args: argparse.Namespace) -> int:
     from advisor.catalog import catalog_model
     from advisor.config import Optimizer, Precision
@@ -272,15 +286,14 @@ def run_dp(args: argparse.Namespace) -> int:
         optimizer = torch.optim.SGD(params, lr=plan.lr, momentum=0.9, weight_decay=0.01)
     else:
         optimizer = torch.optim.AdamW(params, lr=plan.lr, weight_decay=0.01, fused=True)
-    dp = torch.nn.DataParallel(model)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(c.precision.value)
+    dp = torch.nn.DataParallel(_Autocast(model, autocast_dtype))
     scaler = torch.amp.GradScaler("cuda") if c.precision is Precision.fp16 else None
     tokens = _tokens_per_sample(spec, plan)
     batches = itertools.cycle(make_pool(spec, plan, device, 0, args.pool))
 
     def step(batch) -> torch.Tensor:
-        with torch.autocast("cuda", dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = dp(*batch).mean()  # one loss per replica, gathered on GPU 0
+        loss = dp(*batch).mean()  # one loss per replica, gathered on GPU 0
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
