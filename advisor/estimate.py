@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.calibration import Calibration, default_calibration
-from advisor.config import TrainConfig
+from advisor.config import Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
 from advisor.models import ModelSpec
@@ -36,6 +36,7 @@ class HardwareSummary(BaseModel):
     memory_gib: float
     interconnect: str
     detected: bool
+    assumed: bool = False
 
 
 class Estimate(BaseModel):
@@ -65,7 +66,9 @@ def estimate(
     mem = estimate_memory(model, config, hardware, cal)
     thr = estimate_throughput(model, config, hardware, cal)
     if hardware.total_gpus > 1 and config.strategy.value != "single":
-        one = estimate_throughput(model, config, hardware.with_count(1), cal)
+        # Against plain single-GPU training (not FSDP on one GPU, whose unsharded step is slower).
+        single = config.model_copy(update={"strategy": Strategy.single})
+        one = estimate_throughput(model, single, hardware.with_count(1), cal)
         thr.scaling_efficiency = thr.samples_per_s / (one.samples_per_s * hardware.total_gpus)
     ttt = None
     if dataset_size and epochs:
@@ -75,7 +78,8 @@ def estimate(
                            family=model.family, source=model.source),
         hardware=HardwareSummary(gpu=hardware.gpu.name, count=hardware.total_gpus, per_node=hardware.gpus_per_node,
                                  nodes=hardware.nodes, memory_gib=hardware.gpu.memory_gib,
-                                 interconnect=hardware.interconnect, detected=hardware.detected),
+                                 interconnect=hardware.interconnect, detected=hardware.detected,
+                                 assumed=hardware.assumed),
         config=config,
         memory=mem,
         throughput=thr,

@@ -43,6 +43,16 @@ class ModelRef(BaseModel):
     def label(self) -> str:
         return self.name or self.hf_config or self.module or "?"
 
+    @classmethod
+    def from_flags(cls, *, name=None, hf_config=None, module=None, input_shape=None, input_dtype="float32") -> "ModelRef":
+        """From the CLI's (or the wizard's) model fields, with the errors a user can act on."""
+        if not (name or hf_config or module):
+            raise UserError("no model given",
+                            fix="add --model NAME (see `advise models`), --hf-config PATH or --module FILE.py:FACTORY")
+        if input_shape and not module:
+            raise UserError("--input-shape only applies to --module", fix="drop --input-shape, or use --module FILE.py:FACTORY")
+        return cls(name=name, hf_config=hf_config, module=module, input_shape=input_shape, input_dtype=input_dtype or "float32")
+
 
 class Plan(BaseModel):
     """Everything a launch needs; nothing here is re-decided at launch time."""
@@ -67,6 +77,8 @@ class Plan(BaseModel):
     dataset_size: int | None = None
     num_workers: int = Field(0, ge=0)
     pin_memory: bool = True
+    prefetch_factor: int | None = Field(None, ge=1, description="DataLoader batches prefetched per worker")
+    sync_batchnorm: bool = Field(False, description="convert BatchNorm to SyncBatchNorm across ranks")
     task: str | None = None
 
     @property

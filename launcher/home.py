@@ -14,22 +14,10 @@ import os
 from pathlib import Path
 
 from advisor.errors import UserError
+from advisor.paths import ENV_HOME, resolve_home  # noqa: F401 - re-exported for the launcher
 
-ENV_HOME = "CARDWISE_HOME"
 STORE_NAME = "runs.sqlite"
 RUNS_DIR = "runs"
-
-
-def resolve_home(explicit: str | os.PathLike | None = None) -> Path:
-    """The home directory to use, without creating it."""
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    env = os.environ.get(ENV_HOME)
-    if env:
-        return Path(env).expanduser().absolute()
-    from platformdirs import user_data_dir
-
-    return Path(user_data_dir("cardwise"))
 
 
 def _mkdir_private(path: Path) -> None:

@@ -81,14 +81,20 @@ def _model_args(ref: ModelRef) -> list[str]:
 
 
 def recommend(req: Request, *, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
-              machine: Machine | None = None, calibration: Calibration | None = None) -> Recommendation:
-    """Walk the rules and the tree for one request. Raises UserError for impossible inputs."""
+              machine: Machine | None = None, calibration: Calibration | None = None,
+              assume_if_none: str | None = None) -> Recommendation:
+    """Walk the rules and the tree for one request. Raises UserError for impossible inputs.
+
+    ``assume_if_none``: with no GPU detected and none named, plan for 8 of this GPU kind and say
+    so in the warnings (the one-shot `advise`); None raises the "name a GPU" error instead.
+    """
     spec = model or resolve_model(req.model)
     if hardware is None:
         if machine is None:
             # A named GPU needs no NVML (only the CPU core count, for dataloader workers).
             machine = Machine(cpu_cores=_cpu_cores()) if req.gpu else _hardware.detect_machine()
-        hardware = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps)
+        hardware = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps,
+                                    assume_if_none=assume_if_none)
     cal = calibration or default_calibration()
     defaults = load_defaults()
     fam = defaults.for_model(spec.name, spec.family)
@@ -169,7 +175,7 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
         gb = c.global_batch
         lr2 = lr_plan(planner, c)
         hw = c.estimate.hardware
-        return launch_command(model_args=_model_args(ref), gpu_arg=hardware.gpu.name if (hypothetical or req.gpu) else None,
+        return launch_command(model_args=_model_args(ref), gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
                               gpus_per_node=hw.per_node, nodes=hw.nodes, interconnect=req.interconnect,
                               network_gbps=req.network_gbps, config=c.config, strategy=c.strategy.value,
                               global_batch=gb, req=r2, base_lr=lr2["base_lr"], base_batch=lr2["base_batch"])
@@ -191,6 +197,10 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
 
     fired = [t for t in traces if t.fired]
     warnings = [t.why for t in fired if t.level == "warning"]
+    if hardware.assumed:
+        warnings.insert(0, f"no GPU detected on this machine ({(machine.nvml_error if machine else None) or 'NVML reports 0 GPUs'}): "
+                           f"planned for {hardware.total_gpus}x {hardware.gpu.name}, a stated default, not your "
+                           "hardware; name yours with --gpu NAME --gpus N")
     num_workers = extra.get("num_workers", 0)
     nodes = final_est.hardware.nodes
     core = RecommendationCore(
@@ -210,6 +220,7 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
         nodes=nodes, global_batch=ch.global_batch, lr=lr["lr"], base_lr=lr["base_lr"], base_batch=lr["base_batch"],
         lr_scaling=req.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr["total_steps"], epochs=req.epochs,
         dataset_size=req.dataset_size, num_workers=num_workers, pin_memory=core.pin_memory, task=req.task,
+        prefetch_factor=core.prefetch_factor if num_workers else None, sync_batchnorm=core.sync_batchnorm,
     )
     rec = Recommendation(
         recommendation=core, estimate=final_est,
@@ -305,11 +316,10 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
 
 def request_from_args(args: argparse.Namespace) -> Request:
     """The Request the shared flag groups (launcher.cli.flags) describe."""
-    from launcher.cli.flags import model_ref
-
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 - commands add different groups
     return Request(
-        model=model_ref(args), gpu=g("gpu"), gpus=g("gpus"), nodes=g("nodes") or 1, interconnect=g("interconnect"),
+        model=ModelRef.from_flags(name=g("model"), hf_config=g("hf_config"), module=g("module"),
+                                  input_shape=g("input_shape"), input_dtype=g("input_dtype", "float32")), gpu=g("gpu"), gpus=g("gpus"), nodes=g("nodes") or 1, interconnect=g("interconnect"),
         network_gbps=g("network_gbps"),
         micro_batch=g("micro_batch"), grad_accum=g("grad_accum"), seq_len=g("seq_len"), image_size=g("image_size"),
         precision=g("precision"), optimizer=g("optimizer"), compile=g("compile"), channels_last=g("channels_last"),
@@ -322,15 +332,15 @@ def request_from_args(args: argparse.Namespace) -> Request:
 
 
 def recommend_from_args(args: argparse.Namespace, *, machine: Machine | None = None,
-                        calibration: Calibration | None = None) -> Recommendation:
+                        calibration: Calibration | None = None, assume_if_none: str | None = None) -> Recommendation:
     """``advise [--model ...]``: the recommendation for the parsed flags."""
     req = request_from_args(args)
     if calibration is None:
         from advisor.calibration import load_calibration
-        from launcher.cli.flags import home_dir
+        from advisor.paths import resolve_home
 
-        calibration = load_calibration(home_dir(args))
-    return recommend(req, machine=machine, calibration=calibration)
+        calibration = load_calibration(resolve_home(getattr(args, "home", None)))
+    return recommend(req, machine=machine, calibration=calibration, assume_if_none=assume_if_none)
 
 
 def plan_for_args(args: argparse.Namespace, *, machine: Machine | None = None,
@@ -394,12 +404,9 @@ def advise(model: str | ModelSpec | ModelRef, gpu: str | GpuSpec | HardwareSpec 
             raise UserError("give deadline or deadline_h, not both", fix='e.g. deadline="6h"')
         deadline = workload.pop("deadline_h")
     if isinstance(deadline, str):
-        from launcher.cli.flags import duration_hours
+        from advisor.units import parse_duration_hours
 
-        try:
-            deadline = duration_hours(deadline)
-        except argparse.ArgumentTypeError as exc:
-            raise UserError(str(exc), fix='e.g. deadline="6h"') from None
+        deadline = parse_duration_hours(deadline)
     for k in ("precision", "optimizer", "strategy"):
         if isinstance(workload.get(k), str):
             workload[k] = {"precision": Precision, "optimizer": Optimizer, "strategy": Strategy}[k](workload[k])

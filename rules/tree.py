@@ -423,7 +423,7 @@ def _time_text(e: Estimate) -> str:
 def node_A(ctx: TreeContext) -> Answer:
     p = ctx.planner
     hw = p.hw
-    where = "detected" if hw.detected else "as named"
+    where = "detected" if hw.detected else "assumed: no GPU detected" if hw.assumed else "as named"
     work = []
     if ctx.req.dataset_size:
         work.append(f"{ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs")

@@ -7,8 +7,6 @@ choose" (`advise launch --micro-batch 16` pins the micro-batch, the rules fill i
 from __future__ import annotations
 
 import argparse
-import os
-import re
 from pathlib import Path
 
 from advisor.errors import UserError
@@ -47,20 +45,13 @@ def shape(text: str) -> tuple[int, ...]:
 
 
 def duration_hours(text: str) -> float:
-    """'6h', '90m', '2d', '45min', '3600s' or a bare number of hours."""
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", text)
-    if not parts or re.sub(r"[\d.\sa-zA-Z]", "", text):
-        raise argparse.ArgumentTypeError(f"cannot read the deadline '{text}': use e.g. 6h, 90m, 2d or 1h30m")
-    unit_h = {"": 1, "h": 1, "hr": 1, "hrs": 1, "hour": 1, "hours": 1, "m": 1 / 60, "min": 1 / 60, "mins": 1 / 60,
-              "s": 1 / 3600, "sec": 1 / 3600, "d": 24, "day": 24, "days": 24}
-    total = 0.0
-    for num, unit in parts:
-        if unit.lower() not in unit_h:
-            raise argparse.ArgumentTypeError(f"cannot read the deadline '{text}': unknown unit '{unit}' (use s, m, h, d)")
-        total += float(num) * unit_h[unit.lower()]
-    if total <= 0:
-        raise argparse.ArgumentTypeError(f"the deadline must be positive, got '{text}'")
-    return total
+    """'6h', '90m', '2d', '45min', '3600s' or a bare number of hours (argparse type)."""
+    from advisor.units import parse_duration_hours
+
+    try:
+        return parse_duration_hours(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(exc.message().replace("\n  fix:", ";")) from None
 
 
 def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -81,9 +72,9 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--image-size", type=positive_int, metavar="N", help="image side in pixels")
     g.add_argument("--precision", choices=PRECISIONS, help="bf16/fp16 = autocast with fp32 master weights")
     g.add_argument("--optimizer", choices=("adamw", "sgd", "adamw-8bit"))
-    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    g.add_argument("--channels-last", action="store_true", default=None, help="NHWC memory format (CNNs)")
-    g.add_argument("--grad-ckpt", action="store_true", default=None, help="activation checkpointing per layer")
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
+    g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
+    g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
     g.add_argument("--strategy", choices=("single", "ddp", "fsdp"))
     g.add_argument("--lora-rank", type=positive_int, metavar="R", help="LoRA rank (train adapters only)")
 
@@ -122,21 +113,12 @@ def model_ref(args: argparse.Namespace):
     """The ModelRef the flags name, or a UserError that says how to name one."""
     from advisor.plan import ModelRef
 
-    given = [x for x in (args.model, args.hf_config, args.module) if x]
-    if not given:
-        raise UserError("no model given", fix="add --model NAME (see `advise models`), --hf-config PATH or --module FILE.py:FACTORY")
-    if args.input_shape and not args.module:
-        raise UserError("--input-shape only applies to --module", fix="drop --input-shape, or use --module FILE.py:FACTORY")
-    return ModelRef(name=args.model, hf_config=args.hf_config, module=args.module,
-                    input_shape=args.input_shape, input_dtype=args.input_dtype)
+    return ModelRef.from_flags(name=args.model, hf_config=args.hf_config, module=args.module,
+                               input_shape=args.input_shape, input_dtype=args.input_dtype)
 
 
 def home_dir(args: argparse.Namespace) -> Path:
     """--home, else $CARDWISE_HOME, else the XDG data directory."""
-    if getattr(args, "home", None):
-        return Path(args.home).expanduser()
-    if os.environ.get("CARDWISE_HOME"):
-        return Path(os.environ["CARDWISE_HOME"]).expanduser()
-    from platformdirs import user_data_dir
+    from advisor.paths import resolve_home
 
-    return Path(user_data_dir("cardwise"))
+    return resolve_home(getattr(args, "home", None))
