@@ -193,15 +193,7 @@ def markdown(result: BenchResult, command: str | None = None) -> str:
             f", image {size.image_size}px" if size.image_size else "")
         out += [f"## {model}", "", shape, ""]
         if ok:
-            out.append(f"| variant | mode | {unit} | samples/s | tokens/s | step ms | speedup | efficiency | vs {first} | "
-                       "peak GiB | est peak GiB | peak err | util % | comm ms | est comm ms | est samples/s | err | cal err |")
-            out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-            for r in ok:
-                out.append(f"| {r.variant} | {r.mode} | {r.devices} | {_num(r.samples_per_s)} | {_num(r.tokens_per_s, 0)} | "
-                           f"{_ms(r.step_s)} | {_x(r.speedup)} | {_pct(r.efficiency)} | {_x(r.variant_speedup)} | "
-                           f"{_num(r.peak_gib, 2)} | {_num(r.est_peak_gib, 2)} | {_err(r.peak_error_pct)} | {_util(r)} | "
-                           f"{_ms(r.exposed_comm_s)} | {_ms(r.est_exposed_comm_s)} | {_num(r.est_samples_per_s)} | "
-                           f"{_err(r.est_error_pct)} | {_err(r.calibrated_error_pct)} |")
+            out += _md_table(ok, unit, first, multi=any(r.devices > 1 for r in result.rows if r.status == "ok"))
             if any(r.loader_samples_per_s for r in ok):
                 out += ["", f"| variant | mode | {unit} | DataLoader workers | loader alone samples/s | training through it | on-device data |",
                         "|---|---|---:|---:|---:|---:|---:|"]
@@ -224,6 +216,31 @@ def markdown(result: BenchResult, command: str | None = None) -> str:
     if result.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in result.notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _md_table(rows: list[BenchRow], unit: str, first: str, multi: bool) -> list[str]:
+    """Columns that say something: speedup/efficiency/communication only with several devices,
+    and none that is empty in every row (peak memory on CPU, tokens for CNNs)."""
+    cols: list[tuple[str, bool, object]] = [  # (header, right-aligned, cell)
+        ("variant", False, lambda r: r.variant), ("mode", False, lambda r: r.mode), (unit, True, lambda r: str(r.devices)),
+        ("samples/s", True, lambda r: _num(r.samples_per_s)), ("tokens/s", True, lambda r: _num(r.tokens_per_s, 0)),
+        ("step ms", True, lambda r: _ms(r.step_s))]
+    if multi:
+        cols += [("speedup", True, lambda r: _x(r.speedup)), ("efficiency", True, lambda r: _pct(r.efficiency))]
+    if len({r.variant for r in rows}) > 1:
+        cols.append((f"vs {first}", True, lambda r: _x(r.variant_speedup)))
+    cols += [("peak GiB", True, lambda r: _num(r.peak_gib, 2)), ("est peak GiB", True, lambda r: _num(r.est_peak_gib, 2)),
+             ("peak err", True, lambda r: _err(r.peak_error_pct)), ("util %", True, _util)]
+    if multi:
+        cols += [("comm ms", True, lambda r: _ms(r.exposed_comm_s)), ("est comm ms", True, lambda r: _ms(r.est_exposed_comm_s))]
+    cols += [("est samples/s", True, lambda r: _num(r.est_samples_per_s)), ("err", True, lambda r: _err(r.est_error_pct)),
+             ("cal err", True, lambda r: _err(r.calibrated_error_pct))]
+    cells = [[cell(r) for _, _, cell in cols] for r in rows]
+    keep = [i for i in range(len(cols)) if i < 3 or any(c[i] != "-" for c in cells)]
+    lines = ["| " + " | ".join(cols[i][0] for i in keep) + " |",
+             "|" + "|".join("---:" if cols[i][1] else "---" for i in keep) + "|"]
+    lines += ["| " + " | ".join(c[i] for i in keep) + " |" for c in cells]
+    return lines
 
 
 def write_markdown(result: BenchResult, path: Path, command: str | None = None) -> Path:
