@@ -396,6 +396,8 @@ def plan_jobs(request: BenchRequest, machine) -> tuple[list[Job], list[str]]:
         seq_len = image_size = None
         if spec.is_vision:
             image_size = request.image_size or spec.default_image_size
+            if request.image_size is None:
+                notes.append(f"{name}: images of {image_size}px (--image-size to pin)")
         else:
             seq_len = request.seq_lens.get(name, request.seq_len)
             if seq_len is None:
