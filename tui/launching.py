@@ -1,0 +1,93 @@
+"""From the launch form to a recorded, running run, through the launcher's own functions.
+
+The same steps as ``advise launch`` (launcher/cli/launch_cmd.py): a plan (the recommendation's,
+or ``launcher.cpu_plan`` for CPU processes), a ``Target`` (recipe or script), a store record and
+its run directory, then ``launcher.runner.execute`` (blocking: the launch screen calls it from a
+worker thread and stops it with the ``cancel`` event). No textual here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from advisor.errors import UserError
+from advisor.plan import Plan
+from tui.state import WizardState
+
+TARGETS = ("synthetic", "text-classification", "script")
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """What the launch form says."""
+
+    target: str = "synthetic"  # a recipe name, or "script"
+    script: str = ""  # "train.py --lr {lr}" (shell words) when target == "script"
+    cpu: bool = True
+    processes: int = 2
+    micro_batch: int | None = None
+    max_steps: int | None = 20
+
+
+def build_plan(choice: LaunchChoice, state: WizardState, gpu_plan: Plan | None) -> tuple[Plan, list[str]]:
+    """(plan, notes on defaults applied): CPU processes from the wizard's choices, or the GPU plan."""
+    if not choice.cpu:
+        if gpu_plan is None:
+            raise UserError("no GPU plan yet", fix="open the Recommendation (F5) first, or launch on CPU processes")
+        return gpu_plan, []
+    if state.model is None:
+        raise UserError("no model chosen", fix="pick one on the Model screen (F3)")
+    from launcher.cpu_plan import plan_from_args
+
+    w = state.workload
+    ref = state.model
+    args = argparse.Namespace(
+        model=ref.name, hf_config=ref.hf_config, module=ref.module, input_shape=ref.input_shape,
+        input_dtype=ref.input_dtype, processes=choice.processes, nodes=1, micro_batch=choice.micro_batch,
+        batch_size=w.batch_size, seq_len=w.seq_len, image_size=w.image_size, base_lr=w.base_lr,
+        base_batch=w.base_batch, lr_scaling=w.lr_scaling, dataset_size=w.dataset_size, epochs=w.epochs,
+        max_steps=choice.max_steps, task=w.task)
+    return plan_from_args(args)
+
+
+def build_target(choice: LaunchChoice, plan: Plan):
+    """The launcher Target, checked as ``advise launch`` checks it."""
+    from launcher.command import Target
+
+    if choice.target == "script":
+        words = shlex.split(choice.script)
+        if not words:
+            raise UserError("no script given", fix="type the script and its arguments, e.g. train.py --lr {lr}")
+        return Target.from_cli(None, words)
+    target = Target.from_cli(choice.target, [])
+    if not plan.model.name:
+        raise UserError(f"recipe {choice.target} trains catalog models", fix="pick a catalog model, or launch a script")
+    if choice.target == "text-classification":
+        if plan.model.name != "mini-transformer":
+            raise UserError("recipe text-classification trains mini-transformer", fix="pick mini-transformer (F3)")
+    return target
+
+
+def create_run(store, plan: Plan, target) -> tuple[object, Path]:
+    """A store record (queued) and its run directory, as ``advise launch`` makes them."""
+    from launcher.home import make_run_dir
+
+    home = Path(store.path).parent
+    rec = store.create(label=f"{plan.model.label()} · {target.label()}", plan=plan.model_dump(mode="json"))
+    rdir = make_run_dir(home, rec.id)
+    rec = store.update(rec.id, run_dir=str(rdir))
+    return rec, rdir
+
+
+def execute_run(store, run_id: str, plan: Plan, target, run_dir: Path, *, max_steps: int | None,
+                cancel: threading.Event, echo: IO[str] | None, grace_s: float = 5.0):
+    """Run to a terminal status (blocking) and return the final RunRecord."""
+    from launcher.runner import RunOptions, execute
+
+    options = RunOptions(max_steps=max_steps, grace_s=grace_s)
+    return execute(store, run_id, plan, target, run_dir, options, cancel=cancel, echo=echo)

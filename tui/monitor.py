@@ -1,0 +1,172 @@
+"""Reading a live run: metrics rows as they are appended, log lines by rank, device usage.
+
+Plain Python for the launch screen's workers (no textual). The runner echoes the launcher's
+log, where torchrun prefixes every rank's line with ``[defaultN]:``; ``LineSink`` is the file
+object it echoes into, and ``split_rank`` files each line under its rank.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from advisor.hardware import Machine
+
+_RANK_RE = re.compile(r"^\[default(\d+)\]:(.*)$")
+OOM_RETRY_MARK = "cardwise: out of GPU memory"
+
+
+def split_rank(line: str) -> tuple[int | None, str]:
+    """``'[default1]:step 3 ...'`` -> ``(1, 'step 3 ...')``; unprefixed lines -> ``(None, line)``."""
+    m = _RANK_RE.match(line)
+    if m:
+        return int(m.group(1)), m.group(2)
+    return None, line
+
+
+class LineSink:
+    """A write-only text file that keeps whole lines for another thread to drain (thread-safe)."""
+
+    def __init__(self, keep: int = 2000):
+        self._lock = threading.Lock()
+        self._lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            parts = (self._partial + text).split("\n")
+            self._partial = parts.pop()
+            self._lines.extend(p.rstrip("\r") for p in parts)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def drain(self, final: bool = False) -> list[str]:
+        with self._lock:
+            out = list(self._lines)
+            self._lines.clear()
+            if final and self._partial:
+                out.append(self._partial)
+                self._partial = ""
+        return out
+
+
+class MetricsTail:
+    """New rows of a growing ``metrics.jsonl`` on each ``read()`` (a cut-off last line waits)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        rows = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "step" in row:
+                rows.append(row)
+        return rows
+
+
+def read_metrics(path: Path) -> list[dict]:
+    return MetricsTail(path).read()
+
+
+def read_tail(path: Path, lines: int = 200, limit: int = 200_000) -> list[str]:
+    """The last ``lines`` lines of a text file ([] when it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """One device's utilisation and memory at one moment (a GPU, or the CPU when there is none)."""
+
+    label: str
+    util_pct: float | None
+    mem_used_gib: float | None
+    mem_total_gib: float | None
+
+
+class DeviceSampler:
+    """Per-GPU utilisation and memory from NVML; CPU and RAM (psutil) when there is no GPU."""
+
+    def __init__(self, machine: Machine):
+        self.gpu = machine.has_gpu
+        self._nvml = None
+
+    def sample(self) -> list[DeviceSample]:
+        if self.gpu:
+            try:
+                return self._gpus()
+            except Exception:  # driver gone mid-run: fall back to the host view
+                self.gpu = False
+        return self._cpu()
+
+    def _gpus(self) -> list[DeviceSample]:
+        if self._nvml is None:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+        nv = self._nvml
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+            out.append(DeviceSample(f"GPU{i}", util, mem.used / 2**30, mem.total / 2**30))
+        return out
+
+    def _cpu(self) -> list[DeviceSample]:
+        try:
+            import psutil
+        except ImportError:
+            return [DeviceSample("CPU", None, None, None)]
+        vm = psutil.virtual_memory()
+        return [DeviceSample("CPU", psutil.cpu_percent(interval=None), (vm.total - vm.available) / 2**30, vm.total / 2**30)]
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None
+
+
+class FixedSampler:
+    """Always the same samples: for tests and screenshots."""
+
+    def __init__(self, samples: list[DeviceSample]):
+        self.samples = list(samples)
+
+    def sample(self) -> list[DeviceSample]:
+        return list(self.samples)
+
+    def close(self) -> None:
+        pass

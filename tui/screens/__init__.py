@@ -1,0 +1,1 @@
+"""Screens of the wizard, one per module, each with its ``.tcss``."""

@@ -1,0 +1,294 @@
+"""Step 4, Recommendation: what to run and why, from the rules layer.
+
+Tabs: Summary (the configuration, memory bar against the GPU's memory, speed, the launch
+command), Tree (the decision tree with the path taken), Scaling (throughput and time-to-train on
+1..N GPUs), Rules (each rule fired, with its why) and Alternatives (compromises with their cost,
+and warnings). ``s`` saves the plan, ``c`` copies the launch command, ``l`` goes to Launch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
+
+from advisor.errors import UserError
+from tui import compute
+from tui.messages import RecommendationReady
+from tui.screens.base import StepScreen
+from tui.widgets.decision_tree import DecisionTree
+from tui.widgets.memory_bar import MemoryBar
+
+TABS = ("tab-summary", "tab-tree", "tab-scaling", "tab-rules", "tab-alts")
+
+
+def _yn(v) -> str:
+    return "yes" if v else "no"
+
+
+def config_text(view: compute.RecView) -> str:
+    r = view.rec
+    nodes = int(r.get("nodes") or 1)
+    where = f"{r.get('gpus')} GPU(s)" + (f" on {nodes} nodes" if nodes > 1 else "")
+    lr = r.get("lr")
+    lines = [
+        f"[b]{str(r.get('strategy', '?')).upper()}[/b] on {where} · precision [b]{r.get('precision')}[/b]"
+        f" · compile {_yn(r.get('compile'))} · checkpointing {_yn(r.get('grad_ckpt'))}",
+        f"micro-batch {r.get('micro_batch')} x {r.get('grad_accum')} accumulation x {r.get('gpus')} GPU(s)"
+        f" = global batch [b]{r.get('global_batch')}[/b]",
+        f"LR {lr:.3g} ({r.get('lr_scaling')} scaling) · warmup {r.get('warmup_steps')} steps"
+        f" · {r.get('num_workers')} dataloader workers per GPU" if isinstance(lr, (int, float)) else "",
+    ]
+    return "\n".join(line for line in lines if line)
+
+
+def speed_text(view: compute.RecView) -> str:
+    e = view.estimate
+    t = e.get("throughput", {})
+    parts = [f"{float(t.get('samples_per_s') or 0):,.1f} samples/s"]
+    if t.get("tokens_per_s"):
+        parts[0] += f" ({float(t['tokens_per_s']):,.0f} tokens/s)"
+    if t.get("step_s") is not None:
+        parts.append(f"step {float(t['step_s']):.3g} s")
+    if t.get("mfu") is not None:
+        parts.append(f"MFU {float(t['mfu']):.0%}")
+    parts.append(f"time to train [b]{compute.hours_text(e.get('time_to_train_h'))}[/b]")
+    return " · ".join(parts)
+
+
+def rules_table(view: compute.RecView):
+    """Each rule fired: its id (warnings in yellow) and why, as a two-column table that wraps."""
+    from rich.table import Table
+    from rich.text import Text
+
+    fired = view.data.get("rules_fired", [])
+    if not fired:
+        return Text("no rules fired" if view.source == "rules" else "no rules: the rules layer is not installed",
+                    style="dim")
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 0), expand=True)
+    t.add_column("id", style="bold", no_wrap=True, max_width=28)
+    t.add_column("why", ratio=1)
+    for r in fired:
+        warn = r.get("level") == "warning"
+        t.add_row(Text(str(r.get("id")), style="bold yellow" if warn else "bold"), str(r.get("why", "")))
+    return t
+
+
+def _alt_line(a) -> str:
+    """One alternative (rules.recommend.Alternative as JSON): name, summary, numbers, cost."""
+    if not isinstance(a, dict):
+        return f"• {a}"
+    fits = a.get("fits")
+    mark = "" if fits is None else (" [green](fits)[/]" if fits else " [red](does not fit)[/]")
+    out = f"• [b]{a.get('name', 'alternative')}[/b]{mark}: {a.get('summary', '')}"
+    nums = []
+    if a.get("gpus"):
+        nums.append(f"{a.get('strategy', '')} on {a['gpus']} GPU(s)")
+    if a.get("peak_gib") is not None:
+        nums.append(f"peak {float(a['peak_gib']):.1f} GiB")
+    if a.get("samples_per_s") is not None:
+        nums.append(f"{float(a['samples_per_s']):,.1f} samples/s")
+    if a.get("time_to_train_h") is not None:
+        nums.append(f"time to train {compute.hours_text(a['time_to_train_h'])}")
+    cost = a.get("cost") or {}
+    costs = [f"{k.replace('_', ' ')}: {v}" for k, v in cost.items() if v] if isinstance(cost, dict) else [str(cost)]
+    if nums:
+        out += f"\n  [dim]{' · '.join(nums)}[/dim]"
+    if costs:
+        out += f"\n  [yellow]cost[/yellow] {'; '.join(costs)}"
+    if a.get("command"):
+        out += f"\n  [dim]$ {a['command']}[/dim]"
+    return out
+
+
+def alternatives_text(view: compute.RecView) -> str:
+    alts = view.data.get("alternatives", [])
+    warns = view.data.get("warnings", [])
+    out = ["[b]Alternatives[/b]"] + ([_alt_line(a) for a in alts] or ["[dim]none needed[/dim]"])
+    if warns:
+        out += ["", "[b yellow]Warnings[/b yellow]"] + [f"! {w}" for w in warns]
+    return "\n".join(out)
+
+
+def _num(v, fmt: str, none: str = "-") -> str:
+    return none if v is None else fmt.format(v)
+
+
+def scaling_cells(row: dict) -> tuple[str, ...]:
+    """One row of the rules' 1..N GPU table (rules.recommend.ScalingRow as JSON)."""
+    mark = "▶" if row.get("chosen") else " "
+    gpus = f"{mark}{row.get('gpus')}"
+    if not row.get("fits"):
+        return (gpus, str(row.get("strategy", "")), "-", "-", "-", "-", _num(row.get("device_gib"), "{:.0f}*"), "no")
+    accum = f"{row.get('micro_batch')}x{row.get('grad_accum')}" if row.get("micro_batch") else "-"
+    speed = " ".join(x for x in (_num(row.get("speedup"), "{:.2f}x", ""),
+                                 _num(row.get("scaling_efficiency"), "{:.0%}", "")) if x) or "-"
+    return (gpus, str(row.get("strategy", "")), accum, _num(row.get("samples_per_s"), "{:,.1f}"), speed,
+            compute.hours_text(row.get("time_to_train_h")), _num(row.get("peak_gib"), "{:.1f}"), "yes")
+
+
+SCALING_COLUMNS = ("GPUs", "strategy", "micro", "samples/s", "speedup eff", "time", "peak GiB", "fits")
+
+
+class RecommendationScreen(StepScreen):
+    STEP = "recommendation"
+    CSS_PATH = "recommendation.tcss"
+    BINDINGS = [
+        Binding("s", "save_plan", "Save plan"),
+        Binding("c", "copy_command", "Copy command"),
+        Binding("l", "launch", "Launch"),
+        Binding("g", "recompute", "Recompute", show=False),
+        *[Binding(str(i + 1), f"tab('{t}')", t.removeprefix("tab-").title(), show=False) for i, t in enumerate(TABS)],
+    ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shown_version = -1
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("", id="rec-title", classes="title")
+        with TabbedContent(id="rec-tabs"):
+            with TabPane("1 Summary", id="tab-summary"):
+                yield Static("", id="rec-config")
+                yield MemoryBar(id="membar")
+                yield Static("", id="rec-speed")
+                yield Static("", id="rec-command")
+            with TabPane("2 Tree", id="tab-tree"):
+                yield DecisionTree(id="tree")
+                yield Static("", id="tree-why")
+            with TabPane("3 Scaling", id="tab-scaling"):
+                yield DataTable(id="scaling", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="scaling-note", classes="note")
+            with TabPane("4 Rules", id="tab-rules"):
+                with VerticalScroll():
+                    yield Static("", id="rules")
+            with TabPane("5 Alternatives", id="tab-alts"):
+                with VerticalScroll():
+                    yield Static("", id="alts")
+
+    def on_mount(self) -> None:
+        self.query_one("#scaling", DataTable).add_columns(*SCALING_COLUMNS)
+
+    def on_screen_resume(self) -> None:
+        view = self.wizard.recommendation
+        if view is not None and self.shown_version == self.wizard.version:
+            return
+        if view is not None:
+            self._show_view(view)
+            return
+        self.action_recompute()
+
+    # -------------------------------------------------------------- computing
+    def action_recompute(self) -> None:
+        if self.wizard.problems:
+            step, message = next(iter(self.wizard.problems.items()))
+            key = {"hardware": "F2", "workload": "F4"}.get(step, "")
+            self.query_one("#rec-title", Static).update(f"[b red]{message}[/] — fix it on the {step.title()} screen ({key})")
+            return
+        if self.wizard.state.model is None:
+            self.query_one("#rec-title", Static).update("[b red]no model chosen[/] — pick one on the Model screen (F3)")
+            return
+        self.query_one("#rec-title", Static).update("computing the recommendation …")
+        self._compute(self.wizard.version, self.wizard.state.snapshot(), self.wizard.machine, self.wizard.home)
+
+    @work(thread=True, exclusive=True, group="recommend")
+    def _compute(self, version: int, state, machine, home) -> None:
+        try:
+            view = compute.recommend(state, machine, home)
+        except UserError as exc:
+            self.post_message(RecommendationReady(version, None, exc.message()))
+            return
+        except Exception as exc:  # shown, not raised: the wizard keeps running
+            self.post_message(RecommendationReady(version, None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(RecommendationReady(version, view))
+
+    def on_recommendation_ready(self, message: RecommendationReady) -> None:
+        if message.token != self.wizard.version:
+            return
+        if message.view is None:
+            self.query_one("#rec-title", Static).update(f"[b red]{message.error}[/]")
+            return
+        self.wizard.recommendation = message.view
+        self._show_view(message.view)
+
+    # -------------------------------------------------------------- rendering
+    def _show_view(self, view: compute.RecView) -> None:
+        self.shown_version = self.wizard.version
+        r = view.rec
+        fits = "" if r.get("fits", True) else " [b red](does not fit)[/]"
+        self.query_one("#rec-title", Static).update(
+            f"{view.model.name} on {view.hardware_label}: [b]{str(r.get('strategy', '?')).upper()}[/b] "
+            f"on {r.get('gpus')} GPU(s){fits}")
+        self.query_one("#rec-config", Static).update(config_text(view))
+        mem = view.estimate.get("memory", {})
+        self.query_one("#membar", MemoryBar).show(mem, view.gpu_memory_gib)
+        self.query_one("#rec-speed", Static).update(speed_text(view))
+        cmd = view.command
+        self.query_one("#rec-command", Static).update(
+            (f"[b]$[/b] {cmd}\n" if cmd else "") + "[dim]c: copy command · s: save plan · l: launch[/dim]")
+        tree = self.query_one("#tree", DecisionTree)
+        tree.show(view.tree, view.data.get("decision_path", []))
+        self._explain(tree.cursor_node.data if tree.cursor_node else None)
+        table = self.query_one("#scaling", DataTable)
+        table.clear()
+        for row in view.scaling:
+            table.add_row(*scaling_cells(row))
+        notes = [f"{r.get('gpus')} GPU(s): {r['note']}" for r in view.scaling if r.get("note")]
+        self.query_one("#scaling-note", Static).update(
+            "\n".join(notes + ["▶ recommended · micro = micro-batch x accumulation · * GiB needed per GPU when it "
+                                "does not fit · estimates: `advise bench` measures and calibrates"])
+            if view.scaling else "no plan to scale")
+        self.query_one("#rules", Static).update(rules_table(view))
+        self.query_one("#alts", Static).update(alternatives_text(view))
+
+    @on(Tree.NodeHighlighted, "#tree")
+    def _highlight(self, event: Tree.NodeHighlighted) -> None:
+        self._explain(event.node.data)
+
+    def _explain(self, info) -> None:
+        self.query_one("#tree-why", Static).update(DecisionTree.explain(info))
+
+    # -------------------------------------------------------------- actions
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#rec-tabs", TabbedContent).active = tab
+
+    def action_copy_command(self) -> None:
+        view = self.wizard.recommendation
+        if view is None or not view.command:
+            self.notify("no command yet", severity="warning")
+            return
+        self.app.copy_to_clipboard(view.command)
+        self.action_tab("tab-summary")
+        self.notify(f"copied: {view.command}", title="launch command", timeout=4)
+
+    def action_save_plan(self) -> None:
+        view = self.wizard.recommendation
+        if view is None or view.plan is None:
+            self.notify("no plan yet", severity="warning")
+            return
+        from tui.screens.save_plan import SavePlanScreen
+
+        default = Path.cwd() / f"plan-{view.model.name.replace('/', '_')}.json"
+
+        def save(path: str | None) -> None:
+            if not path:
+                return
+            target = Path(path).expanduser()
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                view.plan.save(target)
+            except OSError as exc:
+                self.notify(f"cannot write {target}: {exc.strerror}", severity="error")
+                return
+            self.notify(f"saved plan to {target}\nlaunch it with: advise launch --plan {target} --recipe synthetic",
+                        title="plan saved", timeout=6)
+
+        self.app.push_screen(SavePlanScreen(str(default)), save)
+
+    def action_launch(self) -> None:
+        self.app.action_step("launch")

@@ -1,0 +1,111 @@
+"""What the user has chosen so far, as plain data: hardware, model and workload.
+
+No textual here: screens edit a ``WizardState``, workers receive a frozen copy of it (pydantic
+``model_copy``), and ``tui.compute`` turns it into calls of the layers below. Every field means
+what the CLI flag of the same name means (DESIGN.md contracts), so the wizard and ``advise``
+agree on every number.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.hardware import HardwareSpec, Machine, resolve_hardware
+from advisor.plan import ModelRef
+
+# Planned for when nothing is detected and nothing is named: the README's stated default.
+DEFAULT_PLANNED_GPU = "A100-SXM-80GB"
+DEFAULT_PLANNED_COUNT = 8
+
+
+class HardwareChoice(BaseModel):
+    """Detected GPUs, or a machine the user plans for (``--gpu NAME --gpus N --nodes N``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["detected", "planned"] = "detected"
+    gpu: str = Field(DEFAULT_PLANNED_GPU, description="GPU table name, used in planned mode")
+    gpus: int | None = Field(None, ge=1, description="GPUs per node; None = all detected (planned: 8)")
+    nodes: int = Field(1, ge=1)
+
+    @classmethod
+    def initial(cls, machine: Machine, gpu: str | None = None, gpus: int | None = None,
+                nodes: int = 1) -> "HardwareChoice":
+        """Detected GPUs when there are some and none is named; planned otherwise."""
+        if gpu is not None:
+            from advisor.gpus import get_gpu
+
+            return cls(mode="planned", gpu=get_gpu(gpu).name, gpus=gpus, nodes=nodes)
+        if machine.has_gpu:
+            kind = machine.gpus[0].spec or DEFAULT_PLANNED_GPU  # the planned-mode default: the same kind
+            return cls(mode="detected", gpu=kind, gpus=gpus, nodes=nodes)
+        return cls(mode="planned", gpus=gpus or DEFAULT_PLANNED_COUNT, nodes=nodes)
+
+    def resolve(self, machine: Machine) -> HardwareSpec:
+        """The HardwareSpec an estimate uses (UserError when the detected GPU is not in the table)."""
+        if self.mode == "planned":
+            return resolve_hardware(machine, gpu=self.gpu, gpus=self.gpus or DEFAULT_PLANNED_COUNT, nodes=self.nodes)
+        return resolve_hardware(machine, gpus=self.gpus, nodes=self.nodes)
+
+    def rules_kwargs(self) -> dict:
+        """Hardware keywords for ``rules.api.advise`` (None = what is detected)."""
+        if self.mode == "planned":
+            return {"gpu": self.gpu, "gpus": self.gpus or DEFAULT_PLANNED_COUNT, "nodes": self.nodes}
+        return {"gpu": None, "gpus": self.gpus, "nodes": self.nodes}
+
+    def label(self, machine: Machine) -> str:
+        if self.mode == "detected" and machine.has_gpu:
+            n = self.gpus or len(machine.gpus)
+            return f"{n}x {machine.gpus[0].name} (detected)"
+        count = self.gpus or DEFAULT_PLANNED_COUNT
+        nodes = f" x {self.nodes} nodes" if self.nodes > 1 else ""
+        return f"{count}x {self.gpu}{nodes} (planned)"
+
+
+class Workload(BaseModel):
+    """The workload flags; None = not given (the rules or the model's defaults decide)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str | None = None
+    batch_size: int | None = Field(None, description="global batch")
+    seq_len: int | None = None
+    image_size: int | None = None
+    dataset_size: int | None = None
+    epochs: float | None = None
+    deadline_h: float | None = None
+    base_lr: float | None = None
+    base_batch: int | None = None
+    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+
+    def problems(self) -> dict[str, str]:
+        """Field -> message for combinations the rules would refuse (flagged on the field)."""
+        out: dict[str, str] = {}
+        if self.deadline_h is not None and not (self.dataset_size and self.epochs):
+            out["deadline_h"] = "a deadline needs dataset size and epochs"
+        if self.dataset_size and not self.epochs:
+            out["epochs"] = "time-to-train needs epochs too"
+        if self.epochs and not self.dataset_size:
+            out["dataset_size"] = "time-to-train needs the dataset size too"
+        return out
+
+    def rules_kwargs(self) -> dict:
+        """Workload keywords for ``rules.api.advise`` / ``rules.request.Request`` (unset ones dropped)."""
+        out = {k: v for k, v in self.model_dump().items() if v is not None and k != "lr_scaling"}
+        out["lr_scaling"] = self.lr_scaling
+        return out
+
+
+class WizardState(BaseModel):
+    """Everything the wizard has been told. Copied (never shared) into workers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hardware: HardwareChoice = Field(default_factory=HardwareChoice)
+    model: ModelRef | None = None
+    workload: Workload = Field(default_factory=Workload)
+
+    def snapshot(self) -> "WizardState":
+        return self.model_copy(deep=True)

@@ -1,0 +1,1 @@
+"""Widgets of the wizard, one per module, each with its ``.tcss``."""
