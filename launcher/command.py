@@ -56,16 +56,14 @@ class Target(BaseModel):
 
     @classmethod
     def from_cli(cls, recipe: str | None, script_args: list[str], recipe_args: list[str] | None = None) -> "Target":
-        """From ``--recipe NAME`` or ``-- SCRIPT ARGS...`` (``-- -m pkg.mod ARGS`` for a module)."""
-        if recipe and script_args:
-            raise UserError("give either --recipe or a script after --, not both",
-                            fix="advise launch ... --recipe synthetic   or   advise launch ... -- train.py --lr {lr}")
+        """From ``--recipe NAME [-- RECIPE ARGS]`` or ``-- SCRIPT ARGS...`` (``-- -m pkg.mod ARGS`` for a module)."""
         if recipe:
             if recipe not in RECIPES:
                 from advisor.errors import unknown_name
 
                 raise unknown_name("recipe", recipe, RECIPES, "advise launch --help")
-            return cls(kind="recipe", name=recipe, args=list(recipe_args or []))
+            # with --recipe, anything after `--` goes to the recipe (e.g. `-- --pool 8 --log-every 1`)
+            return cls(kind="recipe", name=recipe, args=[*(recipe_args or []), *script_args])
         if not script_args:
             raise UserError("nothing to launch", fix="add --recipe synthetic, or `-- train.py ARGS...` after the flags")
         if script_args[0] == "-m":

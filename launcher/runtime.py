@@ -105,6 +105,7 @@ class Runtime:
         self._loss_sum: torch.Tensor | None = None
         self._since_log = 0
         self._t_log: float | None = None
+        self.first_step_time: float | None = None
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "Runtime":
@@ -237,6 +238,9 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.step()
         self.step += 1
+        if self.step == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
+            self._sync()
+            self.first_step_time = time.time()
         mean = total / self.plan.config.grad_accum
         self._loss_sum = mean if self._loss_sum is None else self._loss_sum + mean
         self._since_log += 1
@@ -297,7 +301,8 @@ class Runtime:
             total += float(t.double().sum())
         info = {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "attempt": self.attempt,
                 "micro_batch": self.plan.config.micro_batch, "grad_accum": self.plan.config.grad_accum,
-                "param_sha256": digest.hexdigest(), "param_sum": total, **extra}
+                "param_sha256": digest.hexdigest(), "param_sum": total,
+                "first_step_time": self.first_step_time, **extra}
         if self.run_dir is not None:
             (self.run_dir / f"final-rank{self.rank}.json").write_text(json.dumps(info, indent=2) + "\n")
         acc.end_training()
