@@ -24,6 +24,8 @@
 # mini-transformer 128 x 256.
 # Needs cardwise's dependencies (pyproject.toml: torch, accelerate, pydantic, rich, nvidia-ml-py,
 # psutil, pyyaml); nothing is downloaded. PYTHON=... picks the interpreter (default python3).
+# Short of time? MODELS=gpt2,resnet50 PRECISIONS=fp32,bf16 STEPS=5 bash benchmarks/h200_bench.sh OUT
+# runs a subset (the compiled rows are ~60% of the time).
 set -euo pipefail
 
 out=${1:?usage: bash benchmarks/h200_bench.sh OUT_DIR}
@@ -39,17 +41,23 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
   echo "h200_bench: no CUDA GPU visible to $py" >&2; exit 2; }
 
+models=${MODELS:-resnet50,vit-b-16,gpt2,llama3.2-1b,mini-transformer}
+pick() {  # the MODEL=N pairs of the models benched, comma-separated
+  local kv picked=()
+  for kv in "$@"; do [[ ",$models," == *",${kv%%=*},"* ]] && picked+=("$kv"); done
+  (IFS=,; echo "${picked[*]}")
+}
+
 # A fresh home: "before calibration" is then the packaged estimator alone.
 home=${BENCH_HOME:-$(mktemp -d)/home}
 rm -rf "$home"
 start=$(date +%s)
 set +e
 "$py" -m launcher.cli.main bench --gpus 1 --modes single \
-  --model resnet50,vit-b-16,gpt2,llama3.2-1b,mini-transformer \
-  --precision fp32,bf16,bf16+compile,bf16+channels-last \
-  --micro-batch resnet50=128,vit-b-16=128,gpt2=16,llama3.2-1b=4,mini-transformer=128 \
-  --seq-len gpt2=1024,llama3.2-1b=2048,mini-transformer=256 \
-  --steps 10 --warmup 3 --home "$home" \
+  --model "$models" --precision "${PRECISIONS:-fp32,bf16,bf16+compile,bf16+channels-last}" \
+  --micro-batch "$(pick resnet50=128 vit-b-16=128 gpt2=16 llama3.2-1b=4 mini-transformer=128)" \
+  --seq-len "$(pick gpt2=1024 llama3.2-1b=2048 mini-transformer=256)" \
+  --steps "${STEPS:-10}" --warmup 3 --home "$home" \
   --report "$out/h200-1gpu.md" --csv "$out/h200-1gpu.csv" --plot "$out/h200-1gpu.png" \
   --json > "$out/h200-1gpu.json" 2> >(tee "$out/h200-1gpu.log" >&2)
 rc=$?
