@@ -385,3 +385,36 @@ def test_help_lists_every_key_of_every_screen(store):
             assert type(app.screen).__name__ == "HardwareScreen"
 
     run(flow())
+
+
+def test_oom_retries_show_as_they_happen(store):
+    """The runner's OOM-retry line and the record's "oom" attempt reach the status line and a toast."""
+    import threading
+
+    from launcher.store import Attempt, RunRecord
+    from tui.messages import RunSample
+
+    app = cpu_app(store)
+
+    async def flow():
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f6")
+            screen = app.screen
+            screen._cancel, screen.run_id, screen.world, screen.started_at = threading.Event(), "r1", 2, time.monotonic()
+            rec = RunRecord(id="r1", status="running", created=demo.T0, attempts=[
+                Attempt(n=1, micro_batch=8, grad_accum=1, status="oom"),
+                Attempt(n=2, micro_batch=4, grad_accum=2, status="running")])
+            line = ("cardwise: out of GPU memory at micro-batch 8; retrying with 4 x 2 accumulation "
+                    "(same global batch)")
+            screen.post_message(RunSample("r1", ["[default0]:step 1: loss 0.7", line], [
+                {"step": 1, "loss": 0.7, "samples_per_s": 3.0, "rank": 0},
+                {"step": 1, "loss": 0.7, "samples_per_s": 3.5, "rank": 1}], demo.cpu_samples(), rec))
+            await pilot.pause()
+            status = text_of(app, "#run-status")
+            assert "1 OOM retry" in status and "micro-batch 8 ran out of memory" in status
+            assert "attempt 2: micro-batch 4 x 2" in status
+            assert any(n.title == "OOM retry" for n in app._notifications)
+            assert app.screen.query_one("#thr-plot", MetricPlot).values == [6.5]  # summed over both ranks
+            screen._cancel = None
+
+    run(flow())

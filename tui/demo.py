@@ -156,3 +156,79 @@ def demo_recommendation() -> RecView:
     tree = [TreeNodeView(id=i, question=q, why="", next=nx) for i, q, nx in _STATIC_TREE]
     return RecView(data=data, plan=plan, model=info, hardware_label="4x NVIDIA H100 80GB HBM3 (detected)",
                    gpu_memory_gib=79.65, scaling=data["scaling"], tree=tree, source="rules")
+
+
+# ---------------------------------------------------------------- README screenshots
+def save_screenshots(out_dir: str | Path, home: str | Path = "/tmp/cardwise-demo") -> list[Path]:
+    """The README's SVGs, from the real rules on the demo 4x H100 machine, and a real 2-process CPU run.
+
+        python -m tui.demo docs/img
+    """
+    import shutil
+    import time as _time
+
+    from launcher.store import RunStore
+    from tui.app import make_app
+    from tui.monitor import FixedSampler
+    from tui.state import HardwareChoice, WizardState, Workload
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(home, ignore_errors=True)
+    saved: list[Path] = []
+
+    async def until(pilot, cond, timeout: float = 120.0) -> None:
+        end = _time.monotonic() + timeout
+        while not cond():
+            if _time.monotonic() > end:
+                raise TimeoutError("screenshot state not reached")
+            await pilot.pause(0.1)
+
+    def shot(app, name: str) -> None:
+        saved.append(Path(app.save_screenshot(f"{name}.svg", path=str(out_dir))))
+
+    machine = gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="llama3-8b"),
+                        workload=Workload(dataset_size=1_000_000, epochs=1, deadline_h=10))
+    app = make_app(machine, RunStore.open(Path(home) / "gpu"), state=state,
+                   sampler_factory=lambda m: FixedSampler(gpu_samples()))
+
+    async def advice(pilot):
+        await pilot.press("f5")
+        await until(pilot, lambda: pilot.app.recommendation is not None)
+        await pilot.pause(0.3)
+        shot(pilot.app, "wizard-recommendation")
+        await pilot.press("2", "tab", "end", "up", "up")  # the cursor on I: DDP or FSDP?
+        await pilot.pause(0.3)
+        shot(pilot.app, "wizard-decision-tree")
+        pilot.app.exit(0)
+
+    app.run(headless=True, size=(80, 24), auto_pilot=advice)
+
+    cpu_state = WizardState(hardware=HardwareChoice.initial(cpu_machine()), model=ModelRef(name="mini-transformer"),
+                            workload=Workload(seq_len=32))
+    app = make_app(cpu_machine(2), RunStore.open(Path(home) / "cpu"), state=cpu_state,
+                   sampler_factory=lambda m: FixedSampler(cpu_samples()))
+
+    async def monitor(pilot):
+        await pilot.press("f6")
+        screen = pilot.app.screen
+        screen.query_one("#micro").value = "2"
+        screen.query_one("#steps").value = "20"
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: screen.run_id is not None and not screen.running)
+        await pilot.pause(1.0)
+        pilot.app.clear_notifications()
+        await pilot.pause(0.2)
+        shot(pilot.app, "wizard-monitor")
+        pilot.app.exit(0)
+
+    app.run(headless=True, size=(80, 24), auto_pilot=monitor)
+    return saved
+
+
+if __name__ == "__main__":
+    import sys
+
+    for p in save_screenshots(sys.argv[1] if len(sys.argv) > 1 else "docs/img"):
+        print(p)

@@ -34,12 +34,11 @@ class LaunchChoice:
     max_steps: int | None = 20
 
 
-def build_plan(choice: LaunchChoice, state: WizardState, gpu_plan: Plan | None) -> tuple[Plan, list[str]]:
-    """(plan, notes on defaults applied): CPU processes from the wizard's choices, or the GPU plan."""
+def build_plan(choice: LaunchChoice, state: WizardState, view=None, machine=None) -> tuple[Plan, list[str]]:
+    """(plan, notes on defaults applied): CPU processes from the wizard's choices, or the
+    recommendation's GPU plan (``view``: tui.compute.RecView) when it is for this machine's GPUs."""
     if not choice.cpu:
-        if gpu_plan is None:
-            raise UserError("no GPU plan yet", fix="open the Recommendation (F5) first, or launch on CPU processes")
-        return gpu_plan, []
+        return _gpu_plan(state, view, machine), []
     if state.model is None:
         raise UserError("no model chosen", fix="pick one on the Model screen (F3)")
     from launcher.cpu_plan import plan_from_args
@@ -53,6 +52,24 @@ def build_plan(choice: LaunchChoice, state: WizardState, gpu_plan: Plan | None) 
         base_batch=w.base_batch, lr_scaling=w.lr_scaling, dataset_size=w.dataset_size, epochs=w.epochs,
         max_steps=choice.max_steps, task=w.task)
     return plan_from_args(args)
+
+
+def _gpu_plan(state: WizardState, view, machine) -> Plan:
+    if machine is None or not machine.has_gpu:
+        raise UserError("no GPU on this machine", fix="launch on CPU processes (gloo) instead")
+    if view is None or view.plan is None:
+        raise UserError("no GPU plan yet", fix="open the Recommendation (F5) first, or launch on CPU processes")
+    if state.hardware.mode == "planned":
+        raise UserError(f"the plan is for {state.hardware.label(machine)}, not for this machine's GPUs",
+                        fix="switch Hardware (F2) back to the detected GPUs, or save the plan (F5, s) for that machine")
+    if not view.rec.get("fits", True):
+        raise UserError("the recommended configuration does not fit in GPU memory",
+                        fix="pick a fitting alternative (F5, tab 5) and plan with it, or launch on CPU processes")
+    plan = view.plan
+    if plan.nodes > 1 or plan.world_size > len(machine.gpus):
+        raise UserError(f"the plan needs {plan.world_size} GPUs on {plan.nodes} node(s); this machine has "
+                        f"{len(machine.gpus)}", fix="launch multi-node plans with `advise launch --plan` on each node")
+    return plan
 
 
 def build_target(choice: LaunchChoice, plan: Plan):

@@ -150,14 +150,14 @@ class LaunchScreen(StepScreen):
         if self.running:
             self.notify("a run is already going: x stops it", severity="warning")
             return
-        gpu_plan = self.wizard.recommendation.plan if self.wizard.recommendation is not None else None
         if self.wizard.problems:
             step, message = next(iter(self.wizard.problems.items()))
             self._status(f"[b red]{message}[/] — fix it on the {step.title()} screen first")
             return
         try:
             choice = self._choice()
-            plan, notes = launching.build_plan(choice, self.wizard.state, gpu_plan)
+            plan, notes = launching.build_plan(choice, self.wizard.state, self.wizard.recommendation,
+                                               self.wizard.machine)
             target = launching.build_target(choice, plan)
         except UserError as exc:
             self._status(f"[b red]{exc.message()}[/]")
