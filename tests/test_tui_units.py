@@ -173,3 +173,17 @@ def test_wizard_command_module_is_cheap_to_import():
     code = "import sys, launcher.cli.wizard_cmd; print(any(m.startswith('textual') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_without_the_rules_layer_the_wizard_still_estimates(monkeypatch):
+    """An install without rules/ shows one default configuration's estimate, and says it is not advice."""
+    monkeypatch.setattr(compute, "rules_available", lambda: False)
+    machine = demo.gpu_machine(2)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="gpt2"),
+                        workload=Workload(batch_size=16, dataset_size=10_000, epochs=1))
+    p = compute.preview(state, machine)
+    assert p.source == "estimate" and p.global_batch == 16 and p.time_to_train_h is not None
+    view = compute.recommend(state, machine)
+    assert view.source == "estimate" and "not advice" in view.data["warnings"][0]
+    assert [r["gpus"] for r in view.scaling] == [1, 2] and view.scaling[0]["chosen"]
+    assert view.plan.global_batch == 16
