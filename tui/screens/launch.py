@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -93,6 +94,8 @@ class LaunchScreen(StepScreen):
     def on_mount(self) -> None:
         self._sampler = self.wizard.sampler_factory(self.wizard.machine)
         self.query_one("#devices", DeviceBars).show(self._sampler.sample())
+        self.query_one("#run-log", RankLog).add([(None, "ctrl+r launches the run; every rank's output appears here, "
+                                                        "r shows one rank at a time")])
         self._sync_form()
 
     def on_unmount(self) -> None:
@@ -230,8 +233,6 @@ class LaunchScreen(StepScreen):
 
     # -------------------------------------------------------------- messages
     def on_run_started(self, message: RunStarted) -> None:
-        from pathlib import Path
-
         self.run_id, self.run_dir, self.world = message.run_id, message.run_dir, message.world_size
         self.started_at = time.monotonic()
         self._tail = MetricsTail(Path(message.run_dir) / "metrics.jsonl")
