@@ -405,8 +405,8 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
     rec = store.get(run_id)
     if rec.status == "queued":
         rec = store.transition(run_id, "running", expect=["queued"], run_dir=str(run_dir))
-        if rec is None:
-            return store.get(run_id)  # cancelled before it started
+    if rec is None or rec.status != "running":
+        return store.get(run_id)  # cancelled (or finished) before it started
     cancel = cancel or threading.Event()
     current, attempt_no, launch = plan, 0, None
     final: dict = {"status": "failed", "exit_code": None, "error": "internal error in the launcher"}

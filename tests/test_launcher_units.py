@@ -109,6 +109,7 @@ def test_target_errors(tmp_path):
         Target.from_cli("synthetc", [])
     with pytest.raises(UserError, match="nothing to launch"):
         Target.from_cli(None, [])
+    assert Target.from_cli("synthetic", ["--pool", "8"]).args == ["--pool", "8"]  # recipe args after --
     assert Target.from_cli(None, ["-m", "pkg.train", "--x"]).model_dump() == {"kind": "module", "name": "pkg.train", "args": ["--x"]}
 
 
@@ -221,7 +222,7 @@ def test_plan_round_trip(tmp_path, capsys):
 
 
 def test_emit_slurm_is_valid_bash(tmp_path, capsys):
-    assert main(["launch", "--cpu", "--processes", "2", "--nodes", "2", "--node-rank", "0", "--main-address", "h0",
+    assert main(["launch", "--cpu", "--processes", "2", "--nodes", "2",
                  "--model", "mini-transformer", "--recipe", "synthetic", "--emit", "slurm"]) == 0
     script = capsys.readouterr().out
     (tmp_path / "job.sbatch").write_text(script)

@@ -186,16 +186,16 @@ def run(args: argparse.Namespace) -> int:
 
     plan, notes = make_plan(args)
     target = _target(args, plan)
-    options = _options(args, plan)
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.save_plan:
         plan.save(args.save_plan)
-    if args.emit == "slurm":
+    if args.emit == "slurm":  # Slurm assigns node ranks and the main address: no --node-rank needed
         from launcher.slurm import sbatch_script
 
         print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500), end="")
         return 0
+    options = _options(args, plan)
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
 

@@ -9,8 +9,12 @@ Labels may be strings or numbers; there must be as many distinct labels as the m
 classes (2). A fraction is held out and accuracy on it is reported at the end (in
 ``final-rank0.json`` and the log). Ships with ``data/sentiment_sample.jsonl`` (made-up reviews).
 
-    advise launch --cpu --model mini-transformer --seq-len 64 --micro-batch 8 \\
-        --recipe text-classification --data reviews.jsonl --max-steps 200
+    advise launch --cpu --model mini-transformer --seq-len 40 --micro-batch 16 --base-lr 2e-4 \\
+        --warmup-steps 20 --recipe text-classification --max-steps 200      # the shipped sample
+    advise launch ... --recipe text-classification --data reviews.jsonl     # your own rows
+
+On the sample (600 rows, from scratch, one CPU process) the first command reaches about 0.8
+held-out accuracy in 200 steps (3 minutes on 2 cores); at 1e-3 this post-norm model does not train.
 """
 
 from __future__ import annotations
