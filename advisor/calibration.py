@@ -73,8 +73,17 @@ class Calibration(BaseModel):
     measured: dict[str, float] = Field(default_factory=dict)
     source: str = "built-in defaults"
 
-    def factor(self, gpu: str, family: str, precision: str, mode: str) -> float | None:
-        return self.measured.get(f"{gpu}|{family}|{precision}|{mode}")
+
+
+def calibration_key(gpu: str, family: str, precision: str, mode: str, *, compile: bool = False,
+                    channels_last: bool = False) -> str:
+    """Key of a measured factor: GPU kind, model family, precision with its variant, mode.
+
+    compile and channels_last change speed by 1.2-2.8x on their own (benchmarks/results/
+    h200-1gpu.md), so they key factors of their own instead of sharing the plain precision's.
+    """
+    variant = precision + ("+compile" if compile else "") + ("+channels-last" if channels_last else "")
+    return f"{gpu}|{family}|{variant}|{mode}"
 
 
 @lru_cache(maxsize=1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.activations import activation_profile
-from advisor.calibration import Calibration
+from advisor.calibration import Calibration, calibration_key
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
@@ -171,7 +171,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     samples = mb * config.grad_accum * world
     sps = samples / step_s
     calibrated = False
-    factor = cal.factor(gpu.name, model.family, p.value, config.strategy.value)
+    factor = cal.measured.get(calibration_key(gpu.name, model.family, p.value, config.strategy.value,
+                                              compile=config.compile, channels_last=config.channels_last))
     if factor:
         sps *= factor
         step_s = samples / sps

@@ -693,7 +693,8 @@ def finish(rows: list[BenchRow], jobs: list[Job], request: BenchRequest, machine
         r.est_exposed_comm_s = est.throughput.exposed_comm_s if job.mode != "single" else None
         r.est_efficiency = est.throughput.scaling_efficiency if job.devices > 1 else 1.0
         r.est_peak_gib = None if request.cpu else est.memory.peak_gib
-        r.calibration_key = calibrate.calibration_key(hw.gpu.name, spec.family, config.precision.value, job.mode)
+        r.calibration_key = calibrate.calibration_key(hw.gpu.name, spec.family, config.precision.value, job.mode,
+                                                        compile=config.compile, channels_last=config.channels_last)
         if r.status == "ok":
             r.est_error_pct = _pct(r.est_samples_per_s, r.samples_per_s)
             r.peak_error_pct = _pct(r.est_peak_gib, r.peak_gib)

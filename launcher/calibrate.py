@@ -60,9 +60,7 @@ class CalibrationFile(BaseModel):
     updated: float | None = None
 
 
-def calibration_key(gpu: str, family: str, precision: str, mode: str) -> str:
-    """The key ``advisor.calibration.Calibration.factor`` looks up."""
-    return f"{gpu}|{family}|{precision}|{mode}"
+from advisor.calibration import calibration_key  # noqa: E402,F401 - one definition, re-exported here
 
 
 def calibration_path(home: Path) -> Path:
