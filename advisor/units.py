@@ -23,3 +23,14 @@ def parse_duration_hours(text: str) -> float:
     if total <= 0:
         raise UserError(f"the deadline must be positive, got '{text}'", fix="e.g. 6h")
     return total
+
+
+def format_hours(h: float) -> str:
+    """A duration for people: '40 s', '12 min', '5.1 h', '4.3 days'."""
+    if h < 1 / 60:
+        return f"{h * 3600:.0f} s"
+    if h < 1:
+        return f"{h * 60:.0f} min"
+    if h < 48:
+        return f"{h:.1f} h"
+    return f"{h / 24:.1f} days"

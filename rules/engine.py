@@ -35,6 +35,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from advisor.units import format_hours
+
 DATA_DIR = Path(__file__).with_name("data")
 
 Op = Literal["==", "!=", "<", "<=", ">", ">=", "in", "not_in", "is_true", "is_false", "exists", "missing"]
@@ -234,13 +236,7 @@ class _FactFormatter(string.Formatter):
 
 
 def _hours(h: float) -> str:
-    if h < 1 / 60:
-        return f"{h * 3600:.0f} s"
-    if h < 1:
-        return f"{h * 60:.0f} min"
-    if h < 48:
-        return f"{h:.1f} h"
-    return f"{h / 24:.1f} days"
+    return format_hours(h)
 
 
 def render(template: str, facts) -> str:

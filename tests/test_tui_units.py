@@ -98,7 +98,7 @@ def test_memory_bar_marks_capacity_and_overflow():
 def test_helpers_format_counts_hours_and_gpu_counts():
     assert compute.human_count(8_030_261_248) == "8.03B"
     assert compute.human_count(124_439_808) == "124M"
-    assert compute.hours_text(None) == "-" and compute.hours_text(0.5) == "30 min" and compute.hours_text(72) == "3.0 d"
+    assert compute.hours_text(None) == "-" and compute.hours_text(0.5) == "30 min" and compute.hours_text(72) == "3.0 days"
     assert compute.gpu_counts(8) == [1, 2, 4, 8] and compute.gpu_counts(6) == [1, 2, 4, 6]
 
 

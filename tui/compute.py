@@ -321,12 +321,6 @@ def tree_nodes() -> list[TreeNodeView]:
 
 # ---------------------------------------------------------------- formatting
 def hours_text(h: float | None) -> str:
-    if h is None:
-        return "-"
-    if h < 1 / 60:
-        return f"{h * 3600:.0f} s"
-    if h < 1:
-        return f"{h * 60:.0f} min"
-    if h < 48:
-        return f"{h:.1f} h"
-    return f"{h / 24:.1f} d"
+    from advisor.units import format_hours
+
+    return "-" if h is None else format_hours(h)

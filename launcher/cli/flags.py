@@ -24,6 +24,16 @@ def positive_int(text: str) -> int:
     return v
 
 
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
+    return v
+
+
 def positive_float(text: str) -> float:
     try:
         v = float(text)

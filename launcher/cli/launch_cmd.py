@@ -30,14 +30,7 @@ _PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "gr
                "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
-    return v
+_nonneg_int = flags.nonneg_int
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
