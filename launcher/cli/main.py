@@ -41,10 +41,16 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one message and the pointer to --help, not the whole usage."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message}\n  see `{self.prog} --help`\n")
+
+
 def build_parser(name: str) -> argparse.ArgumentParser:
     module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog="advise" if name == "recommend" else f"advise {name}",
-                                     description=COMMANDS[name][1])
+    parser = _Parser(prog="advise" if name == "recommend" else f"advise {name}", description=COMMANDS[name][1])
     module.add_parser(parser, name)
     return parser
 
