@@ -70,7 +70,9 @@ def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
 def efficiency_key(model: ModelSpec, config: TrainConfig) -> str:
     """Calibration key: model family (CNNs split by memory format) and tensor-core use."""
     fam = model.family
-    if fam == "cnn" and config.channels_last:
+    # Compiled CNNs run channels_last whatever the input layout: inductor's layout optimisation
+    # (torch._inductor.config.layout_optimization, on by default) converts convolutions to NHWC.
+    if fam == "cnn" and (config.channels_last or config.compile):
         fam = "cnn-cl"
     cls = "fp32" if config.precision is Precision.fp32 else "tensor"
     return f"{fam}|{cls}"

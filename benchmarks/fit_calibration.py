@@ -2,6 +2,10 @@
 
     python benchmarks/fit_calibration.py [benchmarks/results/h200-reference.jsonl]
 
+Compiled rows of ``benchmarks/results/h200-1gpu.csv`` (``advise bench`` on the same GPU) join the
+fit rows when their configuration is none of the holdout rows': the reference set's first run had
+no CNN compile row to fit, and a holdout row must never be fit.
+
 Writes ``advisor/data/calibration.json`` (the packaged calibration) and
 ``benchmarks/results/h200-estimator.md`` (predicted vs measured for every row, and the quality
 bars of DESIGN.md on the holdout rows). Rows marked "holdout" never influence a constant.
@@ -33,6 +37,8 @@ from advisor.hardware import HardwareSpec  # noqa: E402
 from advisor.throughput import efficiency_key  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "results" / "h200-reference.jsonl"
+BENCH_CSV = ROOT / "benchmarks" / "results" / "h200-1gpu.csv"
+_CONFIG_KEYS = ("model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt", "channels_last")
 REPORT = ROOT / "benchmarks" / "results" / "h200-estimator.md"
 
 
@@ -45,6 +51,27 @@ def load(path: Path) -> tuple[dict, list[dict]]:
         elif "error" not in r:
             rows.append(r)
     return header, rows
+
+
+def bench_fit_rows(path: Path, holdout: list[dict]) -> list[dict]:
+    """Compiled `advise bench` rows, as reference rows marked fit, unless a holdout row has their config."""
+    import csv
+
+    if not path.exists():
+        return []
+    held = {tuple(r[k] for k in _CONFIG_KEYS) for r in holdout}
+    out = []
+    for b in csv.DictReader(path.open()):
+        if b["status"] != "ok" or b["compile"] != "True":
+            continue
+        r = {"id": f"bench-{b['model']}-{b['variant']}-{b['micro_batch']}", "model": b["model"],
+             "micro_batch": int(b["micro_batch"]), "seq_len": int(b["seq_len"]) if b["seq_len"] else None,
+             "image_size": int(b["image_size"]) if b["image_size"] else None, "precision": b["precision"],
+             "compile": True, "grad_ckpt": False, "channels_last": b["channels_last"] == "True", "split": "fit",
+             "step_s": float(b["step_s"]), "samples_per_s": float(b["samples_per_s"]), "peak_gib": float(b["peak_gib"])}
+        if tuple(r[k] for k in _CONFIG_KEYS) not in held:
+            out.append(r)
+    return out
 
 
 def config_of(r: dict) -> TrainConfig:
@@ -161,6 +188,7 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     header, rows = load(path)
+    rows += bench_fit_rows(BENCH_CSV, [r for r in rows if r["split"] == "holdout"])
     hw = HardwareSpec(gpu=get_gpu(header.get("device", "H200")))
     cal = fit(rows, hw)
     PACKAGED.write_text(json.dumps(cal.model_dump(), indent=1) + "\n")
