@@ -38,8 +38,11 @@ def distributed_type(plan: Plan) -> str:
                         fix="use --strategy ddp (one process per GPU), or run `advise bench --modes dp,ddp` to compare")
     if strategy is Strategy.fsdp:
         if plan.cpu:
-            raise UserError("FSDP needs GPUs: gloo on CPU has no reduce-scatter for sharded gradients",
-                            fix="use --strategy ddp with --cpu, or drop --cpu")
+            # torch's fully_shard itself trains over gloo, but Accelerate (1.16) silently runs DDP
+            # with use_cpu and a plain single process with FSDP and no GPU: refuse rather than
+            # report a run as FSDP that was not.
+            raise UserError("Accelerate cannot launch FSDP on CPU processes (it would silently run DDP instead)",
+                            fix="use --strategy ddp with --cpu, or drop --cpu and run on GPUs")
         return "FSDP"
     if plan.world_size == 1:
         return "NO"  # DDP over one rank is plain single-device training

@@ -167,6 +167,8 @@ class Runtime:
             model = model.to(torch.bfloat16)
         if c.channels_last:
             model = model.to(memory_format=torch.channels_last)
+        if self.plan.sync_batchnorm and self.world_size > 1:  # rule batchnorm.sync: small per-GPU batches
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if c.grad_ckpt and not self._fsdp_checkpoints():
             if hasattr(model, "set_grad_checkpointing"):  # advisor.zoo models
                 model.set_grad_checkpointing(True)
@@ -198,7 +200,8 @@ class Runtime:
         return torch.utils.data.DataLoader(
             dataset, batch_size=self.plan.config.micro_batch, shuffle=shuffle, drop_last=True,
             num_workers=workers, pin_memory=self.plan.pin_memory and self.device.type == "cuda",
-            persistent_workers=workers > 0, prefetch_factor=2 if workers > 0 else None, collate_fn=collate_fn)
+            persistent_workers=workers > 0, prefetch_factor=(self.plan.prefetch_factor or 2) if workers > 0 else None,
+            collate_fn=collate_fn)
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *loaders):
         """``accelerator.prepare`` plus the LR schedule and compile; returns (model, optimizer, *loaders)."""

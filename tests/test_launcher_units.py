@@ -69,7 +69,7 @@ def test_config_cpu_and_errors():
     two = make_plan(cpu=True, config={"precision": "fp32"})
     assert accelerate_config(two)["distributed_type"] == "MULTI_GPU"
     assert "CUDA_VISIBLE_DEVICES= ACCELERATE_USE_CPU=true" in to_yaml(accelerate_config(two), two)
-    with pytest.raises(UserError, match="FSDP needs GPUs"):
+    with pytest.raises(UserError, match="cannot launch FSDP on CPU"):
         accelerate_config(make_plan(cpu=True, config={"strategy": "fsdp"}))
     with pytest.raises(UserError, match="--main-address"):
         accelerate_config(make_plan(nodes=2, global_batch=32))
