@@ -96,7 +96,9 @@ class Launch:
         log = open(self.log_path, "ab", buffering=0)
         try:
             env = {**self.spec.full_env(), ENV_LAUNCH_ID: self.token}
-            self.proc = subprocess.Popen(self.spec.cmd, env=env, cwd=self.spec.cwd,
+            # Through the pdeathsig shim: a SIGKILLed runner must not leave the launch running.
+            cmd = [sys.executable, "-m", "launcher.pdeathsig", *self.spec.cmd]
+            self.proc = subprocess.Popen(cmd, env=env, cwd=self.spec.cwd,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True)
         except OSError as exc:

@@ -168,3 +168,33 @@ def test_text_classification_recipe(tmp_path, capsys):
     assert rc == 0 and rec["status"] == "succeeded" and rec["metrics"]["steps"] == 4
     final = json.loads((Path(rec["run_dir"]) / "final-rank0.json").read_text())
     assert final["labels"] == ["negative", "positive"] and 0.0 <= final["eval_accuracy"] <= 1.0
+
+
+def test_sigkill_of_advise_itself_stops_the_launch(tmp_path):
+    """No signal handler runs on SIGKILL: the launcher and its ranks must still go (PR_SET_PDEATHSIG)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "launch", "--cpu", "--processes", "2", *TINY,
+                          "--home", str(tmp_path), "--json", "--", str(SCRIPTS / "sleeper.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    grandchildren = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) < 2:
+            assert time.monotonic() < deadline and p.poll() is None, "timeout"
+            time.sleep(0.1)
+        launcher_tree = [q.pid for q in psutil.Process(p.pid).children(recursive=True)]
+        pids = [[int(x) for x in Path(f).read_text().split()] for f in glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))]
+        ranks = [r for r, _ in pids]
+        grandchildren = [g for _, g in pids]  # the user script's own children: only a live runner can sweep them
+        p.kill()
+        p.wait()
+        deadline = time.monotonic() + 30
+        while any(alive(x) for x in ranks + launcher_tree if x not in grandchildren) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [x for x in ranks + launcher_tree if x not in grandchildren and alive(x)]
+    finally:
+        for pid in grandchildren + ([p.pid] if p.poll() is None else []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
