@@ -80,6 +80,21 @@ class Target(BaseModel):
         return f"recipe {self.name}" if self.kind == "recipe" else Path(self.name).name
 
 
+def check_target(target: "Target", plan) -> None:
+    """What a recipe can train, checked before any rank starts (UserError with the fix)."""
+    from advisor.errors import UserError
+
+    if target.kind != "recipe":
+        return
+    if not plan.model.name:
+        raise UserError(f"recipe {target.name} trains catalog models", fix="use --model NAME (see `advise models`), or launch a script")
+    from advisor.catalog import catalog_model
+
+    catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
+    if target.name == "text-classification" and plan.model.name != "mini-transformer":
+        raise UserError("recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
+
+
 class LaunchSpec(BaseModel):
     """One launch: argv and the environment variables cardwise adds to the caller's."""
 

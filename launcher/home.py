@@ -56,3 +56,10 @@ def make_run_dir(home: Path, run_id: str) -> Path:
     ensure_home(home)
     _mkdir_private(path)
     return path
+
+
+def new_run(store, home: Path, plan, target):
+    """A queued record for ``plan`` and its private run directory: (record, run_dir)."""
+    rec = store.create(label=f"{plan.model.label()} · {target.label()}", plan=plan.model_dump(mode="json"))
+    rdir = make_run_dir(home, rec.id)
+    return store.update(rec.id, run_dir=str(rdir)), rdir

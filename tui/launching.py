@@ -74,7 +74,7 @@ def _gpu_plan(state: WizardState, view, machine) -> Plan:
 
 def build_target(choice: LaunchChoice, plan: Plan):
     """The launcher Target, checked as ``advise launch`` checks it."""
-    from launcher.command import Target
+    from launcher.command import Target, check_target
 
     if choice.target == "script":
         words = shlex.split(choice.script)
@@ -82,23 +82,15 @@ def build_target(choice: LaunchChoice, plan: Plan):
             raise UserError("no script given", fix="type the script and its arguments, e.g. train.py --lr {lr}")
         return Target.from_cli(None, words)
     target = Target.from_cli(choice.target, [])
-    if not plan.model.name:
-        raise UserError(f"recipe {choice.target} trains catalog models", fix="pick a catalog model, or launch a script")
-    if choice.target == "text-classification":
-        if plan.model.name != "mini-transformer":
-            raise UserError("recipe text-classification trains mini-transformer", fix="pick mini-transformer (F3)")
+    check_target(target, plan)
     return target
 
 
 def create_run(store, plan: Plan, target) -> tuple[object, Path]:
     """A store record (queued) and its run directory, as ``advise launch`` makes them."""
-    from launcher.home import make_run_dir
+    from launcher.home import new_run
 
-    home = Path(store.path).parent
-    rec = store.create(label=f"{plan.model.label()} · {target.label()}", plan=plan.model_dump(mode="json"))
-    rdir = make_run_dir(home, rec.id)
-    rec = store.update(rec.id, run_dir=str(rdir))
-    return rec, rdir
+    return new_run(store, Path(store.path).parent, plan, target)
 
 
 def execute_run(store, run_id: str, plan: Plan, target, run_dir: Path, *, max_steps: int | None,

@@ -96,7 +96,7 @@ def make_plan(args: argparse.Namespace):
 
 def _target(args: argparse.Namespace, plan):
     from advisor.errors import UserError
-    from launcher.command import Target
+    from launcher.command import Target, check_target
 
     recipe_args: list[str] = []
     if args.data is not None:
@@ -106,14 +106,7 @@ def _target(args: argparse.Namespace, plan):
             raise UserError("data file not found", where=str(args.data), fix="give a JSONL or CSV file of (text, label) rows")
         recipe_args = ["--data", str(args.data.expanduser().absolute())]
     target = Target.from_cli(args.recipe, list(args.script), recipe_args)
-    if target.kind == "recipe":
-        if not plan.model.name:
-            raise UserError(f"--recipe {target.name} trains catalog models", fix="use --model NAME (see `advise models`)")
-        from advisor.catalog import catalog_model
-
-        catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
-        if target.name == "text-classification" and plan.model.name != "mini-transformer":
-            raise UserError("--recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
+    check_target(target, plan)
     return target
 
 
@@ -192,15 +185,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
 
-    from launcher.home import make_run_dir, resolve_home
+    from launcher.home import new_run, resolve_home
     from launcher.runner import execute, forward_signals
     from launcher.store import RunStore
 
     home = resolve_home(args.home)
     store = RunStore.open(home)
-    rec = store.create(label=f"{plan.model.label()} · {target.label()}", plan=plan.model_dump(mode="json"))
-    rdir = make_run_dir(home, rec.id)
-    store.update(rec.id, run_dir=str(rdir))
+    rec, rdir = new_run(store, home, plan, target)
     print(f"advise: run {rec.id}: {plan.world_size} rank(s), logs in {rdir}", file=sys.stderr)
     cancel, launches = threading.Event(), []
     with forward_signals(cancel, force=lambda: launches and launches[-1].kill_now()):
