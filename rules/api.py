@@ -432,5 +432,7 @@ def _cpu_cores() -> int:
     return os.cpu_count() or 1
 
 
+from rules.tree import load_tree  # noqa: E402 - the tree's structure, for renderers (the wizard)
+
 __all__ = ["advise", "recommend", "recommend_from_args", "plan_for_args", "request_from_args",
-           "Request", "Recommendation", "Estimate", "CONFIG_PINS"]
+           "Request", "Recommendation", "Estimate", "CONFIG_PINS", "load_tree"]

@@ -312,7 +312,7 @@ _STATIC_TREE = [
 
 def tree_nodes() -> list[TreeNodeView]:
     try:
-        from rules.tree import load_tree
+        from rules.api import load_tree
 
         return [TreeNodeView(id=n.id, question=n.question, why=n.why, next=dict(n.next)) for n in load_tree().values()]
     except Exception:  # rules absent or mid-change: the design's tree still explains the path
