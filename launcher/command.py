@@ -91,6 +91,9 @@ def check_target(target: "Target", plan) -> None:
     from advisor.catalog import catalog_model
 
     catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
+    if plan.config.lora_rank:
+        raise UserError(f"recipe {target.name} trains all parameters, not LoRA adapters",
+                        fix="drop --lora-rank, or launch your own script (e.g. with peft): advise launch ... -- train.py")
     if target.name == "text-classification" and plan.model.name != "mini-transformer":
         raise UserError("recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
 

@@ -254,3 +254,13 @@ def test_bad_inputs_exit_2_with_one_message(tmp_path, capsys, argv, needle):
 def test_runs_empty_home(tmp_path, capsys):
     assert main(["runs", "--home", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_recipes_refuse_lora_before_any_rank_starts(tmp_path, capsys):
+    from launcher.cli.main import main
+
+    rc = main(["launch", "--cpu", "--processes", "1", "--model", "mini-transformer", "--lora-rank", "8",
+               "--recipe", "synthetic", "--max-steps", "2", "--home", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "LoRA" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
