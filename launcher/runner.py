@@ -68,11 +68,13 @@ class Launch:
     ``cancel()`` from another thread). ``wait`` returns only once every process is gone.
     """
 
-    def __init__(self, spec: LaunchSpec, log_path: Path, *, echo: IO[str] | None = None, grace_s: float = 10.0):
+    def __init__(self, spec: LaunchSpec, log_path: Path, *, echo: IO[str] | None = None, grace_s: float = 10.0,
+                 die_with_parent: bool = True):
         self.spec = spec
         self.log_path = Path(log_path)
         self.echo = echo
         self.grace_s = grace_s
+        self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen | None = None
         self._seen: dict[int, psutil.Process] = {}  # pid -> process (psutil checks create time: no pid reuse)
         self._cancel = threading.Event()
@@ -97,7 +99,7 @@ class Launch:
         try:
             env = {**self.spec.full_env(), ENV_LAUNCH_ID: self.token}
             # Through the pdeathsig shim: a SIGKILLed runner must not leave the launch running.
-            cmd = [sys.executable, "-m", "launcher.pdeathsig", *self.spec.cmd]
+            cmd = [sys.executable, "-m", "launcher.pdeathsig", *self.spec.cmd] if self.die_with_parent else list(self.spec.cmd)
             self.proc = subprocess.Popen(cmd, env=env, cwd=self.spec.cwd,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True)
@@ -360,6 +362,9 @@ class RunOptions(BaseModel):
     gpus: list[int] | None = None  # pinned GPU indices (queue service)
     grace_s: float = 10.0
     extra_env: dict[str, str] = {}
+    # The launch gets SIGTERM if this process dies without cleaning up (SIGKILL). The queue service
+    # turns it off: its policy is to find and stop leftovers when it restarts (docs/service.md).
+    die_with_parent: bool = True
 
 
 def write_attempt_files(plan, target, run_dir: Path, attempt: int, options: RunOptions) -> tuple[LaunchSpec, Path]:
@@ -424,7 +429,8 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                 store.record_attempt(run_id, att.model_copy(update={"status": "cancelled", "ended": time.time()}))
                 final = {"status": "cancelled", "exit_code": None, "error": "cancelled before launch"}
                 break
-            launch = Launch(spec, adir / "launcher.log", echo=echo, grace_s=options.grace_s)
+            launch = Launch(spec, adir / "launcher.log", echo=echo, grace_s=options.grace_s,
+                            die_with_parent=options.die_with_parent)
             launch.start()
             store.update(run_id, pid=launch.pid, pgid=launch.pgid)
             if on_launch is not None:

@@ -688,7 +688,8 @@ class Service:
             env.update({"CUDA_VISIBLE_DEVICES": ",".join(map(str, p.devices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
         elif "OMP_NUM_THREADS" not in os.environ:  # share the cores between the slots, not per run
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (self.slots or 1)))
-        options = sub.options.model_copy(update={"gpus": gpus, "extra_env": {**sub.options.extra_env, **env}})
+        options = sub.options.model_copy(update={"gpus": gpus, "extra_env": {**sub.options.extra_env, **env},
+                                                 "die_with_parent": False})  # reconcile stops leftovers
         if plan.world_size > 1 and options.main_port is None:
             run.port = options.main_port = self._free_port()  # distinct rendezvous ports for concurrent runs
         run.thread = threading.Thread(target=self._work, args=(run, plan, sub, options, Path(rec.run_dir), n),

@@ -264,3 +264,17 @@ def test_recipes_refuse_lora_before_any_rank_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "LoRA" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_gpu_launch_without_gpus_says_how_to_launch_instead(tmp_path, capsys, monkeypatch):
+    from advisor import hardware
+    from launcher.cli.main import main
+
+    monkeypatch.setattr(hardware, "detect_machine", lambda: hardware.Machine(nvml_error="test: no NVML"))
+    for argv in (["launch", "--model", "gpt2", "--recipe", "synthetic"],
+                 ["launch", "--model", "gpt2", "--gpu", "H100", "--recipe", "synthetic"]):
+        rc = main([*argv, "--max-steps", "2", "--home", str(tmp_path)])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--cpu --processes N" in err and "Traceback" not in err, err
+    assert main(["launch", "--model", "gpt2", "--gpu", "H100", "--recipe", "synthetic", "--dry-run",
+                 "--home", str(tmp_path)]) == 0

@@ -86,6 +86,8 @@ def make_plan(args: argparse.Namespace):
         return plan_from_args(args)
     if args.processes is not None:
         raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")
+    if not args.gpu and not (args.dry_run or args.emit):
+        _require_gpus(None)  # nothing named and nothing detected: say how to launch instead
     try:
         from rules.api import plan_for_args
     except ImportError:
@@ -167,6 +169,24 @@ def _summary(rec) -> str:
     return line + f"\n  run dir: {rec.run_dir}"
 
 
+def _require_gpus(plan) -> None:
+    """A GPU plan needs GPUs here (``plan`` None: at least one): say so before Accelerate fails in every rank."""
+    from advisor.errors import UserError
+    from advisor.hardware import detect_machine
+
+    machine = detect_machine()
+    need = plan.processes_per_node if plan is not None else 1
+    if len(machine.gpus) < need:
+        if plan is None:
+            raise UserError(f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",
+                            fix="train on CPU processes with --cpu --processes N, or plan for a GPU with --gpu NAME "
+                                "and --dry-run / --emit slurm to see or submit the job")
+        have = f"{len(machine.gpus)} GPU(s)" if machine.gpus else f"no GPU ({machine.nvml_error or 'NVML reports 0'})"
+        raise UserError(f"the plan needs {plan.processes_per_node} GPU(s) per node, this machine has {have}",
+                        fix="run it on the GPU machine, see it with --dry-run, write a cluster job with --emit slurm, "
+                            "or train on CPU processes with --cpu --processes N")
+
+
 def run(args: argparse.Namespace) -> int:
     import threading
 
@@ -184,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args, plan)
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
+    if not plan.cpu:
+        _require_gpus(plan)
 
     from launcher.home import new_run, resolve_home
     from launcher.runner import execute, forward_signals
