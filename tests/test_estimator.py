@@ -206,3 +206,21 @@ def test_catalog_estimate_never_imports_torch():
             "bad = [m for m in ('textual', 'accelerate') if m in sys.modules]; assert not bad, bad; print(time.perf_counter()-t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(out.stdout.strip()) < 0.5
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
+def test_kernel_counts_match_the_tracer(name):
+    """The launch-overhead constants are what the tracer counts on the zoo's layers."""
+    torch = pytest.importorskip("torch")
+    from advisor.throughput import KERNELS_PER_LAYER
+    from advisor.tracer import trace_step
+    from advisor.zoo import build_trainable, synthetic_batch
+
+    base = catalog_model(name)
+    counts = {}
+    for layers in (1, 2):
+        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
+        with torch.device("meta"):
+            model = build_trainable(spec)
+        counts[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, "bf16").kernels
+    assert counts[2] - counts[1] == KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)]

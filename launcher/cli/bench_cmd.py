@@ -26,9 +26,6 @@ from pathlib import Path
 from launcher.cli import flags
 
 
-_nonneg_int = flags.nonneg_int
-
-
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     if name == "calibrate":
         parser.add_argument("--reset", action="store_true", help="remove the factors measured on this machine")
@@ -55,8 +52,8 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     s.add_argument("--image-size", type=flags.positive_int, metavar="N", help="image side in pixels (vision models)")
     s.add_argument("--steps", type=flags.positive_int, default=10, metavar="N", help="timed optimizer steps per run (default 10)")
     s.add_argument("--warmup", type=flags.positive_int, default=3, metavar="N", help="untimed steps first; compile happens here (default 3)")
-    s.add_argument("--comm-steps", type=_nonneg_int, default=3, metavar="N", help="DDP: no_sync/synchronised pairs timed (default 3)")
-    s.add_argument("--dataloader-workers", type=_nonneg_int, metavar="N",
+    s.add_argument("--comm-steps", type=flags.nonneg_int, default=3, metavar="N", help="DDP: no_sync/synchronised pairs timed (default 3)")
+    s.add_argument("--dataloader-workers", type=flags.nonneg_int, metavar="N",
                    help="also measure a DataLoader with N workers (the input pipeline's ceiling)")
     o = parser.add_argument_group("output")
     flags.add_home_flag(parser)

@@ -14,24 +14,22 @@ from advisor.errors import UserError
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "pure-bf16")
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    if v < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {v}")
     return v
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
-    return v
+    return _int_at_least(text, 0)
 
 
 def positive_float(text: str) -> float:

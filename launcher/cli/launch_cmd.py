@@ -30,9 +30,6 @@ _PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "gr
                "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
 
 
-_nonneg_int = flags.nonneg_int
-
-
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_model_flags(parser)
     flags.add_config_flags(parser)
@@ -43,14 +40,14 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--recipe", metavar="NAME", help=f"built-in training loop: {', '.join(RECIPE_NAMES)}")
     g.add_argument("--data", type=Path, metavar="FILE", help="(text, label) JSONL/CSV for --recipe text-classification")
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
-    g.add_argument("--warmup-steps", type=_nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
-    g.add_argument("--num-workers", type=_nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
+    g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
+    g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
     g.add_argument("--cpu", action="store_true", help="run the ranks on CPU over gloo (no GPU needed)")
     g.add_argument("--processes", type=flags.positive_int, metavar="N", help="CPU processes per node (with --cpu)")
-    g.add_argument("--node-rank", type=_nonneg_int, metavar="R", help="this machine's rank (multi-node)")
+    g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help="this machine's rank (multi-node)")
     g.add_argument("--main-address", metavar="HOST", help="address of node 0, reachable from every node")
     g.add_argument("--main-port", type=flags.positive_int, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
-    g.add_argument("--max-oom-retries", type=_nonneg_int, default=3, metavar="N",
+    g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=3, metavar="N",
                    help="retries with half the micro-batch after a CUDA OOM (default 3)")
     g.add_argument("--dry-run", action="store_true", help="print the Accelerate config and command; run nothing")
     g.add_argument("--emit", choices=("slurm",), help="print an sbatch script for the plan instead of running it")

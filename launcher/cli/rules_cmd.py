@@ -110,7 +110,8 @@ def _render_list(rules, nodes) -> None:
     console.print("`advise rules ID` explains one: what, why, example, source.", style="dim")
 
 
-def _render_rule(rule) -> None:
+def _print_panel(title: str, rows: list[tuple[str, str]]) -> None:
+    """A titled two-column panel: how `advise rules ID` shows a rule or a tree node."""
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
@@ -119,33 +120,27 @@ def _render_rule(rule) -> None:
     g = Table.grid(padding=(0, 2))
     g.add_column(style="bold")
     g.add_column()
-    g.add_row("what", rule.summary)
-    g.add_row("why", rule.why)
-    g.add_row("example", rule.example)
-    g.add_row("source", rule.source)
-    g.add_row("when", condition_text(rule.when))
+    for label, text in rows:
+        g.add_row(label, text)
+    console.print(Panel(g, title=title, title_align="left"))
+
+
+_PHASES = {"setup": "before the decision tree", "plan": "on the tree’s plan", "final": "on the final estimate"}
+
+
+def _render_rule(rule) -> None:
+    rows = [("what", rule.summary), ("why", rule.why), ("example", rule.example), ("source", rule.source),
+            ("when", condition_text(rule.when))]
     if rule.set:
-        g.add_row("chooses", ", ".join(f"{k} = {v.fact if hasattr(v, 'fact') else v}" for k, v in rule.set.items())
-                  + "  (never over a pinned flag)")
-    g.add_row("says", rule.say)
-    g.add_row("phase", f"{rule.phase} ({ {'setup': 'before the decision tree', 'plan': 'on the tree’s plan', 'final': 'on the final estimate'}[rule.phase]})"
-              + ("; a warning" if rule.level == "warning" else ""))
-    g.add_row("defined in", f"rules/data/{rule.file}")
-    console.print(Panel(g, title=f"[bold]{rule.id}[/bold]: {rule.name}", title_align="left"))
+        rows.append(("chooses", ", ".join(f"{k} = {v.fact if hasattr(v, 'fact') else v}" for k, v in rule.set.items())
+                     + "  (never over a pinned flag)"))
+    rows += [("says", rule.say),
+             ("phase", f"{rule.phase} ({_PHASES[rule.phase]})" + ("; a warning" if rule.level == "warning" else "")),
+             ("defined in", f"rules/data/{rule.file}")]
+    _print_panel(f"[bold]{rule.id}[/bold]: {rule.name}", rows)
 
 
 def _render_node(n) -> None:
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.table import Table
-
-    console = Console(width=max(100, Console().width))
-    g = Table.grid(padding=(0, 2))
-    g.add_column(style="bold")
-    g.add_column()
-    g.add_row("question", n.question)
-    g.add_row("what", n.summary)
-    g.add_row("why", n.why)
-    g.add_row("source", n.source)
-    g.add_row("leads to", ", ".join(f"{k} → {v}" for k, v in n.next.items()) or "(end of the walk)")
-    console.print(Panel(g, title=f"[bold]node {n.id}[/bold] of the decision tree", title_align="left"))
+    _print_panel(f"[bold]node {n.id}[/bold] of the decision tree", [
+        ("question", n.question), ("what", n.summary), ("why", n.why), ("source", n.source),
+        ("leads to", ", ".join(f"{k} → {v}" for k, v in n.next.items()) or "(end of the walk)")])

@@ -22,9 +22,6 @@ from pathlib import Path
 from launcher.cli import flags
 
 
-_nonneg_int = flags.nonneg_int
-
-
 def _gpu_list(text: str) -> list[int]:
     try:
         ids = [int(p) for p in text.split(",") if p.strip()]
@@ -49,7 +46,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("--max-starts", type=flags.positive_int, default=service.DEFAULT_MAX_STARTS, metavar="N",
                             help="a run interrupted by a service crash is failed once started N times "
                                  f"(default {service.DEFAULT_MAX_STARTS})")
-        parser.add_argument("--max-bypass", type=_nonneg_int, default=None, metavar="N",
+        parser.add_argument("--max-bypass", type=flags.nonneg_int, default=None, metavar="N",
                             help="later runs that may start ahead of the oldest waiting run before it reserves "
                                  "devices (default 3; 0 = strict FIFO)")
         parser.add_argument("--grace", type=flags.positive_float, default=service.DEFAULT_GRACE_S, metavar="S",
