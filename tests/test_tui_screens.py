@@ -140,11 +140,16 @@ def _no_children_left() -> bool:
     return not [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.slow
-def test_stop_key_cancels_the_run_cleanly(store):
+def _mini_cpu_app(store):
+    """The wizard on the CPU demo machine with mini-transformer at seq 32 already chosen."""
     state = WizardState(hardware=HardwareChoice.initial(demo.cpu_machine()), model=ModelRef(name="mini-transformer"),
                         workload=Workload(seq_len=32))
-    app = cpu_app(store, state=state)
+    return cpu_app(store, state=state)
+
+
+@pytest.mark.slow
+def test_stop_key_cancels_the_run_cleanly(store):
+    app = _mini_cpu_app(store)
     seen: dict = {}
 
     async def flow():
@@ -204,9 +209,7 @@ def test_advise_wizard_command_exits_0_on_ctrl_q(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_q_during_a_run_cancels_it_and_exits_0(store):
-    state = WizardState(hardware=HardwareChoice.initial(demo.cpu_machine()), model=ModelRef(name="mini-transformer"),
-                        workload=Workload(seq_len=32))
-    app = cpu_app(store, state=state)
+    app = _mini_cpu_app(store)
     seen: dict = {}
 
     async def flow():
