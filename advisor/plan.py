@@ -43,6 +43,19 @@ class ModelRef(BaseModel):
     def label(self) -> str:
         return self.name or self.hf_config or self.module or "?"
 
+    def to_argv(self) -> list[str]:
+        """The model flags that name this source again (``--model`` | ``--hf-config`` | ``--module ...``)."""
+        if self.name:
+            return ["--model", self.name]
+        if self.hf_config:
+            return ["--hf-config", self.hf_config]
+        out = ["--module", self.module]
+        if self.input_shape:
+            out += ["--input-shape", ",".join(map(str, self.input_shape))]
+        if self.input_dtype != "float32":
+            out += ["--input-dtype", self.input_dtype]
+        return out
+
     @classmethod
     def from_flags(cls, *, name=None, hf_config=None, module=None, input_shape=None, input_dtype="float32") -> "ModelRef":
         """From the CLI's (or the wizard's) model fields, with the errors a user can act on."""

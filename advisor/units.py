@@ -34,3 +34,56 @@ def format_hours(h: float) -> str:
     if h < 48:
         return f"{h:.1f} h"
     return f"{h / 24:.1f} days"
+
+
+# ---------------------------------------------------------------- value parsers
+# One home for reading the numbers people type, shared by the CLI (wrapped as argparse types in
+# cli/flags.py) and the wizard's form validators. Each raises ValueError with the message to show.
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a whole number, got '{text}'") from None
+    if v < low:
+        raise ValueError(f"must be at least {low}, got {v}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def nonneg_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def positive_float(text: str) -> float:
+    """A finite number above zero ('inf' and 'nan' are not numbers a run can use)."""
+    try:
+        v = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number, got '{text}'") from None
+    if not (v > 0 and v != float("inf")):
+        raise ValueError(f"must be a positive finite number, got {text}")
+    return v
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """'3,224,224' or '3x224x224' -> (3, 224, 224)."""
+    try:
+        dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated sizes like 3,224,224, got '{text}'") from None
+    if not dims or any(d < 1 for d in dims):
+        raise ValueError(f"sizes must be positive, got '{text}'")
+    return dims
+
+
+def duration_hours(text: str) -> float:
+    """parse_duration_hours with a ValueError (the form of the other parsers)."""
+    try:
+        return parse_duration_hours(text.strip())
+    except UserError as exc:
+        raise ValueError(exc.message().replace("\n  fix:", ";")) from None

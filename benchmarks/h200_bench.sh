@@ -53,7 +53,7 @@ home=${BENCH_HOME:-$(mktemp -d)/home}
 rm -rf "$home"
 start=$(date +%s)
 set +e
-"$py" -m launcher.cli.main bench --gpus 1 --modes single \
+"$py" -m cli.main bench --gpus 1 --modes single \
   --model "$models" --precision "${PRECISIONS:-fp32,bf16,bf16+compile,bf16+channels-last}" \
   --micro-batch "$(pick resnet50=128 vit-b-16=128 gpt2=16 llama3.2-1b=4 mini-transformer=128)" \
   --seq-len "$(pick gpt2=1024 llama3.2-1b=2048 mini-transformer=256)" \
@@ -64,5 +64,5 @@ rc=$?
 set -e
 cp "$home/calibration.json" "$out/h200-1gpu-calibration.json" 2>/dev/null || true
 echo "h200_bench: exit $rc after $(( $(date +%s) - start )) s; report: $out/h200-1gpu.md; run store: $home" >&2
-"$py" -m launcher.cli.main calibrate --home "$home" >&2 || true
+"$py" -m cli.main calibrate --home "$home" >&2 || true
 exit $rc

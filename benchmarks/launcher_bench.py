@@ -61,7 +61,7 @@ def main() -> None:
     rows = []
 
     t0 = time.time()
-    out = subprocess.run([py, "-m", "launcher.cli.main", "launch", "--plan", str(plan_path), "--recipe", "synthetic",
+    out = subprocess.run([py, "-m", "cli.main", "launch", "--plan", str(plan_path), "--recipe", "synthetic",
                           "--max-steps", str(a.steps), "--home", str(a.home), "--json", "--", "--log-every", str(a.log_every)],
                          capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:

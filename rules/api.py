@@ -1,5 +1,5 @@
-"""The rules layer's entry points: ``advise()`` for notebooks, ``recommend_from_args`` for the CLI,
-``plan_for_args`` for ``advise launch`` (same flags as ``advise``).
+"""The rules layer's entry points: ``advise()`` for notebooks, ``recommend(req)`` for the CLI and the
+wizard, ``plan(req)`` for ``advise launch`` (the same request as ``advise``).
 
 Flow of one recommendation:
   1. resolve the model (catalog / HF config / module) and the hardware (detected or named);
@@ -14,7 +14,6 @@ Flags given pin a choice (a rule that would change it does not fire); the rules 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,8 @@ from rules.engine import Engine, RuleTrace, get_rule
 from rules.practice import base_facts, with_plan
 from rules.recommend import (FiredRule, PathStep, Recommendation, RecommendationCore, RuleSummary, ScalingRow,
                              launch_command)
-from rules.request import CONFIG_PINS, Request, load_defaults
+from advisor.request import CONFIG_PINS, Request
+from rules.defaults import load_defaults
 from rules.tree import Choice, Infeasible, Planner, TreeContext, deadline_measures, lr_plan, walk
 
 
@@ -62,19 +62,6 @@ def _ref_for_spec(spec: ModelSpec) -> ModelRef:
     if src.startswith("module "):
         return ModelRef(module=src.split(" ", 1)[1], input_shape=spec.input_shape, input_dtype=spec.input_dtype)
     return ModelRef(name=spec.name)
-
-
-def _model_args(ref: ModelRef) -> list[str]:
-    if ref.name:
-        return ["--model", ref.name]
-    if ref.hf_config:
-        return ["--hf-config", ref.hf_config]
-    out = ["--module", ref.module]
-    if ref.input_shape:
-        out += ["--input-shape", ",".join(map(str, ref.input_shape))]
-    if ref.input_dtype != "float32":
-        out += ["--input-dtype", ref.input_dtype]
-    return out
 
 
 # ---------------------------------------------------------------- the recommendation
@@ -175,10 +162,10 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
         gb = c.global_batch
         lr2 = lr_plan(planner, c)
         hw = c.estimate.hardware
-        return launch_command(model_args=_model_args(ref), gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
-                              gpus_per_node=hw.per_node, nodes=hw.nodes, interconnect=req.interconnect,
-                              network_gbps=req.network_gbps, config=c.config, strategy=c.strategy.value,
-                              global_batch=gb, req=r2, base_lr=lr2["base_lr"], base_batch=lr2["base_batch"])
+        return launch_command(r2.model_copy(update={"model": ref}), config=c.config, strategy=c.strategy.value,
+                              gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
+                              gpus_per_node=hw.per_node, nodes=hw.nodes, global_batch=gb,
+                              base_lr=lr2["base_lr"], base_batch=lr2["base_batch"])
 
     command = cmd(ch_final)
     alt_list = []
@@ -311,45 +298,15 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
     return rows
 
 
-# ---------------------------------------------------------------- from CLI flags
+# ---------------------------------------------------------------- plans
 
 
-def request_from_args(args: argparse.Namespace) -> Request:
-    """The Request the shared flag groups (launcher.cli.flags) describe."""
-    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731 - commands add different groups
-    return Request(
-        model=ModelRef.from_flags(name=g("model"), hf_config=g("hf_config"), module=g("module"),
-                                  input_shape=g("input_shape"), input_dtype=g("input_dtype", "float32")), gpu=g("gpu"), gpus=g("gpus"), nodes=g("nodes") or 1, interconnect=g("interconnect"),
-        network_gbps=g("network_gbps"),
-        micro_batch=g("micro_batch"), grad_accum=g("grad_accum"), seq_len=g("seq_len"), image_size=g("image_size"),
-        precision=g("precision"), optimizer=g("optimizer"), compile=g("compile"), channels_last=g("channels_last"),
-        grad_ckpt=g("grad_ckpt"), strategy=g("strategy"), lora_rank=g("lora_rank"),
-        batch_size=g("batch_size"), dataset_size=g("dataset_size"), epochs=g("epochs"), deadline_h=g("deadline"),
-        base_lr=g("base_lr"), base_batch=g("base_batch"), lr_scaling=g("lr_scaling") or "linear",
-        keep_global_batch=bool(g("keep_global_batch", False)), task=g("task"),
-        alternatives=bool(g("alternatives", False)),
-    )
+def plan(req: Request, *, machine: Machine | None = None, calibration: Calibration | None = None) -> Plan:
+    """The GPU Plan ``advise launch`` runs for the same request as ``advise``; UserError when nothing fits.
 
-
-def recommend_from_args(args: argparse.Namespace, *, machine: Machine | None = None,
-                        calibration: Calibration | None = None, assume_if_none: str | None = None) -> Recommendation:
-    """``advise [--model ...]``: the recommendation for the parsed flags."""
-    req = request_from_args(args)
-    if calibration is None:
-        from advisor.calibration import load_calibration
-        from advisor.paths import resolve_home
-
-        calibration = load_calibration(resolve_home(getattr(args, "home", None)))
-    return recommend(req, machine=machine, calibration=calibration, assume_if_none=assume_if_none)
-
-
-def plan_for_args(args: argparse.Namespace, *, machine: Machine | None = None,
-                  calibration: Calibration | None = None) -> Plan:
-    """The GPU Plan ``advise launch`` runs for the same flags as ``advise``; UserError when nothing fits.
-
-    (CPU plans, ``advise launch --cpu``, are the launcher's: they need no estimate.)
+    (CPU plans, ``advise launch --cpu``, are the launcher's: ``launcher.cpu_plan.cpu_plan``.)
     """
-    rec = recommend_from_args(args, machine=machine, calibration=calibration)
+    rec = recommend(req, machine=machine, calibration=calibration)
     if not rec.recommendation.fits:
         fitting = [a for a in rec.alternatives if a.fits and a.command]
         hint = f"e.g. `{fitting[0].command}` ({fitting[0].name})" if fitting else "see `advise` with the same flags"
@@ -434,5 +391,5 @@ def _cpu_cores() -> int:
 
 from rules.tree import load_tree  # noqa: E402 - the tree's structure, for renderers (the wizard)
 
-__all__ = ["advise", "recommend", "recommend_from_args", "plan_for_args", "request_from_args",
+__all__ = ["advise", "recommend", "plan",
            "Request", "Recommendation", "Estimate", "CONFIG_PINS", "load_tree"]

@@ -224,40 +224,16 @@ def render_text(rec: Recommendation) -> str:
     return "\n".join(lines)
 
 
-def launch_command(*, model_args: list[str], gpu_arg: str | None, gpus_per_node: int, nodes: int,
-                   interconnect: str | None, network_gbps: float | None, config, strategy: str, global_batch: int,
-                   req, base_lr: float, base_batch: int) -> str:
-    """The `advise launch` argv (as a shell-quoted string) that pins every choice of a plan."""
-    argv = ["advise", "launch", *model_args]
-    if gpu_arg:
-        argv += ["--gpu", gpu_arg]
-    argv += ["--gpus", str(gpus_per_node)]
-    if nodes > 1:
-        argv += ["--nodes", str(nodes)]
-    if interconnect:
-        argv += ["--interconnect", interconnect]
-    if network_gbps:
-        argv += ["--network-gbps", f"{network_gbps:g}"]
-    argv += ["--strategy", strategy, "--micro-batch", str(config.micro_batch), "--batch-size", str(global_batch)]
-    if req.grad_accum is not None:
-        argv += ["--grad-accum", str(config.grad_accum)]
-    if config.seq_len:
-        argv += ["--seq-len", str(config.seq_len)]
-    if config.image_size:
-        argv += ["--image-size", str(config.image_size)]
-    argv += ["--precision", config.precision.value, "--optimizer", config.optimizer.value]
-    for flag, on in (("--compile", config.compile), ("--channels-last", config.channels_last), ("--grad-ckpt", config.grad_ckpt)):
-        if on:
-            argv.append(flag)
-    if config.lora_rank:
-        argv += ["--lora-rank", str(config.lora_rank)]
-    if req.dataset_size:
-        argv += ["--dataset-size", str(req.dataset_size), "--epochs", f"{req.epochs:g}"]
-    if req.deadline_h:
-        argv += ["--deadline", f"{req.deadline_h:g}h"]
-    argv += ["--base-lr", f"{base_lr:g}", "--base-batch", str(base_batch)]
-    if req.lr_scaling != "linear":
-        argv += ["--lr-scaling", req.lr_scaling]
-    if req.task:
-        argv += ["--task", req.task]
-    return shlex.join(argv)
+def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_node: int, nodes: int,
+                   global_batch: int, base_lr: float, base_batch: int) -> str:
+    """The `advise launch` argv (a shell-quoted string) that pins every choice of a plan: the
+    request with the chosen configuration written over it (``Request.to_argv``)."""
+    pins = dict(gpu=gpu_arg, gpus=gpus_per_node, nodes=nodes, strategy=strategy, micro_batch=config.micro_batch,
+                batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
+                precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
+                channels_last=config.channels_last or None, grad_ckpt=config.grad_ckpt or None,
+                lora_rank=config.lora_rank, base_lr=base_lr, base_batch=base_batch,
+                # accumulation follows from batch / (micro-batch x GPUs) unless the user pinned it
+                grad_accum=config.grad_accum if req.grad_accum is not None else None)
+    pinned = req.model_copy(update=pins)
+    return shlex.join(["advise", "launch", *pinned.to_argv(skip={"alternatives", "keep_global_batch"})])

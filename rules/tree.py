@@ -33,7 +33,8 @@ from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
 from advisor.plan import scaled_lr
 from rules.engine import DATA_DIR, _hours
-from rules.request import Defaults, Request
+from advisor.request import Request
+from rules.defaults import Defaults
 
 # ---------------------------------------------------------------- the tree as data
 

@@ -25,7 +25,7 @@ from launcher import calibrate
 from launcher.bench import (BenchRequest, BenchRow, Job, Variant, finish, hardware_for, parse_variants, plan_jobs,
                             visible_gpus)
 from launcher.bench_report import markdown, terminal_plot
-from launcher.cli.main import main
+from cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_ARGS = ["bench", "--cpu", "--processes", "1,2", "--model", "mini-transformer", "--seq-len", "32",
@@ -49,7 +49,7 @@ def bench(tmp_path_factory):
     home = tmp_path_factory.mktemp("bench-home")
     out = tmp_path_factory.mktemp("bench-out")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CARDWISE_HOME": str(home)}
-    cmd = [sys.executable, "-m", "launcher.cli.main", *BENCH_ARGS, "--home", str(home),
+    cmd = [sys.executable, "-m", "cli.main", *BENCH_ARGS, "--home", str(home),
            "--csv", str(out / "rows.csv"), "--report", str(out / "report.md"), "--plot", str(out / "plot.png")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -156,10 +156,10 @@ def test_gpu_factor_reaches_advise_estimate(tmp_path):
     assert "calibrated on this machine (advise bench)" in after.throughput.notes
     import importlib.util
 
-    if importlib.util.find_spec("launcher.cli.estimate_cmd") is None:
+    if importlib.util.find_spec("cli.estimate_cmd") is None:
         return  # `advise estimate` is another engineer's command; the library path above is what it calls
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli.main", "estimate", "--model", "gpt2", "--gpu", "h200",
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "estimate", "--model", "gpt2", "--gpu", "h200",
                            "--micro-batch", "16", "--seq-len", "1024", "--precision", "bf16", "--home", str(tmp_path),
                            "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -289,7 +289,7 @@ def test_speedup_efficiency_and_errors_arithmetic(tmp_path):
 def test_gpu_bench_smoke(tmp_path):
     n = len(visible_gpus(hardware.detect_machine()))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli.main", "bench", "--model", "mini-transformer",
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "bench", "--model", "mini-transformer",
                            "--gpus", "1,2" if n > 1 else "1", "--modes", "single,dp,ddp,fsdp", "--seq-len", "64",
                            "--micro-batch", "8", "--steps", "4", "--warmup", "2", "--home", str(tmp_path), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)

@@ -12,7 +12,7 @@ import pytest
 from advisor import hardware
 from advisor.catalog import catalog_names
 from advisor.gpus import GPU_TABLE
-from launcher.cli.main import main
+from cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,7 +132,7 @@ def test_models_hf_config_errors_exit_2(tmp_path, capsys):
 def test_commands_never_import_torch(argv):
     code = (
         "import sys, io, contextlib\n"
-        "from launcher.cli.main import main\n"
+        "from cli.main import main\n"
         "buf = io.StringIO()\n"
         "with contextlib.redirect_stdout(buf):\n"
         f"    rc = main({argv!r})\n"

@@ -108,15 +108,11 @@ def test_closed_form_matches_tracer(name, precision):
     assert saved[1] - layer == pytest.approx(base_bytes * tokens, rel=0.05, abs=4096)
 
 
-def test_tracer_module_file_counts_and_speed(tmp_path):
+def test_tracer_module_file_counts(tmp_path):
     pytest.importorskip("torch")
-    import time
-
     from advisor.tracer import trace_module_spec
 
-    start = time.perf_counter()
     spec = trace_module_spec("tests/data/tiny_net.py:build_mlp", (64,))
-    assert time.perf_counter() - start < 5
     assert spec.params == 64 * 256 + 256 + 256 * 8 + 8
     # forward FLOPs per sample: 2 * (64*256 + 256*8)
     assert spec.trace.fwd_flops == pytest.approx(2 * (64 * 256 + 256 * 8))
@@ -197,15 +193,15 @@ def test_non_positive_sizes_are_user_errors(field):
 
 
 def test_catalog_estimate_never_imports_torch():
-    code = ("import sys, time; t=time.perf_counter(); from advisor.catalog import catalog_model; "
+    code = ("import sys; from advisor.catalog import catalog_model; "
             "from advisor.estimate import estimate; from advisor.config import TrainConfig; "
             "from advisor.hardware import HardwareSpec; from advisor.gpus import get_gpu; "
             "estimate(catalog_model('llama3-8b'), TrainConfig(micro_batch=1, seq_len=2048), HardwareSpec(gpu=get_gpu('H100'), gpus_per_node=8)); "
             "estimate(catalog_model('resnet50'), TrainConfig(micro_batch=64), HardwareSpec(gpu=get_gpu('H100'))); "
             "assert 'torch' not in sys.modules, 'torch imported'; "
-            "bad = [m for m in ('textual', 'accelerate') if m in sys.modules]; assert not bad, bad; print(time.perf_counter()-t)")
+            "bad = [m for m in ('textual', 'accelerate') if m in sys.modules]; assert not bad, bad; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert float(out.stdout.strip()) < 0.5
+    assert out.stdout.strip() == "ok"
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])

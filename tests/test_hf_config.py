@@ -206,7 +206,7 @@ def test_unsupported(tmp_path):
 
 
 def test_cli_bad_config_exits_2(tmp_path, capsys):
-    from launcher.cli.main import main
+    from cli.main import main
 
     bad = write(tmp_path, "{not json")
     assert main(["models", "--hf-config", str(bad)]) == 2

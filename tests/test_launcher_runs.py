@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.cli.main import main
+from cli.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def test_crashing_rank_fails_the_run(tmp_path, capsys):
 @pytest.mark.parametrize("sig, procs", [(signal.SIGINT, "2"), (signal.SIGTERM, "1")])
 def test_cancel_stops_every_process(tmp_path, sig, procs):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "launch", "--cpu", "--processes", procs, *TINY,
+    p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", procs, *TINY,
                           "--home", str(tmp_path), "--json", "--", str(SCRIPTS / "sleeper.py")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -147,7 +147,7 @@ def test_cancel_stops_every_process(tmp_path, sig, procs):
 def test_two_nodes_on_localhost(tmp_path):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "launch", "--cpu", "--processes", "1",
+    nodes = [subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", "1",
                                "--nodes", "2", "--node-rank", str(r), "--main-address", "127.0.0.1", "--main-port", str(port),
                                *TINY, "--micro-batch", "2", "--recipe", "synthetic", "--max-steps", "3",
                                "--home", str(tmp_path / f"node{r}"), "--json"],
@@ -173,7 +173,7 @@ def test_text_classification_recipe(tmp_path, capsys):
 def test_sigkill_of_advise_itself_stops_the_launch(tmp_path):
     """No signal handler runs on SIGKILL: the launcher and its ranks must still go (PR_SET_PDEATHSIG)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "launch", "--cpu", "--processes", "2", *TINY,
+    p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", "2", *TINY,
                           "--home", str(tmp_path), "--json", "--", str(SCRIPTS / "sleeper.py")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     grandchildren = []

@@ -17,7 +17,7 @@ from advisor.config import Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.plan import ModelRef, Plan
 from launcher.accelerate_config import accelerate_config, to_yaml, write_accelerate_config
-from launcher.cli.main import main
+from cli.main import main
 from launcher.command import Target, build_launch_spec, fill_placeholders
 from launcher.oom import shrink, smaller_micro_batch, text_has_oom
 from launcher.runner import failing_rank
@@ -257,7 +257,7 @@ def test_runs_empty_home(tmp_path, capsys):
 
 
 def test_recipes_refuse_lora_before_any_rank_starts(tmp_path, capsys):
-    from launcher.cli.main import main
+    from cli.main import main
 
     rc = main(["launch", "--cpu", "--processes", "1", "--model", "mini-transformer", "--lora-rank", "8",
                "--recipe", "synthetic", "--max-steps", "2", "--home", str(tmp_path)])
@@ -268,7 +268,7 @@ def test_recipes_refuse_lora_before_any_rank_starts(tmp_path, capsys):
 
 def test_gpu_launch_without_gpus_says_how_to_launch_instead(tmp_path, capsys, monkeypatch):
     from advisor import hardware
-    from launcher.cli.main import main
+    from cli.main import main
 
     monkeypatch.setattr(hardware, "detect_machine", lambda: hardware.Machine(nvml_error="test: no NVML"))
     for argv in (["launch", "--model", "gpt2", "--recipe", "synthetic"],

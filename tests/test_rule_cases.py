@@ -44,15 +44,17 @@ def _cnn_traces() -> bool:
 
 
 def _parse(argv: list[str]):
-    from launcher.cli.main import build_parser
+    from cli.main import build_parser
 
     return build_parser("recommend").parse_args(argv)
 
 
 def _recommend(argv: list[str], cpu_cores: int):
-    from rules.api import recommend_from_args
+    from cli.flags import request_from_namespace
+    from rules.api import recommend
 
-    return recommend_from_args(_parse(argv), machine=Machine(cpu_cores=cpu_cores), calibration=default_calibration())
+    return recommend(request_from_namespace(_parse(argv)), machine=Machine(cpu_cores=cpu_cores),
+                     calibration=default_calibration())
 
 
 def _get(data, path: str):

@@ -66,7 +66,7 @@ time.sleep(300)
 
 
 def advise(home: Path, command: str, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli.main", command, "--home", str(home), *argv],
+    return subprocess.run([sys.executable, "-m", "cli.main", command, "--home", str(home), *argv],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -79,7 +79,7 @@ def submit(home: Path, *argv: str) -> str:
 @contextmanager
 def serving(home: Path, *argv: str):
     log = open(home.parent / f"serve-{time.monotonic_ns()}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "launcher.cli.main", "serve", "--home", str(home), "--poll", "0.2",
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--home", str(home), "--poll", "0.2",
                              "--grace", "3", *argv], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: service_pid(home) == proc.pid or proc.poll() is not None, 30, "the service to start")

@@ -193,7 +193,7 @@ def test_ctrl_q_quits_from_anywhere_with_status_0(store, keys):
 
 
 def test_advise_wizard_command_exits_0_on_ctrl_q(monkeypatch, tmp_path):
-    from launcher.cli.main import main
+    from cli.main import main
 
     original = CardwiseApp.run
 

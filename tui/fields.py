@@ -1,34 +1,20 @@
-"""Form fields: the CLI's own value parsers behind Textual validators, so a value the wizard
-accepts is one ``advise`` accepts, with the same message when it is not."""
+"""Form fields: the value parsers the CLI uses too (``advisor.units``) behind Textual validators, so
+a value the wizard accepts is one ``advise`` accepts, with the same message when it is not."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from textual.validation import ValidationResult, Validator
 
-from launcher.cli import flags
+from advisor import units
 
 
-def _cli(fn: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type function that raises ValueError(message) instead of ArgumentTypeError."""
-
-    def parse(text: str) -> Any:
-        try:
-            return fn(text.strip())
-        except argparse.ArgumentTypeError as exc:
-            raise ValueError(str(exc)) from None
-
-    parse.__name__ = fn.__name__
-    return parse
-
-
-positive_int = _cli(flags.positive_int)
-positive_float = _cli(flags.positive_float)
-duration_hours = _cli(flags.duration_hours)
+positive_int = units.positive_int
+positive_float = units.positive_float
+duration_hours = units.duration_hours
 
 
 def text(value: str) -> str:

@@ -1,6 +1,6 @@
 """From the launch form to a recorded, running run, through the launcher's own functions.
 
-The same steps as ``advise launch`` (launcher/cli/launch_cmd.py): a plan (the recommendation's,
+The same steps as ``advise launch`` (cli/launch_cmd.py): a plan (the recommendation's,
 or ``launcher.cpu_plan`` for CPU processes), a ``Target`` (recipe or script), a store record and
 its run directory, then ``launcher.runner.execute`` (blocking: the launch screen calls it from a
 worker thread and stops it with the ``cancel`` event). No textual here.
@@ -8,7 +8,6 @@ worker thread and stops it with the ``cancel`` event). No textual here.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import threading
 from dataclasses import dataclass
@@ -41,17 +40,14 @@ def build_plan(choice: LaunchChoice, state: WizardState, view=None, machine=None
         return _gpu_plan(state, view, machine), []
     if state.model is None:
         raise UserError("no model chosen", fix="pick one on the Model screen (F3)")
-    from launcher.cpu_plan import plan_from_args
+    from advisor.request import Request
+    from launcher.cpu_plan import cpu_plan
 
     w = state.workload
-    ref = state.model
-    args = argparse.Namespace(
-        model=ref.name, hf_config=ref.hf_config, module=ref.module, input_shape=ref.input_shape,
-        input_dtype=ref.input_dtype, processes=choice.processes, nodes=1, micro_batch=choice.micro_batch,
-        batch_size=w.batch_size, seq_len=w.seq_len, image_size=w.image_size, base_lr=w.base_lr,
-        base_batch=w.base_batch, lr_scaling=w.lr_scaling, dataset_size=w.dataset_size, epochs=w.epochs,
-        max_steps=choice.max_steps, task=w.task)
-    return plan_from_args(args)
+    req = Request(model=state.model, micro_batch=choice.micro_batch, batch_size=w.batch_size, seq_len=w.seq_len,
+                  image_size=w.image_size, base_lr=w.base_lr, base_batch=w.base_batch, lr_scaling=w.lr_scaling,
+                  dataset_size=w.dataset_size, epochs=w.epochs, task=w.task)
+    return cpu_plan(req, processes=choice.processes, max_steps=choice.max_steps)
 
 
 def _gpu_plan(state: WizardState, view, machine) -> Plan:

@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Input, Static
 
+from advisor import units
 from advisor.errors import UserError
 from advisor.plan import ModelRef
 from tui import compute
@@ -21,20 +22,9 @@ from tui.screens.base import StepScreen
 from tui.widgets.form_row import FormRow
 
 
-def _shape(value: str) -> tuple[int, ...]:
-    import argparse
-
-    from launcher.cli.flags import shape
-
-    try:
-        return shape(value.strip())
-    except argparse.ArgumentTypeError as exc:
-        raise ValueError(str(exc)) from None
-
-
 HF_FIELD = FieldSpec("hf_config", "HF config.json", text, "a local config.json; Enter to use it", "path/config.json")
 MODULE_FIELD = FieldSpec("module", "module", text, "FILE.py:FACTORY or pkg.mod:FACTORY; Enter", "model.py:build")
-SHAPE_FIELD = FieldSpec("input_shape", "input shape", _shape, "per-sample input of the module", "3,224,224")
+SHAPE_FIELD = FieldSpec("input_shape", "input shape", units.shape, "per-sample input of the module", "3,224,224")
 
 
 class ModelScreen(StepScreen):

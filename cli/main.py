@@ -1,6 +1,6 @@
 """The ``advise`` console script: finds the subcommand, imports only its module, runs it.
 
-Each command lives in ``launcher/cli/<name>_cmd.py`` with ``add_parser(subparsers)`` and
+Each command lives in ``cli/<name>_cmd.py`` with ``add_parser(subparsers)`` and
 ``run(args) -> int`` (Accelerate's commands layout). Importing a command must stay cheap: heavy
 imports (torch, accelerate, textual) happen inside ``run``. ``advise --model X`` with no
 subcommand is the recommendation; plain ``advise`` in a terminal opens the wizard.
@@ -14,21 +14,21 @@ import sys
 
 # name -> (module, one-line help). Order is the order of `advise --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "recommend": ("launcher.cli.recommend_cmd", "recommend how to train (the default: `advise --model NAME`)"),
-    "estimate": ("launcher.cli.estimate_cmd", "memory and throughput of one exact configuration"),
-    "launch": ("launcher.cli.launch_cmd", "run a recommendation or plan through Accelerate"),
-    "wizard": ("launcher.cli.wizard_cmd", "terminal UI: plan, explain, launch and watch"),
-    "bench": ("launcher.cli.bench_cmd", "measure single- vs multi-GPU throughput and calibrate"),
-    "calibrate": ("launcher.cli.bench_cmd", "show or reset measured calibration"),
-    "gpus": ("launcher.cli.gpus_cmd", "detected GPUs, or the GPU table with --list"),
-    "models": ("launcher.cli.models_cmd", "the model catalog"),
-    "rules": ("launcher.cli.rules_cmd", "list the rules, or explain one"),
-    "runs": ("launcher.cli.runs_cmd", "list recorded runs"),
-    "show": ("launcher.cli.runs_cmd", "show one run record"),
-    "serve": ("launcher.cli.service_cmd", "run the queue service in the foreground"),
-    "submit": ("launcher.cli.service_cmd", "queue a run for the service"),
-    "cancel": ("launcher.cli.service_cmd", "cancel a queued or running run"),
-    "logs": ("launcher.cli.service_cmd", "print (or follow) a run's logs"),
+    "recommend": ("cli.recommend_cmd", "recommend how to train (the default: `advise --model NAME`)"),
+    "estimate": ("cli.estimate_cmd", "memory and throughput of one exact configuration"),
+    "launch": ("cli.launch_cmd", "run a recommendation or plan through Accelerate"),
+    "wizard": ("cli.wizard_cmd", "terminal UI: plan, explain, launch and watch"),
+    "bench": ("cli.bench_cmd", "measure single- vs multi-GPU throughput and calibrate"),
+    "calibrate": ("cli.bench_cmd", "show or reset measured calibration"),
+    "gpus": ("cli.gpus_cmd", "detected GPUs, or the GPU table with --list"),
+    "models": ("cli.models_cmd", "the model catalog"),
+    "rules": ("cli.rules_cmd", "list the rules, or explain one"),
+    "runs": ("cli.runs_cmd", "list recorded runs"),
+    "show": ("cli.runs_cmd", "show one run record"),
+    "serve": ("cli.service_cmd", "run the queue service in the foreground"),
+    "submit": ("cli.service_cmd", "queue a run for the service"),
+    "cancel": ("cli.service_cmd", "cancel a queued or running run"),
+    "logs": ("cli.service_cmd", "print (or follow) a run's logs"),
 }
 
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(rest)
     args.command = name
     module = importlib.import_module(COMMANDS[name][0])
-    from launcher.cli.errors import run_guarded
+    from cli.errors import run_guarded
 
     return run_guarded(module.run, args)
 

@@ -10,7 +10,7 @@ import argparse
 import json
 import time
 
-from launcher.cli import flags
+from cli import flags
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 

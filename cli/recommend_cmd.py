@@ -1,6 +1,6 @@
 """``advise [--model NAME ...]``: the recommendation, as a rich report or DESIGN.md's JSON.
 
-Thin: parse flags, call ``rules.api.recommend_from_args``, render. Rich is imported only for the
+Thin: parse flags into a Request, call ``rules.api.recommend``, render. Rich is imported only for the
 readable report, so ``--json`` stays fast.
 """
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from launcher.cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
+from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
                                 add_workload_flags)
 
 
@@ -38,10 +38,13 @@ ASSUMED_GPU = "A100-80GB"
 
 
 def run(args: argparse.Namespace) -> int:
+    from advisor.calibration import load_calibration
     from advisor.errors import UserError
-    from rules.api import recommend_from_args
+    from cli.flags import home_dir, request_from_namespace
+    from rules.api import recommend
 
-    rec = recommend_from_args(args, assume_if_none=ASSUMED_GPU)
+    rec = recommend(request_from_namespace(args), calibration=load_calibration(home_dir(args)),
+                    assume_if_none=ASSUMED_GPU)
     if args.json:
         sys.stdout.write(rec.to_json() + "\n")
     else:

@@ -1,6 +1,6 @@
 """``advise wizard [--home DIR] [--gpu NAME --gpus N --nodes N]``: the terminal UI.
 
-Plain ``advise`` in a terminal opens it too (launcher/cli/main.py). Importing this module stays
+Plain ``advise`` in a terminal opens it too (cli/main.py). Importing this module stays
 cheap; textual is imported in ``run``, torch and accelerate only when a run is launched.
 Exit status 0 on ctrl+q.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from launcher.cli import flags
+from cli import flags
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:

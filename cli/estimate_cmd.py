@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from launcher.cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
+from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
                                 positive_float, positive_int)
 
 
@@ -29,54 +29,12 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def build(args: argparse.Namespace):
-    """(Estimate, defaults applied) for the flags; pure apart from resolving model, GPU and calibration."""
-    import os
-
+    """(Estimate, defaults applied) for the flags (``advisor.exact.estimate_request``)."""
     from advisor.calibration import load_calibration
-    from advisor.config import Optimizer, Precision, Strategy, TrainConfig
-    from advisor.errors import UserError
-    from advisor.estimate import estimate
-    from advisor import hardware
-    from advisor.hardware import Machine, resolve_hardware
-    from launcher.cli.flags import home_dir, model_ref
-    from rules.api import resolve_model
+    from advisor.exact import estimate_request
+    from cli.flags import home_dir, request_from_namespace
 
-    if bool(args.dataset_size) != bool(args.epochs):
-        raise UserError("time-to-train needs both --dataset-size and --epochs", fix="give both, or neither")
-    spec = resolve_model(model_ref(args))
-    machine = Machine(cpu_cores=os.cpu_count() or 1) if args.gpu else hardware.detect_machine()
-    hw = resolve_hardware(machine, args.gpu, args.gpus, args.nodes, args.interconnect, args.network_gbps)
-    applied: list[str] = []
-    llm = spec.family == "decoder" and spec.params > 1e9
-    micro = args.micro_batch
-    if micro is None:
-        micro = 1 if llm else 8
-        applied.append(f"micro-batch {micro}" + (" (decoder LLM over 1B parameters)" if llm else ""))
-    precision = args.precision
-    if precision is None:
-        precision = "bf16" if hw.gpu.supports_bf16 else "fp16"
-        applied.append(f"precision {precision} ({hw.gpu.name} {'supports' if hw.gpu.supports_bf16 else 'lacks'} bf16)")
-    strategy = args.strategy
-    if strategy is None:
-        strategy = "single" if hw.total_gpus == 1 else "ddp"
-        applied.append(f"strategy {strategy} ({hw.total_gpus} GPU{'s' if hw.total_gpus > 1 else ''})")
-    elif strategy == "single" and hw.total_gpus > 1:
-        raise UserError(f"--strategy single with {hw.total_gpus} GPUs", fix="use --gpus 1, or --strategy ddp|fsdp")
-    seq_len = args.seq_len or (spec.default_seq_len if spec.is_text else None)
-    if args.seq_len is None and seq_len:
-        applied.append(f"seq len {seq_len} (the model's)")
-    image = args.image_size or (spec.default_image_size if spec.is_vision else None)
-    if args.image_size is None and image:
-        applied.append(f"image size {image} (the model's)")
-    if args.optimizer is None:
-        applied.append("optimizer adamw")
-    cfg = TrainConfig(micro_batch=micro, grad_accum=args.grad_accum or 1, seq_len=seq_len, image_size=image,
-                      precision=Precision(precision), optimizer=Optimizer(args.optimizer or "adamw"),
-                      compile=bool(args.compile), channels_last=bool(args.channels_last), grad_ckpt=bool(args.grad_ckpt),
-                      strategy=Strategy(strategy), lora_rank=args.lora_rank)
-    est = estimate(spec, cfg, hw, dataset_size=args.dataset_size, epochs=args.epochs,
-                   calibration=load_calibration(home_dir(args)))
-    return est, applied
+    return estimate_request(request_from_namespace(args), calibration=load_calibration(home_dir(args)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +54,7 @@ def render(est, applied: list[str], console=None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from launcher.cli.recommend_cmd import hours, memory_bar
+    from cli.recommend_cmd import hours, memory_bar
 
     console = console or Console(width=max(100, Console().width))
     m, t, c, hw = est.memory, est.throughput, est.config, est.hardware

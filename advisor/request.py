@@ -1,10 +1,17 @@
-"""What the user asked for: a ``Request`` (flags or API keywords; ``None`` = not pinned) and the
-defaults table (``rules/data/defaults.toml``) the rules start from."""
+"""What the user asked for: one typed ``Request``, the only input below the CLI.
+
+The CLI parses flags into it (``cli.flags.request_from_namespace``), the wizard fills it from its
+forms, notebooks build it from keywords; ``rules.api.recommend(req)``, ``rules.api.plan(req)``
+and ``launcher.cpu_plan.cpu_plan(req)`` take it. Config fields left ``None`` are for the rules to
+choose; a field given pins that choice (DESIGN.md: "a flag given pins that choice").
+
+``FLAGS`` is the one table from fields to ``advise`` flags: the CLI's parser is checked against it
+(tests), and ``Request.to_argv()`` writes a request back as flags, e.g. the ``advise launch``
+command of a recommendation.
+"""
 
 from __future__ import annotations
 
-import tomllib
-from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -12,11 +19,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from advisor.config import Optimizer, Precision, Strategy
 from advisor.errors import UserError
 from advisor.plan import ModelRef
-from rules.engine import DATA_DIR
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "compile",
                "channels_last", "grad_ckpt", "strategy", "lora_rank")
+
+# field -> (flag, how it is written). "value": --flag VALUE; "toggle": --flag / --no-flag
+# (BooleanOptionalAction); "switch": --flag when true; "hours": --flag <hours>h.
+FLAGS: dict[str, tuple[str, str]] = {
+    "gpu": ("--gpu", "value"), "gpus": ("--gpus", "value"), "nodes": ("--nodes", "value"),
+    "interconnect": ("--interconnect", "value"), "network_gbps": ("--network-gbps", "value"),
+    "strategy": ("--strategy", "value"), "micro_batch": ("--micro-batch", "value"),
+    "batch_size": ("--batch-size", "value"), "grad_accum": ("--grad-accum", "value"),
+    "seq_len": ("--seq-len", "value"), "image_size": ("--image-size", "value"),
+    "precision": ("--precision", "value"), "optimizer": ("--optimizer", "value"),
+    "compile": ("--compile", "toggle"), "channels_last": ("--channels-last", "toggle"),
+    "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
+    "dataset_size": ("--dataset-size", "value"), "epochs": ("--epochs", "value"),
+    "deadline_h": ("--deadline", "hours"), "base_lr": ("--base-lr", "value"),
+    "base_batch": ("--base-batch", "value"), "lr_scaling": ("--lr-scaling", "value"), "task": ("--task", "value"),
+    "keep_global_batch": ("--keep-global-batch", "switch"), "alternatives": ("--alternatives", "switch"),
+}
+# Fields whose default is not None: written only when they differ from it.
+_DEFAULTS = {"nodes": 1, "lr_scaling": "linear", "keep_global_batch": False, "alternatives": False}
 
 
 class Request(BaseModel):
@@ -81,74 +106,27 @@ class Request(BaseModel):
     def pinned(self) -> frozenset[str]:
         return frozenset(k for k in CONFIG_PINS if getattr(self, k) is not None)
 
-
-class FamilyDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    optimizer: str = "adamw"
-    base_lr: float
-    base_batch: int
-    source: str
-
-
-class ModelDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    optimizer: str | None = None
-    base_lr: float | None = None
-    base_batch: int | None = None
-    source: str
-
-
-class SearchDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    saturation: float
-    roomy: float
-    max_micro_batch: int
-    max_round_up: float
+    def to_argv(self, *, skip: frozenset[str] | set[str] = frozenset()) -> list[str]:
+        """The ``advise`` flags that give this request back (model first), fields in ``skip`` left out."""
+        argv = self.model.to_argv()
+        for field, (flag, kind) in FLAGS.items():
+            value = getattr(self, field)
+            if field in skip or value is None or value == _DEFAULTS.get(field):
+                continue
+            if kind == "toggle":
+                argv.append(flag if value else "--no-" + flag[2:])
+            elif kind == "switch":
+                argv.append(flag)
+            elif kind == "hours":
+                argv += [flag, f"{value:g}h"]
+            else:
+                argv += [flag, _text(value)]
+        return argv
 
 
-class WarmupDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    warmup_fraction: float
-    warmup_epochs: float
-    min_steps: int
-    unknown_steps: int
-
-
-class CompileDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    base_min: float
-    per_layer_s: float
-    repay_factor: float
-
-
-class DataDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    decode_rate: float
-    max_workers: int
-    text_max_workers: int
-
-
-class Defaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    family: dict[str, FamilyDefaults]
-    model: dict[str, ModelDefaults] = {}
-    search: SearchDefaults
-    warmup: WarmupDefaults
-    compile: CompileDefaults
-    data: DataDefaults
-
-    def for_model(self, name: str, family: str) -> FamilyDefaults:
-        fam = self.family.get(family, self.family["custom"])
-        over = self.model.get(name)
-        if over is None:
-            return fam
-        return FamilyDefaults(optimizer=over.optimizer or fam.optimizer, base_lr=over.base_lr or fam.base_lr,
-                              base_batch=over.base_batch or fam.base_batch, source=over.source)
-
-
-@lru_cache(maxsize=1)
-def load_defaults() -> Defaults:
-    return Defaults(**tomllib.loads((DATA_DIR / "defaults.toml").read_text()))
+def _text(value) -> str:
+    if hasattr(value, "value"):  # str enums
+        return str(value.value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

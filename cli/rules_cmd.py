@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from launcher.cli.flags import add_json_flag
+from cli.flags import add_json_flag
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:

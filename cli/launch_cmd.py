@@ -5,7 +5,7 @@
     advise launch --cpu --processes 2 --model mini-transformer --recipe synthetic --dry-run
 
 The plan comes from ``--plan``, from the flags with ``--cpu`` (launcher.cpu_plan: arithmetic
-only), or from the rules layer for GPUs (``rules.api.plan_for_args``). Then: ``--dry-run``
+only), or from the rules layer for GPUs (``rules.api.plan``). Then: ``--dry-run``
 prints the Accelerate config and command, ``--emit slurm`` prints an sbatch script, and
 otherwise the run is recorded in the store and executed in the foreground (launcher.runner);
 Ctrl-C stops every rank and records ``cancelled`` (a second Ctrl-C skips the grace period).
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from launcher.cli import flags
+from cli import flags
 
 RECIPE_NAMES = ("synthetic", "text-classification")  # launcher.command.RECIPES, without importing it
 
@@ -78,19 +78,18 @@ def make_plan(args: argparse.Namespace):
             raise UserError("--cpu given but the plan is for GPUs", where=str(args.plan), fix="drop --cpu, or plan again with --cpu")
         return plan, []
     if args.cpu:
-        from launcher.cpu_plan import plan_from_args
+        from launcher.cpu_plan import cpu_plan
 
-        return plan_from_args(args)
+        return cpu_plan(flags.request_from_namespace(args), processes=args.processes or 1,
+                        max_steps=args.max_steps, warmup_steps=args.warmup_steps, num_workers=args.num_workers)
     if args.processes is not None:
         raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")
     if not args.gpu and not (args.dry_run or args.emit):
         _require_gpus(None)  # nothing named and nothing detected: say how to launch instead
-    try:
-        from rules.api import plan_for_args
-    except ImportError:
-        raise UserError("planning a GPU launch needs the rules layer, which is not available in this install",
-                        fix="launch on CPU with --cpu --processes N, or pass a saved plan with --plan plan.json") from None
-    return plan_for_args(args), []
+    from advisor.calibration import load_calibration
+    from rules.api import plan
+
+    return plan(flags.request_from_namespace(args), calibration=load_calibration(flags.home_dir(args))), []
 
 
 def _target(args: argparse.Namespace, plan):

@@ -9,57 +9,39 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from advisor.errors import UserError
-
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "pure-bf16")
-
-
-def _int_at_least(text: str, low: int) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if v < low:
-        raise argparse.ArgumentTypeError(f"must be at least {low}, got {v}")
-    return v
+from advisor import units
+from advisor.config import Optimizer, Precision, Strategy
+from advisor.request import Request
 
 
-def positive_int(text: str) -> int:
-    return _int_at_least(text, 1)
+def _choices(field: str) -> list[str]:
+    """The values a Literal field of Request allows (one home for them)."""
+    import typing
+
+    ann = Request.model_fields[field].annotation
+    return [a for a in typing.get_args(ann) if isinstance(a, str)] or [
+        a for arg in typing.get_args(ann) for a in typing.get_args(arg)]
 
 
-def nonneg_int(text: str) -> int:
-    return _int_at_least(text, 0)
+
+def _argparse_type(parse):
+    """An advisor.units parser as an argparse type (ArgumentTypeError carries the same message)."""
+
+    def typed(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    typed.__name__ = parse.__name__  # argparse names the type in its messages
+    return typed
 
 
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return v
-
-
-def shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated sizes like 3,224,224, got '{text}'") from None
-    if not dims or any(d < 1 for d in dims):
-        raise argparse.ArgumentTypeError(f"sizes must be positive, got '{text}'")
-    return dims
-
-
-def duration_hours(text: str) -> float:
-    """'6h', '90m', '2d', '45min', '3600s' or a bare number of hours (argparse type)."""
-    from advisor.units import parse_duration_hours
-
-    try:
-        return parse_duration_hours(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(exc.message().replace("\n  fix:", ";")) from None
+positive_int = _argparse_type(units.positive_int)
+nonneg_int = _argparse_type(units.nonneg_int)
+positive_float = _argparse_type(units.positive_float)
+shape = _argparse_type(units.shape)
+duration_hours = _argparse_type(units.duration_hours)
 
 
 def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -78,12 +60,12 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-accum", type=positive_int, metavar="N", help="micro-batches per optimizer step")
     g.add_argument("--seq-len", type=positive_int, metavar="N", help="tokens per sample")
     g.add_argument("--image-size", type=positive_int, metavar="N", help="image side in pixels")
-    g.add_argument("--precision", choices=PRECISIONS, help="bf16/fp16 = autocast with fp32 master weights")
-    g.add_argument("--optimizer", choices=("adamw", "sgd", "adamw-8bit"))
+    g.add_argument("--precision", choices=[p.value for p in Precision], help="bf16/fp16 = autocast with fp32 master weights")
+    g.add_argument("--optimizer", choices=[o.value for o in Optimizer])
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
-    g.add_argument("--strategy", choices=("single", "ddp", "fsdp"))
+    g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
     g.add_argument("--lora-rank", type=positive_int, metavar="R", help="LoRA rank (train adapters only)")
 
 
@@ -92,7 +74,7 @@ def add_hardware_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu", metavar="NAME", help="GPU kind: h100, A100-80GB, 'NVIDIA H200', ... (`advise gpus --list`)")
     g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs per node")
     g.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="machines")
-    g.add_argument("--interconnect", choices=("nvlink", "pcie"), help="GPU links within a node")
+    g.add_argument("--interconnect", choices=_choices("interconnect"), help="GPU links within a node")
     g.add_argument("--network-gbps", type=positive_float, metavar="GB/s", help="per-node network bandwidth between nodes (GB/s)")
 
 
@@ -104,7 +86,7 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--deadline", type=duration_hours, metavar="6h", help="time the training must finish in")
     g.add_argument("--base-lr", type=positive_float, metavar="X", help="learning rate tuned at --base-batch")
     g.add_argument("--base-batch", type=positive_int, metavar="N", help="global batch --base-lr was tuned at")
-    g.add_argument("--lr-scaling", choices=("linear", "sqrt", "none"), default="linear")
+    g.add_argument("--lr-scaling", choices=_choices("lr_scaling"), default="linear")
     g.add_argument("--keep-global-batch", action="store_true", help="keep --batch-size fixed; use accumulation")
     g.add_argument("--task", help="what is trained (free text; recipes use it)")
 
@@ -123,6 +105,22 @@ def model_ref(args: argparse.Namespace):
 
     return ModelRef.from_flags(name=args.model, hf_config=args.hf_config, module=args.module,
                                input_shape=args.input_shape, input_dtype=args.input_dtype)
+
+
+def request_from_namespace(args: argparse.Namespace, **override) -> Request:
+    """The one translation from parsed flags to a ``Request`` (fields named as in ``advisor.request.FLAGS``).
+
+    Commands add different flag groups, so an absent flag is the field's default. ``override``
+    sets fields directly (e.g. ``alternatives=True``)."""
+    from advisor.request import FLAGS
+
+    values = {}
+    for field, (flag, _) in FLAGS.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None:
+            values[field] = value
+    values.update(override)
+    return Request(model=model_ref(args), **values)
 
 
 def home_dir(args: argparse.Namespace) -> Path:

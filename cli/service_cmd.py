@@ -2,7 +2,7 @@
 
     advise serve --cpu --slots 2                       # foreground; logs to stderr; SIGTERM stops it
     advise submit --cpu --processes 1 --model mini-transformer --recipe synthetic --max-steps 20 --json
-    advise runs                                        # the queue and what ran (launcher.cli.runs_cmd)
+    advise runs                                        # the queue and what ran (cli.runs_cmd)
     advise cancel 3fa9c2d1
     advise logs 3fa9c2d1 -f
 
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.cli import flags
+from cli import flags
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -54,7 +54,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
         flags.add_home_flag(parser)
         return
     if name == "submit":
-        from launcher.cli.launch_cmd import add_parser as add_launch_parser
+        from cli.launch_cmd import add_parser as add_launch_parser
 
         add_launch_parser(parser, "launch")
         parser.add_argument("--need-gib", type=flags.positive_float, metavar="GIB",
@@ -133,7 +133,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from advisor.errors import UserError
     from launcher import service
-    from launcher.cli.launch_cmd import _options, _target, make_plan
+    from cli.launch_cmd import _options, _target, make_plan
     from launcher.home import resolve_home
 
     for flag, given in (("--dry-run", args.dry_run), ("--emit", args.emit)):

@@ -23,7 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from launcher.cli import flags
+from cli import flags
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
