@@ -399,10 +399,10 @@ def print_table(results: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("users.jsonl"))
-    ap.add_argument("--only", default="", help="comma-separated config ids to run")
+    ap.add_argument("--only", default="", help="comma-separated config ids to run, in this order")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up steps (compile happens in the first)")
-    ap.add_argument("--target-s", type=float, default=2.0, help="timed region length that sets the step count")
-    ap.add_argument("--min-steps", type=int, default=6)
+    ap.add_argument("--target-s", type=float, default=1.5, help="timed region length that sets the step count")
+    ap.add_argument("--min-steps", type=int, default=5)
     ap.add_argument("--max-steps", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=540,
                     help="start no row whose expected cost would end past this many seconds")
@@ -422,10 +422,11 @@ def main() -> None:
         unknown = sorted(set(wanted) - {r["id"] for r in rows})
         if unknown:
             raise SystemExit(f"unknown config ids: {', '.join(unknown)}")
-        rows = [r for r in rows if r["id"] in wanted]
+        by_id = {r["id"]: r for r in rows}
+        rows = [by_id[i] for i in dict.fromkeys(wanted)]  # in the order given
     if args.smoke:
         args.warmup, args.min_steps, args.max_steps, args.target_s = 2, 2, 2, 0.0
-    rows.sort(key=lambda r: r["compile"])  # eager rows first: compiled rows cost most and come last
+    rows.sort(key=lambda r: r["compile"])  # eager rows first (stable): compiled rows cost most, come last
     head = header(device)
     print(json.dumps(head), flush=True)
     results = []
