@@ -45,8 +45,23 @@ def test_workload_cross_field_problems_name_the_field():
     assert set(Workload(dataset_size=100).problems()) == {"epochs"}
     assert set(Workload(epochs=2).problems()) == {"dataset_size"}
     assert Workload(dataset_size=100, epochs=1, deadline_h=2).problems() == {}
-    kw = Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2).rules_kwargs()
+    kw = Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2).request_fields()
     assert kw == {"batch_size": 32, "dataset_size": 100, "epochs": 1.0, "deadline_h": 2.0, "lr_scaling": "linear"}
+
+
+def test_wizard_state_is_the_request_advise_builds_from_the_same_flags():
+    from advisor.errors import UserError
+    from advisor.request import Request
+
+    machine = demo.gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine, gpu="h100", gpus=2), model=ModelRef(name="gpt2"),
+                        workload=Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2))
+    assert state.to_request() == Request(model=ModelRef(name="gpt2"), gpu="H100-SXM", gpus=2, batch_size=32,
+                                         dataset_size=100, epochs=1, deadline_h=2)
+    assert state.to_request().to_argv() == ["--model", "gpt2", "--gpu", "H100-SXM", "--gpus", "2", "--batch-size", "32",
+                                            "--dataset-size", "100", "--epochs", "1", "--deadline", "2h"]
+    with pytest.raises(UserError, match="no model chosen"):
+        WizardState().to_request()
 
 
 def test_hardware_choice_detected_planned_and_named():
@@ -57,7 +72,7 @@ def test_hardware_choice_detected_planned_and_named():
     named = HardwareChoice.initial(gpus, gpu="h100", gpus=2)
     assert (named.mode, named.gpu, named.gpus) == ("planned", "H100-SXM", 2)
     assert HardwareChoice.initial(gpus).resolve(gpus).total_gpus == 4
-    assert HardwareChoice.initial(gpus).rules_kwargs() == {"gpu": None, "gpus": None, "nodes": 1}
+    assert HardwareChoice.initial(gpus).request_fields() == {"gpu": None, "gpus": None, "nodes": 1}
     assert "(detected)" in HardwareChoice.initial(gpus).label(gpus)
 
 

@@ -85,14 +85,12 @@ def rules_available() -> bool:
 
 
 def advise(state: WizardState, machine: Machine, home: Path | None = None):
-    """``rules.api.advise`` for the wizard's choices, on the Machine the app was given (tests give
+    """``rules.api.recommend`` for the wizard's request, on the Machine the app was given (tests give
     fixed data; nothing reads NVML again). Raises ImportError when the rules layer is absent."""
+    from advisor.calibration import load_calibration
     from rules import api
 
-    if state.model is None:
-        raise UserError("no model chosen", fix="pick one on the Model screen (F3)")
-    return api.advise(state.model, machine=machine, home=home, **state.hardware.rules_kwargs(),
-                      **state.workload.rules_kwargs())
+    return api.recommend(state.to_request(), machine=machine, calibration=load_calibration(home))
 
 
 def as_dict(result: Any) -> dict:

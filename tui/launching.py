@@ -43,10 +43,8 @@ def build_plan(choice: LaunchChoice, state: WizardState, view=None, machine=None
     from advisor.request import Request
     from launcher.cpu_plan import cpu_plan
 
-    w = state.workload
-    req = Request(model=state.model, micro_batch=choice.micro_batch, batch_size=w.batch_size, seq_len=w.seq_len,
-                  image_size=w.image_size, base_lr=w.base_lr, base_batch=w.base_batch, lr_scaling=w.lr_scaling,
-                  dataset_size=w.dataset_size, epochs=w.epochs, task=w.task)
+    # The workload's request without the GPU fields: CPU processes are counted by the form.
+    req = Request(model=state.model, micro_batch=choice.micro_batch, **state.workload.request_fields())
     return cpu_plan(req, processes=choice.processes, max_steps=choice.max_steps)
 
 
