@@ -103,18 +103,17 @@ def test_metrics_tail_reads_only_new_complete_rows(tmp_path):
 
 # ---------------------------------------------------------------- views
 def test_memory_bar_marks_capacity_and_overflow():
-    fits = bar_cells({"weights_gib": 10, "optimizer_gib": 10}, 80, 40)
+    fits = bar_cells([10, 0, 10, 0, 0], 80, 40)  # weights, gradients, optimizer, activations, other
     assert len(fits) == 40 and all(style != "red" for _, style in fits)
-    over = bar_cells({"weights_gib": 100, "optimizer_gib": 60}, 80, 40)
+    over = bar_cells([100, 0, 60, 0, 0], 80, 40)
     assert len(over) == 40
     assert ("┃", "bold white") in over and any(style == "red" for _, style in over)
 
 
-def test_helpers_format_counts_hours_and_gpu_counts():
+def test_helpers_format_counts_and_hours():
     assert compute.human_count(8_030_261_248) == "8.03B"
     assert compute.human_count(124_439_808) == "124M"
     assert compute.hours_text(None) == "-" and compute.hours_text(0.5) == "30 min" and compute.hours_text(72) == "3.0 days"
-    assert compute.gpu_counts(8) == [1, 2, 4, 8] and compute.gpu_counts(6) == [1, 2, 4, 6]
 
 
 def test_catalog_rows_have_sizes():
@@ -123,16 +122,29 @@ def test_catalog_rows_have_sizes():
     assert all(r.params > 0 for r in rows)
 
 
-def test_recommend_wraps_the_rules_for_the_wizards_state():
-    state = WizardState(hardware=HardwareChoice.initial(demo.gpu_machine(4)), model=ModelRef(name="llama3-8b"),
+def test_recommend_is_the_rules_typed_recommendation_for_the_wizards_state():
+    from rules.api import recommend
+    from rules.recommend import Recommendation
+
+    machine = demo.gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="llama3-8b"),
                         workload=Workload(dataset_size=100_000, epochs=1))
-    view = compute.recommend(state, demo.gpu_machine(4))
-    assert view.rec["gpus"] >= 1 and view.command.startswith("advise launch")
-    assert view.plan is not None and view.plan.model.name == "llama3-8b"
-    if view.source == "rules":
-        assert [s["node"] for s in view.data["decision_path"]][0] == "A"
-        assert view.scaling and any(r.get("chosen") for r in view.scaling)
+    view = compute.recommend(state, machine)
+    assert isinstance(view.rec, Recommendation)
+    assert view.rec == recommend(state.to_request(), machine=machine)  # the same answer as `advise`
+    assert view.rec.recommendation.gpus >= 1 and view.command.startswith("advise launch")
+    assert view.plan is view.rec.plan and view.plan.model.name == "llama3-8b"
+    assert view.rec.decision_path[0].node == "A"
+    assert any(row.chosen for row in view.rec.scaling)
     assert {n.id for n in view.tree} == set("ABCDEFGHIJ")
+
+
+def test_demo_recommendation_is_a_valid_typed_recommendation():
+    from rules.recommend import Recommendation
+
+    view = demo.demo_recommendation()
+    assert Recommendation.model_validate(view.rec.model_dump(mode="json")) == view.rec
+    assert view.plan.world_size == view.rec.recommendation.gpus == 4
 
 
 # ---------------------------------------------------------------- contracts
@@ -185,17 +197,3 @@ def test_wizard_command_module_is_cheap_to_import():
     code = "import sys, cli.wizard_cmd; print(any(m.startswith('textual') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
-
-
-def test_without_the_rules_layer_the_wizard_still_estimates(monkeypatch):
-    """An install without rules/ shows one default configuration's estimate, and says it is not advice."""
-    monkeypatch.setattr(compute, "rules_available", lambda: False)
-    machine = demo.gpu_machine(2)
-    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="gpt2"),
-                        workload=Workload(batch_size=16, dataset_size=10_000, epochs=1))
-    p = compute.preview(state, machine)
-    assert p.source == "estimate" and p.global_batch == 16 and p.time_to_train_h is not None
-    view = compute.recommend(state, machine)
-    assert view.source == "estimate" and "not advice" in view.data["warnings"][0]
-    assert [r["gpus"] for r in view.scaling] == [1, 2] and view.scaling[0]["chosen"]
-    assert view.plan.global_batch == 16
