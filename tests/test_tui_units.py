@@ -147,6 +147,26 @@ def test_demo_recommendation_is_a_valid_typed_recommendation():
     assert view.plan.world_size == view.rec.recommendation.gpus == 4
 
 
+def test_gpu_launch_takes_the_recommendations_plan_when_it_fits():
+    """The launch form's GPU branch reads the typed Recommendation (no GPU needed: the machine is data)."""
+    from dataclasses import replace
+
+    from advisor.errors import UserError
+    from tui.launching import LaunchChoice, build_plan
+
+    machine = demo.gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="llama3-8b"))
+    view = demo.demo_recommendation()
+    plan, notes = build_plan(LaunchChoice(cpu=False), state, view, machine)
+    assert plan is view.rec.plan and notes == []
+    core = view.rec.recommendation.model_copy(update={"fits": False})
+    unfit = replace(view, rec=view.rec.model_copy(update={"recommendation": core}))
+    with pytest.raises(UserError, match="does not fit"):
+        build_plan(LaunchChoice(cpu=False), state, unfit, machine)
+    with pytest.raises(UserError, match="no GPU plan yet"):
+        build_plan(LaunchChoice(cpu=False), state, None, machine)
+
+
 # ---------------------------------------------------------------- contracts
 def test_advisor_and_rules_never_import_textual():
     code = textwrap.dedent("""
