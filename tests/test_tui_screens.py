@@ -348,6 +348,48 @@ def test_recommendation_without_a_model_says_what_to_do(store):
     run(flow())
 
 
+def test_screens_render_the_rules_typed_recommendation(store, monkeypatch):
+    """The workload preview and the Recommendation screen receive ``rules.recommend.Recommendation``
+    (and its typed parts), the one ``rules.api.recommend`` returns for the wizard's Request."""
+    from rules.recommend import PathStep, Recommendation
+    from tui.compute import ModelInfo, RecView
+    from tui.screens.workload import WorkloadScreen
+    from tui.widgets.decision_tree import DecisionTree
+    from tui.widgets.memory_bar import MemoryBar
+
+    previews = []
+    shown = WorkloadScreen.on_preview_ready
+
+    def spy(self, message):
+        previews.append(message)
+        shown(self, message)
+
+    monkeypatch.setattr(WorkloadScreen, "on_preview_ready", spy)
+    machine = demo.gpu_machine(2)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="gpt2"),
+                        workload=Workload(batch_size=16, dataset_size=10_000, epochs=1))
+    app = make_app(machine, store, state=state, sampler_factory=lambda m: FixedSampler(demo.gpu_samples(2)))
+
+    async def flow():
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f4")
+            await wait_for(pilot, lambda: "samples/s" in text_of(app, "#preview"), timeout=60)
+            preview = previews[-1]
+            assert isinstance(preview.rec, Recommendation) and isinstance(preview.info, ModelInfo)
+            assert f"global {preview.rec.recommendation.global_batch}" in text_of(app, "#preview")
+
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: app.recommendation is not None, timeout=60)
+            view = app.recommendation
+            assert isinstance(view, RecView) and isinstance(view.rec, Recommendation)
+            assert view.rec.recommendation.strategy.upper() in text_of(app, "#rec-title")
+            assert app.screen.query_one(MemoryBar).memory is view.rec.estimate.memory
+            tree = app.screen.query_one("#tree", DecisionTree)
+            assert isinstance(tree.cursor_node.data.step, PathStep)  # A, the first step of the path
+
+    run(flow())
+
+
 def test_save_plan_writes_a_launchable_plan(store, tmp_path):
     app = make_app(demo.gpu_machine(), store)
     target = tmp_path / "plans" / "plan.json"

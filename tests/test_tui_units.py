@@ -45,8 +45,23 @@ def test_workload_cross_field_problems_name_the_field():
     assert set(Workload(dataset_size=100).problems()) == {"epochs"}
     assert set(Workload(epochs=2).problems()) == {"dataset_size"}
     assert Workload(dataset_size=100, epochs=1, deadline_h=2).problems() == {}
-    kw = Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2).rules_kwargs()
+    kw = Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2).request_fields()
     assert kw == {"batch_size": 32, "dataset_size": 100, "epochs": 1.0, "deadline_h": 2.0, "lr_scaling": "linear"}
+
+
+def test_wizard_state_is_the_request_advise_builds_from_the_same_flags():
+    from advisor.errors import UserError
+    from advisor.request import Request
+
+    machine = demo.gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine, gpu="h100", gpus=2), model=ModelRef(name="gpt2"),
+                        workload=Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2))
+    assert state.to_request() == Request(model=ModelRef(name="gpt2"), gpu="H100-SXM", gpus=2, batch_size=32,
+                                         dataset_size=100, epochs=1, deadline_h=2)
+    assert state.to_request().to_argv() == ["--model", "gpt2", "--gpu", "H100-SXM", "--gpus", "2", "--batch-size", "32",
+                                            "--dataset-size", "100", "--epochs", "1", "--deadline", "2h"]
+    with pytest.raises(UserError, match="no model chosen"):
+        WizardState().to_request()
 
 
 def test_hardware_choice_detected_planned_and_named():
@@ -57,7 +72,7 @@ def test_hardware_choice_detected_planned_and_named():
     named = HardwareChoice.initial(gpus, gpu="h100", gpus=2)
     assert (named.mode, named.gpu, named.gpus) == ("planned", "H100-SXM", 2)
     assert HardwareChoice.initial(gpus).resolve(gpus).total_gpus == 4
-    assert HardwareChoice.initial(gpus).rules_kwargs() == {"gpu": None, "gpus": None, "nodes": 1}
+    assert HardwareChoice.initial(gpus).request_fields() == {"gpu": None, "gpus": None, "nodes": 1}
     assert "(detected)" in HardwareChoice.initial(gpus).label(gpus)
 
 
@@ -88,18 +103,17 @@ def test_metrics_tail_reads_only_new_complete_rows(tmp_path):
 
 # ---------------------------------------------------------------- views
 def test_memory_bar_marks_capacity_and_overflow():
-    fits = bar_cells({"weights_gib": 10, "optimizer_gib": 10}, 80, 40)
+    fits = bar_cells([10, 0, 10, 0, 0], 80, 40)  # weights, gradients, optimizer, activations, other
     assert len(fits) == 40 and all(style != "red" for _, style in fits)
-    over = bar_cells({"weights_gib": 100, "optimizer_gib": 60}, 80, 40)
+    over = bar_cells([100, 0, 60, 0, 0], 80, 40)
     assert len(over) == 40
     assert ("┃", "bold white") in over and any(style == "red" for _, style in over)
 
 
-def test_helpers_format_counts_hours_and_gpu_counts():
+def test_helpers_format_counts_and_hours():
     assert compute.human_count(8_030_261_248) == "8.03B"
     assert compute.human_count(124_439_808) == "124M"
     assert compute.hours_text(None) == "-" and compute.hours_text(0.5) == "30 min" and compute.hours_text(72) == "3.0 days"
-    assert compute.gpu_counts(8) == [1, 2, 4, 8] and compute.gpu_counts(6) == [1, 2, 4, 6]
 
 
 def test_catalog_rows_have_sizes():
@@ -108,16 +122,49 @@ def test_catalog_rows_have_sizes():
     assert all(r.params > 0 for r in rows)
 
 
-def test_recommend_wraps_the_rules_for_the_wizards_state():
-    state = WizardState(hardware=HardwareChoice.initial(demo.gpu_machine(4)), model=ModelRef(name="llama3-8b"),
+def test_recommend_is_the_rules_typed_recommendation_for_the_wizards_state():
+    from rules.api import recommend
+    from rules.recommend import Recommendation
+
+    machine = demo.gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="llama3-8b"),
                         workload=Workload(dataset_size=100_000, epochs=1))
-    view = compute.recommend(state, demo.gpu_machine(4))
-    assert view.rec["gpus"] >= 1 and view.command.startswith("advise launch")
-    assert view.plan is not None and view.plan.model.name == "llama3-8b"
-    if view.source == "rules":
-        assert [s["node"] for s in view.data["decision_path"]][0] == "A"
-        assert view.scaling and any(r.get("chosen") for r in view.scaling)
+    view = compute.recommend(state, machine)
+    assert isinstance(view.rec, Recommendation)
+    assert view.rec == recommend(state.to_request(), machine=machine)  # the same answer as `advise`
+    assert view.rec.recommendation.gpus >= 1 and view.command.startswith("advise launch")
+    assert view.plan is view.rec.plan and view.plan.model.name == "llama3-8b"
+    assert view.rec.decision_path[0].node == "A"
+    assert any(row.chosen for row in view.rec.scaling)
     assert {n.id for n in view.tree} == set("ABCDEFGHIJ")
+
+
+def test_demo_recommendation_is_a_valid_typed_recommendation():
+    from rules.recommend import Recommendation
+
+    view = demo.demo_recommendation()
+    assert Recommendation.model_validate(view.rec.model_dump(mode="json")) == view.rec
+    assert view.plan.world_size == view.rec.recommendation.gpus == 4
+
+
+def test_gpu_launch_takes_the_recommendations_plan_when_it_fits():
+    """The launch form's GPU branch reads the typed Recommendation (no GPU needed: the machine is data)."""
+    from dataclasses import replace
+
+    from advisor.errors import UserError
+    from tui.launching import LaunchChoice, build_plan
+
+    machine = demo.gpu_machine(4)
+    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="llama3-8b"))
+    view = demo.demo_recommendation()
+    plan, notes = build_plan(LaunchChoice(cpu=False), state, view, machine)
+    assert plan is view.rec.plan and notes == []
+    core = view.rec.recommendation.model_copy(update={"fits": False})
+    unfit = replace(view, rec=view.rec.model_copy(update={"recommendation": core}))
+    with pytest.raises(UserError, match="does not fit"):
+        build_plan(LaunchChoice(cpu=False), state, unfit, machine)
+    with pytest.raises(UserError, match="no GPU plan yet"):
+        build_plan(LaunchChoice(cpu=False), state, None, machine)
 
 
 # ---------------------------------------------------------------- contracts
@@ -170,17 +217,3 @@ def test_wizard_command_module_is_cheap_to_import():
     code = "import sys, cli.wizard_cmd; print(any(m.startswith('textual') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
-
-
-def test_without_the_rules_layer_the_wizard_still_estimates(monkeypatch):
-    """An install without rules/ shows one default configuration's estimate, and says it is not advice."""
-    monkeypatch.setattr(compute, "rules_available", lambda: False)
-    machine = demo.gpu_machine(2)
-    state = WizardState(hardware=HardwareChoice.initial(machine), model=ModelRef(name="gpt2"),
-                        workload=Workload(batch_size=16, dataset_size=10_000, epochs=1))
-    p = compute.preview(state, machine)
-    assert p.source == "estimate" and p.global_batch == 16 and p.time_to_train_h is not None
-    view = compute.recommend(state, machine)
-    assert view.source == "estimate" and "not advice" in view.data["warnings"][0]
-    assert [r["gpus"] for r in view.scaling] == [1, 2] and view.scaling[0]["chosen"]
-    assert view.plan.global_batch == 16

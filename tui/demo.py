@@ -1,8 +1,9 @@
 """Fixed data for the wizard's tests and screenshots: machines, a filled run store, a recommendation.
 
 Everything here is data (no NVML, no rules run, no clock), so a screen built from it looks the
-same on every machine and on every day. The recommendation follows DESIGN.md's ``advise --json``
-shape; its numbers are illustrative, not the estimator's.
+same on every machine and on every day. The recommendation is ``advise --json`` output validated
+into the typed ``rules.recommend.Recommendation``; its numbers are illustrative, not the
+estimator's. The decision tree's nodes are the rules' own (``rules/data/tree.toml``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from advisor.hardware import DetectedGpu, GpuLink, Machine
 from advisor.plan import ModelRef, Plan
-from tui.compute import ModelInfo, RecView, TreeNodeView, _STATIC_TREE
+from tui.compute import ModelInfo, RecView, tree_nodes
 from tui.monitor import DeviceSample
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
@@ -98,6 +99,7 @@ def demo_cpu_plan() -> Plan:
 def demo_recommendation() -> RecView:
     """llama3-8b on 4x H100-SXM with a 10 h deadline: FSDP on 4 GPUs (illustrative numbers)."""
     from advisor.config import TrainConfig
+    from rules.recommend import Recommendation
 
     ref = ModelRef(name="llama3-8b")
     cfg = TrainConfig(micro_batch=1, grad_accum=32, seq_len=2048, precision="bf16", compile=True, strategy="fsdp")
@@ -109,12 +111,20 @@ def demo_recommendation() -> RecView:
         "recommendation": {"strategy": "fsdp", "gpus": 4, "nodes": 1, "micro_batch": 1, "grad_accum": 32,
                            "global_batch": 128, "precision": "bf16", "compile": True, "grad_ckpt": False, "lr": 2e-5,
                            "lr_scaling": "linear", "warmup_steps": 391, "num_workers": 4, "fits": True,
-                           "command": command},
-        "estimate": {"model": {"name": "llama3-8b", "params": 8_030_261_248},
-                     "hardware": {"gpu": "H100-SXM", "count": 4, "memory_gib": 79.65},
+                           "command": command, "gpu": "H100-SXM", "optimizer": "adamw", "channels_last": False,
+                           "seq_len": 2048, "base_lr": 2e-5, "base_batch": 128, "total_steps": 7813,
+                           "time_to_train_h": 14.0, "deadline_h": 10.0},
+        "estimate": {"model": {"name": "llama3-8b", "params": 8_030_261_248, "trainable_params": 8_030_261_248,
+                               "family": "decoder", "source": "catalog"},
+                     "hardware": {"gpu": "H100-SXM", "count": 4, "per_node": 4, "nodes": 1, "memory_gib": 79.65,
+                                  "interconnect": "nvlink", "detected": True},
+                     "config": cfg.model_dump(mode="json"),
                      "memory": {"weights_gib": 7.5, "gradients_gib": 7.5, "optimizer_gib": 15.0, "activations_gib": 9.0,
-                                "other_gib": 3.5, "peak_gib": 42.4, "device_gib": 45.9, "fits": True},
-                     "throughput": {"samples_per_s": 19.8, "step_s": 6.46, "tokens_per_s": 40_550.0, "mfu": 0.48},
+                                "other_gib": 3.5, "peak_gib": 42.4, "device_gib": 45.9, "gpu_memory_gib": 79.65,
+                                "fits": True, "peak_at": "optimizer-step", "trainable_params": 8_030_261_248},
+                     "throughput": {"samples_per_s": 19.8, "step_s": 6.46, "tokens_per_s": 40_550.0, "mfu": 0.48,
+                                    "tflops_per_gpu": 475.0, "compute_s": 6.1, "comm_s": 1.2, "exposed_comm_s": 0.36,
+                                    "optimizer_s": 0.02, "host_bound": False},
                      "time_to_train_h": 14.0},
         "decision_path": [
             {"node": "A", "question": "Start", "answer": "llama3-8b (8,030M parameters) on 4x H100-SXM (detected)",
@@ -136,12 +146,15 @@ def demo_recommendation() -> RecView:
              "why": "14.0 h on all 4 GPUs, over the 10 h deadline by 4.0 h."},
         ],
         "alternatives": [
-            {"name": "8 GPUs", "summary": "FSDP on 8x H100-SXM: 7.2 h", "fits": True, "gpus": 8, "strategy": "fsdp",
-             "peak_gib": 40.1, "samples_per_s": 38.4, "time_to_train_h": 7.2, "cost": {"speed": "needs 4 more GPUs"}},
-            {"name": "LoRA r16", "summary": "adapters only: fits on one GPU", "fits": True, "gpus": 1,
-             "strategy": "single", "peak_gib": 31.0, "cost": {"accuracy_risk": "adapters, not a full fine-tune"}},
+            {"name": "8 GPUs", "kind": "scale-out", "summary": "FSDP on 8x H100-SXM: 7.2 h", "fits": True, "gpus": 8,
+             "strategy": "fsdp", "peak_gib": 40.1, "samples_per_s": 38.4, "time_to_train_h": 7.2,
+             "cost": {"speed": "needs 4 more GPUs"}},
+            {"name": "LoRA r16", "kind": "compromise", "summary": "adapters only: fits on one GPU", "fits": True,
+             "gpus": 1, "strategy": "single", "peak_gib": 31.0,
+             "cost": {"accuracy_risk": "adapters, not a full fine-tune"}},
         ],
         "warnings": ["the deadline is missed by 4.0 h with the GPUs at hand"],
+        "plan": plan.model_dump(mode="json"),
         "scaling": [
             {"gpus": 1, "strategy": "single", "fits": False, "device_gib": 130.2, "chosen": False,
              "note": "needs ~130 GiB per GPU; 75.7 of 80 GiB are usable"},
@@ -153,9 +166,8 @@ def demo_recommendation() -> RecView:
     }
     info = ModelInfo(ref=ref, name="llama3-8b", params=8_030_261_248, family="decoder", task="causal LM",
                      description="Llama 3 8B (meta-llama/Meta-Llama-3-8B)", default_seq_len=2048)
-    tree = [TreeNodeView(id=i, question=q, why="", next=nx) for i, q, nx in _STATIC_TREE]
-    return RecView(data=data, plan=plan, model=info, hardware_label="4x NVIDIA H100 80GB HBM3 (detected)",
-                   gpu_memory_gib=79.65, scaling=data["scaling"], tree=tree, source="rules")
+    return RecView(rec=Recommendation.model_validate(data), model=info,
+                   hardware_label="4x NVIDIA H100 80GB HBM3 (detected)", tree=tree_nodes())
 
 
 # ---------------------------------------------------------------- README screenshots

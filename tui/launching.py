@@ -12,11 +12,15 @@ import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from advisor.errors import UserError
 from advisor.plan import Plan
 from tui.state import WizardState
+
+if TYPE_CHECKING:
+    from advisor.hardware import Machine
+    from tui.compute import RecView
 
 TARGETS = ("synthetic", "text-classification", "script")
 
@@ -33,9 +37,10 @@ class LaunchChoice:
     max_steps: int | None = 20
 
 
-def build_plan(choice: LaunchChoice, state: WizardState, view=None, machine=None) -> tuple[Plan, list[str]]:
+def build_plan(choice: LaunchChoice, state: WizardState, view: RecView | None = None,
+               machine: Machine | None = None) -> tuple[Plan, list[str]]:
     """(plan, notes on defaults applied): CPU processes from the wizard's choices, or the
-    recommendation's GPU plan (``view``: tui.compute.RecView) when it is for this machine's GPUs."""
+    recommendation's GPU plan (``view``) when it is for this machine's GPUs."""
     if not choice.cpu:
         return _gpu_plan(state, view, machine), []
     if state.model is None:
@@ -43,22 +48,20 @@ def build_plan(choice: LaunchChoice, state: WizardState, view=None, machine=None
     from advisor.request import Request
     from launcher.cpu_plan import cpu_plan
 
-    w = state.workload
-    req = Request(model=state.model, micro_batch=choice.micro_batch, batch_size=w.batch_size, seq_len=w.seq_len,
-                  image_size=w.image_size, base_lr=w.base_lr, base_batch=w.base_batch, lr_scaling=w.lr_scaling,
-                  dataset_size=w.dataset_size, epochs=w.epochs, task=w.task)
+    # The workload's request without the GPU fields: CPU processes are counted by the form.
+    req = Request(model=state.model, micro_batch=choice.micro_batch, **state.workload.request_fields())
     return cpu_plan(req, processes=choice.processes, max_steps=choice.max_steps)
 
 
-def _gpu_plan(state: WizardState, view, machine) -> Plan:
+def _gpu_plan(state: WizardState, view: RecView | None, machine: Machine | None) -> Plan:
     if machine is None or not machine.has_gpu:
         raise UserError("no GPU on this machine", fix="launch on CPU processes (gloo) instead")
-    if view is None or view.plan is None:
+    if view is None:
         raise UserError("no GPU plan yet", fix="open the Recommendation (F5) first, or launch on CPU processes")
     if state.hardware.mode == "planned":
         raise UserError(f"the plan is for {state.hardware.label(machine)}, not for this machine's GPUs",
                         fix="switch Hardware (F2) back to the detected GPUs, or save the plan (F5, s) for that machine")
-    if not view.rec.get("fits", True):
+    if not view.rec.recommendation.fits:
         raise UserError("the recommended configuration does not fit in GPU memory",
                         fix="pick a fitting alternative (F5, tab 5) and plan with it, or launch on CPU processes")
     plan = view.plan

@@ -8,33 +8,38 @@ screen's handler updates its widgets on the UI thread. ``Message.__init__`` call
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from rules.recommend import Recommendation
+    from tui.compute import ModelInfo, RecView
 
 
 @dataclass(eq=False)
 class ModelResolved(Message):
     """A model source was resolved (or not): ``where`` is the form field to flag on error."""
 
-    info: Any | None  # tui.compute.ModelInfo
+    info: ModelInfo | None
     error: str | None = None
     where: str = ""
 
 
 @dataclass(eq=False)
 class PreviewReady(Message):
-    """Live numbers for the workload form, or why there are none."""
+    """The recommendation for the workload form's values and the model's description, or why there are none."""
 
     token: int
-    preview: Any | None  # tui.compute.Preview
+    rec: Recommendation | None
+    info: ModelInfo | None
     error: str | None = None
 
 
 @dataclass(eq=False)
 class RecommendationReady(Message):
     token: int
-    view: Any | None  # tui.compute.RecView
+    view: RecView | None
     error: str | None = None
 
 

@@ -1,9 +1,9 @@
 """What the user has chosen so far, as plain data: hardware, model and workload.
 
 No textual here: screens edit a ``WizardState``, workers receive a frozen copy of it (pydantic
-``model_copy``), and ``tui.compute`` turns it into calls of the layers below. Every field means
-what the CLI flag of the same name means (DESIGN.md contracts), so the wizard and ``advise``
-agree on every number.
+``model_copy``), and ``WizardState.to_request()`` turns it into the typed ``advisor.request.Request``
+that ``advise`` itself builds from its flags. Every field means what the CLI flag of the same name
+means (DESIGN.md contracts), so the wizard and ``advise`` agree on every number.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine, resolve_hardware
 from advisor.plan import ModelRef
+from advisor.request import Request
 
 # Planned for when nothing is detected and nothing is named: the README's stated default.
 DEFAULT_PLANNED_GPU = "A100-SXM-80GB"
@@ -49,8 +51,8 @@ class HardwareChoice(BaseModel):
             return resolve_hardware(machine, gpu=self.gpu, gpus=self.gpus or DEFAULT_PLANNED_COUNT, nodes=self.nodes)
         return resolve_hardware(machine, gpus=self.gpus, nodes=self.nodes)
 
-    def rules_kwargs(self) -> dict:
-        """Hardware keywords for ``rules.api.advise`` (None = what is detected)."""
+    def request_fields(self) -> dict:
+        """The ``Request`` hardware fields ``--gpu --gpus --nodes`` (None = what is detected)."""
         if self.mode == "planned":
             return {"gpu": self.gpu, "gpus": self.gpus or DEFAULT_PLANNED_COUNT, "nodes": self.nodes}
         return {"gpu": None, "gpus": self.gpus, "nodes": self.nodes}
@@ -91,11 +93,9 @@ class Workload(BaseModel):
             out["dataset_size"] = "time-to-train needs the dataset size too"
         return out
 
-    def rules_kwargs(self) -> dict:
-        """Workload keywords for ``rules.api.advise`` / ``rules.request.Request`` (unset ones dropped)."""
-        out = {k: v for k, v in self.model_dump().items() if v is not None and k != "lr_scaling"}
-        out["lr_scaling"] = self.lr_scaling
-        return out
+    def request_fields(self) -> dict:
+        """The ``Request`` workload fields that are set (``lr_scaling`` always)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
 class WizardState(BaseModel):
@@ -109,3 +109,9 @@ class WizardState(BaseModel):
 
     def snapshot(self) -> "WizardState":
         return self.model_copy(deep=True)
+
+    def to_request(self) -> Request:
+        """The typed request ``advise`` would build from the same flags (UserError without a model)."""
+        if self.model is None:
+            raise UserError("no model chosen", fix="pick one on the Model screen (F3)")
+        return Request(model=self.model, **self.hardware.request_fields(), **self.workload.request_fields())

@@ -9,6 +9,7 @@ and warnings). ``s`` saves the plan, ``c`` copies the launch command, ``l`` goes
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -23,112 +24,95 @@ from tui.screens.base import StepScreen
 from tui.widgets.decision_tree import DecisionTree
 from tui.widgets.memory_bar import MemoryBar
 
+if TYPE_CHECKING:
+    from rules.recommend import Alternative, Recommendation, ScalingRow
+
 TABS = ("tab-summary", "tab-tree", "tab-scaling", "tab-rules", "tab-alts")
 
 
-def _yn(v) -> str:
+def _yn(v: bool) -> str:
     return "yes" if v else "no"
 
 
-def config_text(view: compute.RecView) -> str:
-    r = view.rec
-    nodes = int(r.get("nodes") or 1)
-    where = f"{r.get('gpus')} GPU(s)" + (f" on {nodes} nodes" if nodes > 1 else "")
-    lr = r.get("lr")
-    lines = [
-        f"[b]{str(r.get('strategy', '?')).upper()}[/b] on {where} · precision [b]{r.get('precision')}[/b]"
-        f" · compile {_yn(r.get('compile'))} · checkpointing {_yn(r.get('grad_ckpt'))}",
-        f"micro-batch {r.get('micro_batch')} x {r.get('grad_accum')} accumulation x {r.get('gpus')} GPU(s)"
-        f" = global batch [b]{r.get('global_batch')}[/b]",
-        f"LR {lr:.3g} ({r.get('lr_scaling')} scaling) · warmup {r.get('warmup_steps')} steps"
-        f" · {r.get('num_workers')} dataloader workers per GPU" if isinstance(lr, (int, float)) else "",
-    ]
-    return "\n".join(line for line in lines if line)
+def config_text(rec: Recommendation) -> str:
+    r = rec.recommendation
+    where = f"{r.gpus} GPU(s)" + (f" on {r.nodes} nodes" if r.nodes > 1 else "")
+    return "\n".join([
+        f"[b]{r.strategy.upper()}[/b] on {where} · precision [b]{r.precision}[/b]"
+        f" · compile {_yn(r.compile)} · checkpointing {_yn(r.grad_ckpt)}",
+        f"micro-batch {r.micro_batch} x {r.grad_accum} accumulation x {r.gpus} GPU(s)"
+        f" = global batch [b]{r.global_batch}[/b]",
+        f"LR {r.lr:.3g} ({r.lr_scaling} scaling) · warmup {r.warmup_steps} steps"
+        f" · {r.num_workers} dataloader workers per GPU",
+    ])
 
 
-def speed_text(view: compute.RecView) -> str:
-    e = view.estimate
-    t = e.get("throughput", {})
-    parts = [f"{float(t.get('samples_per_s') or 0):,.1f} samples/s"]
-    if t.get("tokens_per_s"):
-        parts[0] += f" ({float(t['tokens_per_s']):,.0f} tokens/s)"
-    if t.get("step_s") is not None:
-        parts.append(f"step {float(t['step_s']):.3g} s")
-    if t.get("mfu") is not None:
-        parts.append(f"MFU {float(t['mfu']):.0%}")
-    parts.append(f"time to train [b]{compute.hours_text(e.get('time_to_train_h'))}[/b]")
+def speed_text(rec: Recommendation) -> str:
+    t = rec.estimate.throughput
+    parts = [f"{t.samples_per_s:,.1f} samples/s"]
+    if t.tokens_per_s:
+        parts[0] += f" ({t.tokens_per_s:,.0f} tokens/s)"
+    parts.append(f"step {t.step_s:.3g} s")
+    parts.append(f"MFU {t.mfu:.0%}")
+    parts.append(f"time to train [b]{compute.hours_text(rec.estimate.time_to_train_h)}[/b]")
     return " · ".join(parts)
 
 
-def rules_table(view: compute.RecView):
+def rules_table(rec: Recommendation):
     """Each rule fired: its id (warnings in yellow) and why, as a two-column table that wraps."""
     from rich.table import Table
     from rich.text import Text
 
-    fired = view.data.get("rules_fired", [])
-    if not fired:
-        return Text("no rules fired" if view.source == "rules" else "no rules: the rules layer is not installed",
-                    style="dim")
+    if not rec.rules_fired:
+        return Text("no rules fired", style="dim")
     t = Table(show_header=False, box=None, padding=(0, 1, 0, 0), expand=True)
     t.add_column("id", style="bold", no_wrap=True, max_width=28)
     t.add_column("why", ratio=1)
-    for r in fired:
-        warn = r.get("level") == "warning"
-        t.add_row(Text(str(r.get("id")), style="bold yellow" if warn else "bold"), str(r.get("why", "")))
+    for r in rec.rules_fired:
+        t.add_row(Text(r.id, style="bold yellow" if r.level == "warning" else "bold"), r.why)
     return t
 
 
-def _alt_line(a) -> str:
-    """One alternative (rules.recommend.Alternative as JSON): name, summary, numbers, cost."""
-    if not isinstance(a, dict):
-        return f"• {a}"
-    fits = a.get("fits")
-    mark = "" if fits is None else (" [green](fits)[/]" if fits else " [red](does not fit)[/]")
-    out = f"• [b]{a.get('name', 'alternative')}[/b]{mark}: {a.get('summary', '')}"
-    nums = []
-    if a.get("gpus"):
-        nums.append(f"{a.get('strategy', '')} on {a['gpus']} GPU(s)")
-    if a.get("peak_gib") is not None:
-        nums.append(f"peak {float(a['peak_gib']):.1f} GiB")
-    if a.get("samples_per_s") is not None:
-        nums.append(f"{float(a['samples_per_s']):,.1f} samples/s")
-    if a.get("time_to_train_h") is not None:
-        nums.append(f"time to train {compute.hours_text(a['time_to_train_h'])}")
-    cost = a.get("cost") or {}
-    costs = [f"{k.replace('_', ' ')}: {v}" for k, v in cost.items() if v] if isinstance(cost, dict) else [str(cost)]
-    if nums:
-        out += f"\n  [dim]{' · '.join(nums)}[/dim]"
+def _alt_line(a: Alternative) -> str:
+    """One alternative: name, summary, numbers, cost."""
+    mark = "" if a.fits is None else (" [green](fits)[/]" if a.fits else " [red](does not fit)[/]")
+    out = f"• [b]{a.name}[/b]{mark}: {a.summary}"
+    nums = [f"{a.strategy} on {a.gpus} GPU(s)"]
+    if a.peak_gib is not None:
+        nums.append(f"peak {a.peak_gib:.1f} GiB")
+    if a.samples_per_s is not None:
+        nums.append(f"{a.samples_per_s:,.1f} samples/s")
+    if a.time_to_train_h is not None:
+        nums.append(f"time to train {compute.hours_text(a.time_to_train_h)}")
+    costs = [f"{k.replace('_', ' ')}: {v}" for k, v in a.cost.model_dump().items() if v]
+    out += f"\n  [dim]{' · '.join(nums)}[/dim]"
     if costs:
         out += f"\n  [yellow]cost[/yellow] {'; '.join(costs)}"
-    if a.get("command"):
-        out += f"\n  [dim]$ {a['command']}[/dim]"
+    if a.command:
+        out += f"\n  [dim]$ {a.command}[/dim]"
     return out
 
 
-def alternatives_text(view: compute.RecView) -> str:
-    alts = view.data.get("alternatives", [])
-    warns = view.data.get("warnings", [])
-    out = ["[b]Alternatives[/b]"] + ([_alt_line(a) for a in alts] or ["[dim]none needed[/dim]"])
-    if warns:
-        out += ["", "[b yellow]Warnings[/b yellow]"] + [f"! {w}" for w in warns]
+def alternatives_text(rec: Recommendation) -> str:
+    out = ["[b]Alternatives[/b]"] + ([_alt_line(a) for a in rec.alternatives] or ["[dim]none needed[/dim]"])
+    if rec.warnings:
+        out += ["", "[b yellow]Warnings[/b yellow]"] + [f"! {w}" for w in rec.warnings]
     return "\n".join(out)
 
 
-def _num(v, fmt: str, none: str = "-") -> str:
+def _num(v: float | None, fmt: str, none: str = "-") -> str:
     return none if v is None else fmt.format(v)
 
 
-def scaling_cells(row: dict) -> tuple[str, ...]:
-    """One row of the rules' 1..N GPU table (rules.recommend.ScalingRow as JSON)."""
-    mark = "▶" if row.get("chosen") else " "
-    gpus = f"{mark}{row.get('gpus')}"
-    if not row.get("fits"):
-        return (gpus, str(row.get("strategy", "")), "-", "-", "-", "-", _num(row.get("device_gib"), "{:.0f}*"), "no")
-    accum = f"{row.get('micro_batch')}x{row.get('grad_accum')}" if row.get("micro_batch") else "-"
-    speed = " ".join(x for x in (_num(row.get("speedup"), "{:.2f}x", ""),
-                                 _num(row.get("scaling_efficiency"), "{:.0%}", "")) if x) or "-"
-    return (gpus, str(row.get("strategy", "")), accum, _num(row.get("samples_per_s"), "{:,.1f}"), speed,
-            compute.hours_text(row.get("time_to_train_h")), _num(row.get("peak_gib"), "{:.1f}"), "yes")
+def scaling_cells(row: ScalingRow) -> tuple[str, ...]:
+    """One row of the rules' 1..N GPU table."""
+    gpus = f"{'▶' if row.chosen else ' '}{row.gpus}"
+    if not row.fits:
+        return (gpus, row.strategy, "-", "-", "-", "-", _num(row.device_gib, "{:.0f}*"), "no")
+    accum = f"{row.micro_batch}x{row.grad_accum}" if row.micro_batch else "-"
+    speed = " ".join(x for x in (_num(row.speedup, "{:.2f}x", ""), _num(row.scaling_efficiency, "{:.0%}", "")) if x)
+    return (gpus, row.strategy, accum, _num(row.samples_per_s, "{:,.1f}"), speed or "-",
+            compute.hours_text(row.time_to_train_h), _num(row.peak_gib, "{:.1f}"), "yes")
 
 
 SCALING_COLUMNS = ("GPUs", "strategy", "micro", "samples/s", "speedup eff", "time", "peak GiB", "fits")
@@ -219,32 +203,30 @@ class RecommendationScreen(StepScreen):
     # -------------------------------------------------------------- rendering
     def _show_view(self, view: compute.RecView) -> None:
         self.shown_version = self.wizard.version
-        r = view.rec
-        fits = "" if r.get("fits", True) else " [b red](does not fit)[/]"
+        rec, r = view.rec, view.rec.recommendation
+        fits = "" if r.fits else " [b red](does not fit)[/]"
         self.query_one("#rec-title", Static).update(
-            f"{view.model.name} on {view.hardware_label}: [b]{str(r.get('strategy', '?')).upper()}[/b] "
-            f"on {r.get('gpus')} GPU(s){fits}")
-        self.query_one("#rec-config", Static).update(config_text(view))
-        mem = view.estimate.get("memory", {})
-        self.query_one("#membar", MemoryBar).show(mem, view.gpu_memory_gib)
-        self.query_one("#rec-speed", Static).update(speed_text(view))
+            f"{view.model.name} on {view.hardware_label}: [b]{r.strategy.upper()}[/b] on {r.gpus} GPU(s){fits}")
+        self.query_one("#rec-config", Static).update(config_text(rec))
+        self.query_one("#membar", MemoryBar).show(rec.estimate.memory, rec.estimate.hardware.memory_gib)
+        self.query_one("#rec-speed", Static).update(speed_text(rec))
         cmd = view.command
         self.query_one("#rec-command", Static).update(
             (f"[b]$[/b] {cmd}\n" if cmd else "") + "[dim]c: copy command · s: save plan · l: launch[/dim]")
         tree = self.query_one("#tree", DecisionTree)
-        tree.show(view.tree, view.data.get("decision_path", []))
+        tree.show(view.tree, rec.decision_path)
         self._explain(tree.cursor_node.data if tree.cursor_node else None)
         table = self.query_one("#scaling", DataTable)
         table.clear()
-        for row in view.scaling:
+        for row in rec.scaling:
             table.add_row(*scaling_cells(row))
-        notes = [f"{r.get('gpus')} GPU(s): {r['note']}" for r in view.scaling if r.get("note")]
+        notes = [f"{row.gpus} GPU(s): {row.note}" for row in rec.scaling if row.note]
         self.query_one("#scaling-note", Static).update(
             "\n".join(notes + ["▶ recommended · micro = micro-batch x accumulation · * GiB needed per GPU when it "
                                 "does not fit · estimates: `advise bench` measures and calibrates"])
-            if view.scaling else "no plan to scale")
-        self.query_one("#rules", Static).update(rules_table(view))
-        self.query_one("#alts", Static).update(alternatives_text(view))
+            if rec.scaling else "no plan to scale")
+        self.query_one("#rules", Static).update(rules_table(rec))
+        self.query_one("#alts", Static).update(alternatives_text(rec))
 
     @on(Tree.NodeHighlighted, "#tree")
     def _highlight(self, event: Tree.NodeHighlighted) -> None:
@@ -268,7 +250,7 @@ class RecommendationScreen(StepScreen):
 
     def action_save_plan(self) -> None:
         view = self.wizard.recommendation
-        if view is None or view.plan is None:
+        if view is None:
             self.notify("no plan yet", severity="warning")
             return
         from tui.screens.save_plan import SavePlanScreen

@@ -2,14 +2,15 @@
 
 Each change re-validates its field (the CLI's parsers: a bad value is flagged on the field with
 the CLI's message and never reaches the estimator). When every field is valid the wizard's state
-is updated and a worker computes the headline numbers (the rules' recommendation when installed,
-else one default configuration's estimate). A newer change supersedes an older computation:
+is updated and a worker computes the rules' recommendation, whose headline numbers show under
+the form. A newer change supersedes an older computation:
 the worker is exclusive and waits a moment first, so typing is never blocked by estimating.
 """
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -25,6 +26,9 @@ from tui.screens.base import StepScreen
 from tui.state import Workload
 from tui.widgets.form_row import FormRow
 
+if TYPE_CHECKING:
+    from rules.recommend import Recommendation
+
 FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("task", "task", text, "what is trained (free text)", "e.g. sentiment"),
     FieldSpec("batch_size", "global batch", positive_int, "samples per optimizer step, all GPUs", "rules choose"),
@@ -37,6 +41,18 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("base_batch", "base batch", positive_int, "global batch the base LR was tuned at", "family default"),
 )
 DEBOUNCE_S = 0.15
+
+
+def preview_text(rec: Recommendation) -> str:
+    """The recommendation's headline numbers, three lines under the form."""
+    r, e = rec.recommendation, rec.estimate
+    fits = "[b green]fits[/]" if r.fits else "[b red]does not fit[/]"
+    note = rec.warnings[0] if rec.warnings else ""
+    return (f"[b]{r.strategy}[/b] on {r.gpus} GPU(s) · micro-batch {r.micro_batch} x {r.grad_accum} accum"
+            f" = global {r.global_batch} · {r.precision}\n"
+            f"peak {e.memory.peak_gib:.1f} GiB of {e.hardware.memory_gib:.0f} GiB per GPU: {fits} · "
+            f"{e.throughput.samples_per_s:,.1f} samples/s · time to train {compute.hours_text(e.time_to_train_h)}\n"
+            + (f"[dim]{note}[/dim]" if note else "[dim]ctrl+n: the full recommendation[/dim]"))
 
 
 def _text(name: str, value) -> str:
@@ -146,36 +162,29 @@ class WorkloadScreen(StepScreen):
             return
         machine, home = self.wizard.machine, self.wizard.home
         try:
-            result = compute.preview(state, machine, home)
+            rec = compute.recommendation(state, machine, home)
             info = compute.resolve_model(state.model)
         except UserError as exc:
             if not worker.is_cancelled:
-                self.post_message(PreviewReady(token, None, exc.message()))
+                self.post_message(PreviewReady(token, None, None, exc.message()))
             return
         except Exception as exc:  # never let a bad combination crash the form
             if not worker.is_cancelled:
-                self.post_message(PreviewReady(token, None, f"{type(exc).__name__}: {exc}"))
+                self.post_message(PreviewReady(token, None, None, f"{type(exc).__name__}: {exc}"))
             return
         if not worker.is_cancelled:
-            self.post_message(PreviewReady(token, (result, info)))
+            self.post_message(PreviewReady(token, rec, info))
 
     def on_preview_ready(self, message: PreviewReady) -> None:
         if message.token != self.token:
             return  # an older computation finishing late
-        if message.preview is None:
+        if message.rec is None:
             self._last = f"[b red]{message.error}[/]"
             self._say(self._last)
             return
-        p, info = message.preview
+        info = message.info
         if self.wizard.model_info is None or self.wizard.model_info.ref != info.ref:
             self.wizard.model_info = info
             self._retitle()
-        fits = "[b green]fits[/]" if p.fits else "[b red]does not fit[/]"
-        ttt = compute.hours_text(p.time_to_train_h)
-        self._last = (
-            f"[b]{p.strategy}[/b] on {p.gpus} GPU(s) · micro-batch {p.micro_batch} x {p.grad_accum} accum"
-            f" = global {p.global_batch} · {p.precision}\n"
-            f"peak {p.peak_gib:.1f} GiB of {p.gpu_memory_gib:.0f} GiB per GPU: {fits} · "
-            f"{p.samples_per_s:,.1f} samples/s · time to train {ttt}\n"
-            + (f"[dim]{p.note}[/dim]" if p.note else "[dim]ctrl+n: the full recommendation[/dim]"))
+        self._last = preview_text(message.rec)
         self._say(self._last)

@@ -8,11 +8,16 @@ parents (J) appears under both, as in DESIGN.md's drawing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.widgets import Tree
 
 from tui.css import tcss
+
+if TYPE_CHECKING:
+    from rules.recommend import PathStep
+    from rules.tree import TreeNode
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,7 @@ class NodeInfo:
     question: str
     why: str
     taken: bool
-    step: dict | None  # the decision_path entry when this node was visited
+    step: PathStep | None  # the decision_path entry when this node was visited
 
 
 class DecisionTree(Tree[NodeInfo]):
@@ -32,10 +37,10 @@ class DecisionTree(Tree[NodeInfo]):
         self.show_root = False
         self.guide_depth = 3
 
-    def show(self, nodes: list, steps: list[dict]) -> None:
-        """``nodes``: tui.compute.TreeNodeView list; ``steps``: the decision_path."""
+    def show(self, nodes: list[TreeNode], steps: list[PathStep]) -> None:
+        """``nodes``: the tree's nodes (``rules.api.load_tree``); ``steps``: the decision_path."""
         by_id = {n.id: n for n in nodes}
-        visited = {s["node"]: s for s in steps}
+        visited = {s.node: s for s in steps}
         self.clear()
         if "A" not in by_id:
             return
@@ -55,7 +60,7 @@ class DecisionTree(Tree[NodeInfo]):
                 parent.add_leaf(label, data=info)
                 return
             branch = parent.add(label, data=info, expand=True)
-            chosen = str(step.get("key") or "") if step else ""
+            chosen = step.key if step else ""
             for key, child in n.next.items():
                 add(branch, child, key, taken and (key == chosen or len(n.next) == 1 or child in visited and not chosen),
                     depth + 1)
@@ -72,8 +77,8 @@ class DecisionTree(Tree[NodeInfo]):
         t.append(f"{info.id}: {info.question}\n", style="bold")
         if info.step:
             t.append("answer: ", style="green")
-            t.append(str(info.step.get("answer", "")) + "\n")
-            why = info.step.get("why") or info.why
+            t.append(info.step.answer + "\n")
+            why = info.step.why or info.why
         else:
             t.append("not on the path taken\n", style="dim")
             why = info.why

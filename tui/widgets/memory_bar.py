@@ -8,10 +8,16 @@ itself as a thick mark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.widget import Widget
 
 from tui.css import tcss
+
+if TYPE_CHECKING:
+    from advisor.memory import MemoryEstimate
 
 PARTS: tuple[tuple[str, str, str], ...] = (
     ("weights_gib", "weights", "dodger_blue2"),
@@ -22,14 +28,19 @@ PARTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def bar_cells(memory: dict, gpu_gib: float, width: int) -> list[tuple[str, str]]:
-    """(char, style) per cell: the stacked parts, then empty cells up to the larger of total and GPU."""
-    total = sum(float(memory.get(k) or 0.0) for k, _, _ in PARTS)
-    scale = max(total, gpu_gib, 1e-9)
+def part_sizes(memory: MemoryEstimate) -> list[float]:
+    """GiB of each of ``PARTS``, in their order."""
+    return [getattr(memory, key) for key, _, _ in PARTS]
+
+
+def bar_cells(sizes: Sequence[float], gpu_gib: float, width: int) -> list[tuple[str, str]]:
+    """(char, style) per cell: the stacked parts (GiB, in ``PARTS`` order), then empty cells up to
+    the larger of total and GPU."""
+    scale = max(sum(sizes), gpu_gib, 1e-9)
     cells: list[tuple[str, str]] = []
     edge = 0.0
-    for key, _, color in PARTS:
-        edge += float(memory.get(key) or 0.0)
+    for size, (_, _, color) in zip(sizes, PARTS):
+        edge += size
         upto = round(edge / scale * width)
         cells += [("█", color)] * max(0, upto - len(cells))
     cells += [("░", "grey37")] * (width - len(cells))
@@ -48,33 +59,31 @@ class MemoryBar(Widget):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.memory: dict = {}
+        self.memory: MemoryEstimate | None = None
         self.gpu_gib: float = 0.0
 
-    def show(self, memory: dict, gpu_gib: float) -> None:
-        self.memory = dict(memory)
+    def show(self, memory: MemoryEstimate, gpu_gib: float) -> None:
+        self.memory = memory
         self.gpu_gib = float(gpu_gib)
         self.refresh()
 
     def render(self) -> Text:
-        if not self.memory:
+        if self.memory is None:
             return Text("memory: -", style="dim")
         width = max(10, self.size.width - 2)
+        sizes = part_sizes(self.memory)
         t = Text(no_wrap=True, overflow="crop")
-        for ch, style in bar_cells(self.memory, self.gpu_gib, width):
+        for ch, style in bar_cells(sizes, self.gpu_gib, width):
             t.append(ch, style=style)
         t.append("\n")
-        for key, name, color in PARTS:
+        for size, (_, name, color) in zip(sizes, PARTS):
             t.append("■ ", style=color)
-            t.append(f"{name} {float(self.memory.get(key) or 0):.1f}  ")
+            t.append(f"{name} {size:.1f}  ")
         t.append("GiB\n")
-        peak = float(self.memory.get("peak_gib") or 0)
-        fits = bool(self.memory.get("fits"))
+        peak, fits = self.memory.peak_gib, self.memory.fits
         pct = f" ({peak / self.gpu_gib:.0%})" if self.gpu_gib else ""
         t.append(f"peak {peak:.1f} GiB of {self.gpu_gib:.0f} GiB{pct}")
-        device = self.memory.get("device_gib")
-        if device is not None:
-            t.append(f", nvidia-smi ~{float(device):.1f} GiB")
+        t.append(f", nvidia-smi ~{self.memory.device_gib:.1f} GiB")
         t.append(" · ")
         t.append("fits" if fits else "does not fit", style="bold green" if fits else "bold red")
         return t
