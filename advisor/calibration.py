@@ -33,9 +33,15 @@ class Calibration(BaseModel):
     # Achieved fraction of datasheet memory bandwidth for large streaming kernels (METHOD.md's copy
     # test measured 4.3 of 4.8 TB/s on H200 = 0.9; elementwise training kernels reach less).
     bw_efficiency: float = 0.75
-    # Host-side cost per launched kernel in eager mode, microseconds (PyTorch eager dispatch ~5-10 us
-    # per op; refit from small-model steps).
+    # Host-side cost per dispatched aten op in eager mode, microseconds (PyTorch eager dispatch is
+    # ~5-10 us per op on a fast bare-metal CPU); fit by benchmarks/fit_calibration.py on the
+    # host-bound H200 fit rows (batch <= 8), whose virtual machine dispatches several times slower.
     launch_us: float = 6.0
+    # Host time of a compiled step over the eager one, per kind ("cnn", "transformer"); fit on the
+    # compiled small-batch fit rows. compile_launch_factor is the fallback for a kind with no row.
+    compile_launch: dict[str, float] = Field(default_factory=dict)
+    # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.
+    host_combine_p: float = 0.0
     # Measured fraction of the dense peak per "family|fp32" or "family|tensor" (see
     # advisor.throughput.efficiency_key), fit by benchmarks/fit_calibration.py on the H200
     # reference rows marked "fit"; falls back to mm_efficiency.
@@ -47,11 +53,11 @@ class Calibration(BaseModel):
     # 2 = keeps both); fit on the compile rows.
     compile_gelu_kept: float = 1.0
     # torch.compile: fraction of the eager memory-bound time left after fusion (fit on the "fit"
-    # compile rows), of kernel launches, and of saved activations of traced models (CNNs;
+    # compile rows), of host time (default for compile_launch), and of saved activations of traced models (CNNs;
     # transformers have a compiled formula in advisor.activations).
     compile_traffic_factor: float = 0.5
     compile_traffic: dict[str, float] = Field(default_factory=dict, description="per model family, when fit")
-    compile_launch_factor: float = 0.25
+    compile_launch_factor: float = 1.0
     compile_activation_factor: float = 0.85
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
     ckpt_fraction: float = 0.5

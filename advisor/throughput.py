@@ -2,8 +2,15 @@
 
 Per micro-batch on one GPU:
   GPU time  = matmul FLOPs / (peak x mm_efficiency)  +  non-matmul bytes / (bandwidth x bw_efficiency)
-  host time = kernels x launch_us                     (eager PyTorch dispatch; compile fuses most)
-  micro-step = max(GPU time, host time)               (launches run ahead of the GPU asynchronously)
+  host time = (ops + optimizer ops) x launch_us x compile factor
+              (ops: aten ops of forward+backward, traced; the CPU dispatches and launches each one)
+  micro-step = (GPU^p + host^p)^(1/p)                 (launches run ahead of the GPU asynchronously:
+                                                       the slower side sets the pace; p -> inf is max)
+Every host constant (launch_us, the compile factors, p) is fit on the H200 rows marked "fit"
+(benchmarks/fit_calibration.py); a CPU dispatching slower or faster than that machine's moves them.
+Precision: ``fp32`` is PyTorch's default, fp32 matmuls but TF32 cuDNN convolutions
+(torch.backends.cudnn.allow_tf32 defaults to True), so convolution networks run at the TF32 rate;
+``tf32`` uses it for matmuls too.
 Per optimizer step: micro-steps x grad_accum + the optimizer's streaming pass + exposed
 communication (ring all-reduce of gradients for DDP, all-gather/reduce-scatter for FSDP, the
 GPU-0 broadcast/reduce of DataParallel).
@@ -30,6 +37,9 @@ from advisor.models import ModelSpec
 # (upcast, pow, mean, rsqrt, muls), hence SwiGLU/RMSNorm layers launch about twice as many.
 KERNELS_PER_LAYER = {("gelu", "layernorm"): 70, ("swiglu", "rmsnorm"): 139}
 KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
+# Ops of one optimizer step: fused AdamW/SGD launch one multi-tensor kernel per dtype group plus the
+# step-count update (torch/optim/adamw.py, _fused_adamw); zero_grad(set_to_none) launches none.
+OPTIMIZER_OPS = 4
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32).
 _OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
@@ -44,7 +54,9 @@ class ThroughputEstimate(BaseModel):
     mfu: float = Field(description="model FLOPs utilisation against the GPUs' dense peak")
     tflops_per_gpu: float
     compute_s: float = Field(description="per optimizer step: GPU compute of all micro-batches")
-    matmul_s: float = Field(0.0, description="per optimizer step: the matmul part of compute_s")
+    matmul_s: float = Field(0.0, description="per optimizer step: the matmul part of the GPU time")
+    gpu_s: float = Field(0.0, description="per optimizer step: GPU time of all micro-batches (matmul + memory)")
+    host_s: float = Field(0.0, description="per optimizer step: CPU time dispatching all micro-batches")
     comm_s: float = Field(description="per optimizer step: communication time (before overlap)")
     exposed_comm_s: float = Field(description="per optimizer step: communication not hidden by compute")
     optimizer_s: float
@@ -70,14 +82,31 @@ def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
 
 
 def efficiency_key(model: ModelSpec, config: TrainConfig) -> str:
-    """Calibration key: model family (CNNs split by memory format) and tensor-core use."""
+    """Calibration key: model family (CNNs split by memory format) and the kernels' number format."""
     fam = model.family
     # Compiled CNNs run channels_last whatever the input layout: inductor's layout optimisation
     # (torch._inductor.config.layout_optimization, on by default) converts convolutions to NHWC.
     if fam == "cnn" and (config.channels_last or config.compile):
         fam = "cnn-cl"
-    cls = "fp32" if config.precision is Precision.fp32 else "tensor"
+    if conv_dominated(model) and config.precision in (Precision.fp32, Precision.tf32):
+        cls = "tf32"  # the same TF32 cuDNN convolutions (DESIGN.md: fp32 leaves cudnn.allow_tf32 on)
+    else:
+        cls = "fp32" if config.precision is Precision.fp32 else "tensor"
     return f"{fam}|{cls}"
+
+
+def conv_dominated(model: ModelSpec) -> bool:
+    """Convolutions carry the FLOPs (CNNs); transformers' matmuls are linear layers (a ViT's patch
+    convolution is under 1% of its FLOPs)."""
+    return model.family == "cnn"
+
+
+def peak_flops(model: ModelSpec, config: TrainConfig, hw: HardwareSpec) -> float:
+    """Dense peak the step's matmul-class work runs at, FLOP/s (DESIGN.md's precision names)."""
+    p = config.precision
+    if p is Precision.fp32 and conv_dominated(model):
+        return hw.gpu.peak_tflops("tf32") * 1e12  # cudnn.allow_tf32 is True by default
+    return hw.gpu.peak_tflops(p.value) * 1e12
 
 
 def efficiency(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float:
@@ -92,12 +121,36 @@ def efficiency(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float
     return eff
 
 
-def _kernels(model: ModelSpec) -> float:
+def kernels(model: ModelSpec) -> float:
+    """Aten ops of one eager forward+backward: closed form per layer kind, or the trace's count."""
     if model.arch is not None:
         a = model.arch
         per_layer = KERNELS_PER_LAYER.get((a.mlp, a.norm), max(KERNELS_PER_LAYER.values()))
         return per_layer * a.n_layers + KERNELS_BASE
     return float(model.trace.kernels) if model.trace and model.trace.kernels else 500.0
+
+
+def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float:
+    """CPU time to dispatch one micro-step: ops x launch_us, x the compile factor when compiled.
+
+    torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
+    per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
+    step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/results/h200-hostbound.jsonl,
+    cuda_kernels), so the factor is fit per kind (CNN, transformer), not assumed small.
+    """
+    host = (kernels(model) + OPTIMIZER_OPS / max(1, config.grad_accum)) * cal.launch_us * 1e-6
+    if config.compile:
+        kind = "cnn" if conv_dominated(model) else "transformer"
+        host *= cal.compile_launch.get(kind, cal.compile_launch_factor)
+    return host
+
+
+def combine(gpu_s: float, host_s: float, p: float) -> float:
+    """Step time of a device and a host pipeline running ahead of it: max for p = 0 (= infinity),
+    else the p-norm, which is slower than max near the crossing (queue stalls, syncs)."""
+    if p <= 0:
+        return max(gpu_s, host_s)
+    return (gpu_s**p + host_s**p) ** (1.0 / p)
 
 
 def _ring_s(nbytes: float, world: int, per_node: int, nodes: int, hw: HardwareSpec, cal: Calibration) -> float:
@@ -127,9 +180,10 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     # Backward of dense layers: 2x forward (input and weight grads); LoRA skips frozen weight grads.
     dense_train = dense * ((2.0 if lora else 3.0) + (1.0 if config.grad_ckpt else 0.0))
     attn_train = attn * (3.5 + (1.0 if config.grad_ckpt else 0.0))
-    peak = gpu.peak_tflops(p.value) * 1e12
+    peak = peak_flops(model, config, hw)
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
-        notes.append("fp32 runs on CUDA cores; --precision tf32 or bf16 uses tensor cores")
+        notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
+                     else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
     eff = efficiency(model, config, cal)
     mm_s = (dense_train + attn_train) * mb / (peak * eff)
 
@@ -138,14 +192,13 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     traffic = prof.per_sample_bytes * mb * cal.traffic_per_saved_byte
     bw = gpu.bandwidth_gbps * 1e9 * cal.bw_efficiency
     mem_s = traffic / bw
-    host_s = _kernels(model) * cal.launch_us * 1e-6
-    if config.compile:  # fusion removes memory-bound passes and launches, not matmul work
+    host_s = host_seconds(model, config, cal)
+    if config.compile:  # fusion removes memory-bound passes, not matmul work
         mem_s *= cal.compile_traffic.get(model.family, cal.compile_traffic_factor)
-        host_s *= cal.compile_launch_factor
     gpu_s = mm_s + mem_s
     if config.strategy is Strategy.dp and world > 1:
         host_s *= world  # one Python thread per replica under the GIL (DataParallel)
-    micro_s = max(gpu_s, host_s)
+    micro_s = combine(gpu_s, host_s, cal.host_combine_p)
     compute_s = micro_s * config.grad_accum
 
     nt = trainable_params(model, config)
@@ -189,6 +242,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     return ThroughputEstimate(
         samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
         mfu=model_flops / (peak * world), tflops_per_gpu=model_flops / world / 1e12,
-        compute_s=compute_s, matmul_s=mm_s * config.grad_accum, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
+        compute_s=compute_s, matmul_s=mm_s * config.grad_accum, gpu_s=gpu_s * config.grad_accum,
+        host_s=host_s * config.grad_accum, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
         host_bound=host_s > gpu_s, calibrated=calibrated, notes=notes,
     )

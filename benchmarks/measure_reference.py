@@ -78,6 +78,43 @@ CONFIGS = [
     ("r34-bf16-cl-compile-128", "resnet34", 128, None, 224, "bf16", True, False, True, "fit"),
     ("vitl-bf16-compile-64", "vit-l-16", 64, None, 224, "bf16", True, False, False, "fit"),
 ]
+# Small batches, DESIGN.md's fp32 (cuDNN TF32 on) and compiled small rows: the host-bound regime
+# (issue 16). Splits declared here before the run, as above; `--set hostbound` runs them.
+HOSTBOUND = [
+    ("h-r50-bf16-1", "resnet50", 1, None, 224, "bf16", False, False, False, "fit"),
+    ("h-r50-bf16-8", "resnet50", 8, None, 224, "bf16", False, False, False, "fit"),
+    ("h-r50-bf16-32", "resnet50", 32, None, 224, "bf16", False, False, False, "holdout"),
+    ("h-r50-bf16-cl-16", "resnet50", 16, None, 224, "bf16", False, False, True, "holdout"),
+    ("h-r50-bf16-cl-64", "resnet50", 64, None, 224, "bf16", False, False, True, "fit"),
+    ("h-r18-bf16-32", "resnet18", 32, None, 224, "bf16", False, False, False, "fit"),
+    ("h-r18-bf16-64", "resnet18", 64, None, 224, "bf16", False, False, False, "holdout"),
+    ("h-r101-bf16-16", "resnet101", 16, None, 224, "bf16", False, False, False, "holdout"),
+    ("h-r50-fp32-64", "resnet50", 64, None, 224, "fp32", False, False, False, "fit"),
+    ("h-r50-fp32-32", "resnet50", 32, None, 224, "fp32", False, False, False, "holdout"),
+    ("h-r34-fp32-64", "resnet34", 64, None, 224, "fp32", False, False, False, "fit"),
+    ("h-r18-fp32-128", "resnet18", 128, None, 224, "fp32", False, False, False, "holdout"),
+    ("h-r50-tf32-64", "resnet50", 64, None, 224, "tf32", False, False, False, "holdout"),
+    ("h-vitb-bf16-1", "vit-b-16", 1, None, 224, "bf16", False, False, False, "fit"),
+    ("h-vitb-bf16-8", "vit-b-16", 8, None, 224, "bf16", False, False, False, "fit"),
+    ("h-vitb-bf16-32", "vit-b-16", 32, None, 224, "bf16", False, False, False, "holdout"),
+    ("h-vitb-bf16-64", "vit-b-16", 64, None, 224, "bf16", False, False, False, "holdout"),
+    ("h-vitb-fp32-16", "vit-b-16", 16, None, 224, "fp32", False, False, False, "holdout"),
+    ("h-vitl-bf16-8", "vit-l-16", 8, None, 224, "bf16", False, False, False, "holdout"),
+    ("h-mini-bf16-8", "mini-transformer", 8, 256, None, "bf16", False, False, False, "fit"),
+    ("h-mini-bf16-32", "mini-transformer", 32, 256, None, "bf16", False, False, False, "holdout"),
+    ("h-mini-fp32-16", "mini-transformer", 16, 256, None, "fp32", False, False, False, "holdout"),
+    ("h-bert-bf16-4", "bert-base", 4, 128, None, "bf16", False, False, False, "fit"),
+    ("h-bert-bf16-16", "bert-base", 16, 128, None, "bf16", False, False, False, "holdout"),
+    ("h-gpt2-bf16-1", "gpt2", 1, 1024, None, "bf16", False, False, False, "fit"),
+    ("h-gpt2-bf16-4", "gpt2", 4, 256, None, "bf16", False, False, False, "holdout"),
+    ("h-l1b-bf16-1", "llama3.2-1b", 1, 256, None, "bf16", False, False, False, "holdout"),
+    ("h-r50-bf16-cl-compile-16", "resnet50", 16, None, 224, "bf16", True, False, True, "fit"),
+    ("h-vitb-bf16-compile-8", "vit-b-16", 8, None, 224, "bf16", True, False, False, "fit"),
+    ("h-mini-bf16-compile-16", "mini-transformer", 16, 256, None, "bf16", True, False, False, "holdout"),
+    ("h-gpt2-bf16-compile-1", "gpt2", 1, 512, None, "bf16", True, False, False, "holdout"),
+    ("h-r18-bf16-cl-compile-32", "resnet18", 32, None, 224, "bf16", True, False, True, "holdout"),
+    ("h-vitb-bf16-compile-32", "vit-b-16", 32, None, 224, "bf16", True, False, False, "holdout"),
+]
 KEYS = ("id", "model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt",
         "channels_last", "split")
 
@@ -110,8 +147,34 @@ def ceilings(device) -> dict:
     return out
 
 
+def precision_flags(prec: str) -> tuple[bool, bool]:
+    """(matmul TF32, cuDNN TF32) for a precision name, DESIGN.md's meaning, as the runtime applies it:
+    fp32 = PyTorch's defaults (cuDNN convolutions TF32, matmuls fp32), tf32 = TF32 for both. (The
+    first reference run, 2026-12-03, had cuDNN TF32 off: its rows carry no "cudnn_tf32" key.)"""
+    return prec == "tf32", True
+
+
+def count_kernels(step, device: str) -> int:
+    """CUDA kernels one training step launches (torch.profiler), 0 off CUDA."""
+    if device != "cuda":
+        return 0
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset")))
+    except Exception:  # the profiler is a nicety: a row without a count still counts
+        return -1
+
+
 def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
     spec = catalog_model(row["model"])
+    mm_tf32, cudnn_tf32 = precision_flags(row["precision"])
+    torch.backends.cuda.matmul.allow_tf32 = mm_tf32
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
     torch.manual_seed(0)
     with torch.device(device):  # build on the GPU: an 8B model's CPU init alone takes minutes
         model = build_trainable(spec, row["image_size"])
@@ -162,7 +225,9 @@ def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
     elapsed = start.elapsed_time(end) / 1e3 if device == "cuda" else time.perf_counter() - t1
     out = dict(row)
     out.update(step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed, warmup_s=warm_s,
-               first_loss=first_loss, last_loss=float(loss), params=sum(p.numel() for p in model.parameters()))
+               first_loss=first_loss, last_loss=float(loss), params=sum(p.numel() for p in model.parameters()),
+               matmul_tf32=mm_tf32, cudnn_tf32=cudnn_tf32)
+    out["cuda_kernels"] = count_kernels(step, device)  # what one step launches (host-bound regime)
     if device == "cuda":
         free, total = torch.cuda.mem_get_info()
         out.update(peak_gib=torch.cuda.max_memory_allocated() / 2**30,
@@ -184,9 +249,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting new configs after this")
     ap.add_argument("--smoke", action="store_true", help="CPU, two tiny configs")
+    ap.add_argument("--set", choices=("reference", "hostbound"), default="reference",
+                    help="hostbound: small batches, compiled small rows, fp32 with cuDNN TF32 (issue 16)")
+    ap.add_argument("--eager-only", action="store_true", help="skip the compiled rows")
     args = ap.parse_args()
     device = "cpu" if args.smoke else "cuda"
-    rows = [dict(zip(KEYS, c)) for c in CONFIGS]
+    rows = [dict(zip(KEYS, c)) for c in (HOSTBOUND if args.set == "hostbound" else CONFIGS)]
+    if args.eager_only:
+        rows = [r for r in rows if not r["compile"]]
     if args.smoke:
         rows = [dict(rows[18], micro_batch=2, seq_len=32), dict(rows[20], micro_batch=1, seq_len=64)]
         args.steps, args.warmup = 2, 1
@@ -195,8 +265,7 @@ def main() -> None:
     header = {"kind": "header", "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
     if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 rows measure fp32 (tf32 is its own precision)
-        torch.backends.cudnn.allow_tf32 = False
+        header["tf32"] = "DESIGN.md (fp32: cuDNN TF32 on)"
         header.update(ceilings(device))
         free, total = torch.cuda.mem_get_info()
         header["context_gib"] = (total - free) / 2**30
@@ -219,7 +288,7 @@ def main() -> None:
             f.write(json.dumps(res) + "\n")
             f.flush()
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in res.items()
-                              if k in ("id", "peak_gib", "device_gib", "samples_per_s", "step_s", "warmup_s", "error")}),
+                              if k in ("id", "peak_gib", "device_gib", "samples_per_s", "step_s", "warmup_s", "cuda_kernels", "error")}),
                   flush=True)
 
 

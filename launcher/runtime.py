@@ -86,13 +86,13 @@ class Runtime:
         self.metrics_path = Path(metrics_path) if metrics_path else None
         self.clip_grad_norm = clip_grad_norm
         precision = plan.config.precision
-        # TF32 matmuls for everything but explicit fp32 (the estimate assumes the same). Convolutions
-        # too: PyTorch's default lets cuDNN use TF32 (cudnn.allow_tf32=True), which ran a "fp32"
-        # resnet50 2.5x faster than true fp32 on the H200 (benchmarks/results/h200-1gpu.md, 2,113
-        # vs h200-reference.jsonl, 829 samples/s): fp32 must mean fp32, tf32 is its own precision.
+        # DESIGN.md's precision names: fp32 = PyTorch's defaults (fp32 matmuls, cuDNN convolutions
+        # allowed TF32: torch.backends.cudnn.allow_tf32 defaults to True), tf32 = TF32 for matmuls
+        # too; the estimate (advisor.throughput.peak_flops) assumes the same. Autocast precisions keep
+        # TF32 for the matmuls left in fp32.
         true_fp32 = precision is Precision.fp32
         torch.set_float32_matmul_precision("highest" if true_fp32 else "high")
-        torch.backends.cudnn.allow_tf32 = not true_fp32
+        torch.backends.cudnn.allow_tf32 = True
         self.accelerator = Accelerator(
             cpu=plan.cpu,
             mixed_precision=plan.mixed_precision,

@@ -1,0 +1,79 @@
+"""Host-bound regime and precision meaning of the throughput model (issue 16): shapes, not timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.calibration import default_calibration
+from advisor.catalog import catalog_model
+from advisor.config import TrainConfig
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from advisor.throughput import efficiency_key, estimate_throughput, host_seconds, peak_flops
+
+H200 = HardwareSpec(gpu=get_gpu("H200"))
+CAL = default_calibration()
+FAMILIES = [("resnet50", dict(image_size=224)), ("vit-b-16", dict(image_size=224)), ("gpt2", dict(seq_len=1024))]
+
+
+def _thr(name, mb, **kw):
+    extra = dict(FAMILIES)[name] if name in dict(FAMILIES) else {}
+    return estimate_throughput(catalog_model(name), TrainConfig(micro_batch=mb, **{**extra, **kw}), H200, CAL)
+
+
+@pytest.mark.parametrize("name", [n for n, _ in FAMILIES])
+def test_host_dominates_at_batch_1_device_at_large_batch(name):
+    small, large = _thr(name, 1, precision="bf16"), _thr(name, 512, precision="bf16")
+    assert small.host_bound and small.host_s > small.gpu_s
+    assert not large.host_bound and large.gpu_s > large.host_s
+    # the host term does not grow with the batch; samples/s rises monotonically towards the device's rate
+    assert small.host_s == pytest.approx(large.host_s)
+    rates = [_thr(name, mb, precision="bf16").samples_per_s for mb in (1, 4, 16, 64, 256, 512)]
+    assert rates == sorted(rates)
+    steps = [_thr(name, mb, precision="bf16").step_s for mb in (1, 4, 16, 64, 256, 512)]
+    assert steps == sorted(steps) and steps[0] >= small.host_s
+
+
+def test_fp32_convolutions_use_the_tf32_rate_and_matmuls_the_fp32_rate():
+    gpu = H200.gpu
+    cnn, gpt = catalog_model("resnet50"), catalog_model("gpt2")
+    fp32, tf32 = TrainConfig(precision="fp32"), TrainConfig(precision="tf32")
+    assert gpu.tf32_tflops > gpu.fp32_tflops
+    assert peak_flops(cnn, fp32, H200) == gpu.tf32_tflops * 1e12  # cuDNN TF32 is PyTorch's default
+    assert peak_flops(gpt, fp32, H200) == gpu.fp32_tflops * 1e12  # matmuls stay fp32 by default
+    assert peak_flops(gpt, tf32, H200) == gpu.tf32_tflops * 1e12
+    assert peak_flops(cnn, tf32, H200) == gpu.tf32_tflops * 1e12
+    # fp32 and tf32 CNNs run the same TF32 convolutions: one efficiency, one speed
+    assert efficiency_key(cnn, fp32) == efficiency_key(cnn, tf32)
+    a = estimate_throughput(cnn, fp32.model_copy(update={"micro_batch": 256}), H200, CAL)
+    b = estimate_throughput(cnn, tf32.model_copy(update={"micro_batch": 256}), H200, CAL)
+    assert a.samples_per_s == pytest.approx(b.samples_per_s)
+    g32 = estimate_throughput(gpt, fp32.model_copy(update={"micro_batch": 8}), H200, CAL)
+    g_tf = estimate_throughput(gpt, tf32.model_copy(update={"micro_batch": 8}), H200, CAL)
+    assert g_tf.matmul_s < g32.matmul_s
+
+
+@pytest.mark.parametrize("name", ["vit-b-16", "gpt2", "mini-transformer"])
+def test_compile_reduces_the_host_term_of_transformers(name):
+    spec = catalog_model(name)
+    eager, compiled = TrainConfig(micro_batch=1), TrainConfig(micro_batch=1, compile=True)
+    assert CAL.compile_launch.get("transformer", CAL.compile_launch_factor) < 1.0
+    assert host_seconds(spec, compiled, CAL) < host_seconds(spec, eager, CAL)
+
+
+def test_compile_host_factor_follows_the_calibration():
+    """The compiled host term is the eager one times the fitted factor for the model's kind."""
+    spec = catalog_model("resnet50")
+    cal = CAL.model_copy(update={"compile_launch": {"cnn": 0.5}})
+    eager = host_seconds(spec, TrainConfig(), cal)
+    assert host_seconds(spec, TrainConfig(compile=True), cal) == pytest.approx(0.5 * eager)
+
+
+def test_more_layers_more_host_time_and_slower_launches_slower_steps():
+    small, big = catalog_model("llama3.2-1b"), catalog_model("llama3.2-3b")
+    cfg = TrainConfig(micro_batch=1, seq_len=128)
+    assert host_seconds(big, cfg, CAL) > host_seconds(small, cfg, CAL)
+    slow = CAL.model_copy(update={"launch_us": CAL.launch_us * 2})
+    a = estimate_throughput(small, cfg, H200, CAL)
+    b = estimate_throughput(small, cfg, H200, slow)
+    assert b.step_s > a.step_s and b.host_s == pytest.approx(2 * a.host_s)
