@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.probe_factors import ModelFactor
+
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
 
 
@@ -72,6 +74,9 @@ class Calibration(BaseModel):
     # Per-machine factors measured by `advise bench`: key "gpu|family|precision|mode" -> measured /
     # estimated samples/s. Applied last.
     measured: dict[str, float] = Field(default_factory=dict)
+    # Per-model factors measured by `advise probe` (advisor.probe_factors): key "model identity|
+    # device|variant" -> measured/estimated peak memory and samples/s; applied in advisor.estimate.
+    model_factors: dict[str, ModelFactor] = Field(default_factory=dict)
     source: str = "built-in defaults"
 
 
@@ -101,6 +106,9 @@ def load_calibration(home: Path | None) -> Calibration:
     cal = default_calibration()
     if home is None:
         return cal
+    from advisor.probe_factors import with_model_factors
+
+    cal = with_model_factors(cal, Path(home))
     path = Path(home) / "calibration.json"
     if not path.exists():
         return cal
