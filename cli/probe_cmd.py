@@ -54,21 +54,25 @@ def _machine_with_gpu():
 
 
 def make_plan(args: argparse.Namespace):
-    """(plan, machine, notes): the plan ``advise launch`` would run for the same flags."""
+    """(plan, machine, model spec, notes): the plan ``advise launch`` would run for the same flags.
+    The model is resolved first, so that a mistake in it is the one message, before any note."""
+    from advisor.sources import resolve_model
+
     req = flags.request_from_namespace(args)
+    machine = None if args.cpu else _machine_with_gpu()
+    spec = resolve_model(req.model)
     if args.cpu:
         from launcher.cpu_plan import cpu_plan
 
         plan, notes = cpu_plan(req, processes=1)
-        return plan, None, notes
-    machine = _machine_with_gpu()
+        return plan, None, spec, notes
     from advisor.calibration import load_calibration
     from rules.api import plan as rules_plan
 
-    return rules_plan(req, machine=machine, calibration=load_calibration(flags.home_dir(args))), machine, []
+    return rules_plan(req, machine=machine, calibration=load_calibration(flags.home_dir(args))), machine, spec, []
 
 
-def run_probe(args: argparse.Namespace, plan, machine, *, save: bool = True):
+def run_probe(args: argparse.Namespace, plan, machine, *, spec=None, save: bool = True):
     """Run the probe with Ctrl-C forwarded (the child is stopped and reaped); progress on stderr."""
     import threading
 
@@ -77,16 +81,16 @@ def run_probe(args: argparse.Namespace, plan, machine, *, save: bool = True):
 
     cancel = threading.Event()
     with forward_signals(cancel):
-        return probe_plan(plan, home=flags.home_dir(args), machine=machine, warmup=args.probe_warmup,
+        return probe_plan(plan, home=flags.home_dir(args), machine=machine, spec=spec, warmup=args.probe_warmup,
                           steps=args.probe_steps, save=save, cancel=cancel, echo=sys.stderr,
                           progress=lambda text: print(f"advise: probe: {text}", file=sys.stderr, flush=True))
 
 
 def run(args: argparse.Namespace) -> int:
-    plan, machine, notes = make_plan(args)
+    plan, machine, spec, notes = make_plan(args)
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
-    result = run_probe(args, plan, machine, save=args.save)
+    result = run_probe(args, plan, machine, spec=spec, save=args.save)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
