@@ -78,6 +78,8 @@ class LaunchScreen(StepScreen):
             yield Label("run", classes="launch-label")
             yield Select(TARGET_OPTIONS, value="synthetic", allow_blank=False, compact=True, id="target")
             yield Input(placeholder="train.py --lr {lr} --bs {micro_batch}", id="script", compact=True, disabled=True)
+            yield Checkbox("probe first", id="probe", compact=True,
+                           tooltip="run a few steps first, show them beside the estimate, store the factors")
         with Horizontal(classes="launch-row"):
             yield Label("on", classes="launch-label")
             yield Select(self._device_options(), value="gpu" if self.wizard.machine.has_gpu else "cpu", allow_blank=False, compact=True, id="device")
@@ -89,8 +91,6 @@ class LaunchScreen(StepScreen):
                         validators=[ParserValidator(positive_int)])
             yield Label("steps", classes="launch-small")
             yield Input("20", id="steps", compact=True, classes="launch-num", validators=[ParserValidator(positive_int)])
-            yield Checkbox("probe first", id="probe", compact=True,
-                           tooltip="run a few steps first, show them beside the estimate, store the factors")
         yield Static("[dim]ctrl+r launches; nothing running[/dim]", id="run-status")
         with Horizontal(id="plots"):
             yield MetricPlot("loss", id="loss-plot")
