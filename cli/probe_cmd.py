@@ -141,8 +141,7 @@ def render(result, console=None) -> None:
     tab.add_row("samples/s", f"{m.samples_per_s:,.2f}", f"{e.throughput.samples_per_s:,.2f}", _ratio(result.throughput_ratio))
     if m.tokens_per_s:
         tab.add_row("tokens/s", f"{m.tokens_per_s:,.0f}", f"{e.throughput.tokens_per_s:,.0f}", "")
-    util = m.gpu_util_pct if m.gpu_util_pct is not None else None
-    tab.add_row("GPU utilisation", "-" if util is None else f"{util:.0f}%", "", "")
+    tab.add_row("GPU utilisation", "-" if m.gpu_util_pct is None else f"{m.gpu_util_pct:.0f}%", "", "")
     console.print(tab)
     for n in result.notes:
         console.print(Text(f"note: {n}", style="dim"))

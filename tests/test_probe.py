@@ -148,6 +148,35 @@ def test_launch_probe_then_launches(tmp_path):
     assert "model:mini-transformer|cpu|fp32" in read_model_factors(tmp_path)
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_and_reaps_the_child(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "probe", "--cpu", *TINY, "--probe-steps", "100000",
+                             "--home", str(tmp_path), "--json"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        children: list = []
+        end = time.monotonic() + 120
+        while not children and time.monotonic() < end:  # the child exists once the attempt started
+            time.sleep(0.5)
+            children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "no child started"
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert json.loads(out)["status"] == "cancelled"
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
 # ==================================================================== mistakes: one line, exit 2, no process
 @pytest.mark.parametrize("argv, words", [
     (["probe", "--model", "mini-transformer"], "no GPU detected to probe on"),
