@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.probe_factors import ModelFactor
+from advisor.probe_factors import ModelFactor, with_model_factors
 
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
 
@@ -106,9 +106,7 @@ def load_calibration(home: Path | None) -> Calibration:
     cal = default_calibration()
     if home is None:
         return cal
-    from advisor.probe_factors import with_model_factors
-
-    cal = with_model_factors(cal, Path(home))
+    cal = with_model_factors(cal, Path(home))  # `advise probe`'s per-model factors
     path = Path(home) / "calibration.json"
     if not path.exists():
         return cal

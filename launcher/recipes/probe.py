@@ -74,7 +74,7 @@ def _hf(plan, spec, device):
         import transformers
     except ImportError:
         model, _, _, _ = _catalog(plan, spec, device)
-        return model, pool, None, f"cardwise transformer of the config's shape (transformers is not installed)"
+        return model, pool, None, "cardwise transformer of the config's shape (transformers is not installed)"
     path = Path(plan.model.hf_config).expanduser()
     config = transformers.AutoConfig.from_pretrained(str(path.parent if path.is_file() else path))
     model = getattr(transformers, _HF_AUTO[head]).from_config(config)
