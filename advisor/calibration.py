@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.probe_factors import ModelFactor, with_model_factors
+
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
 
 
@@ -78,6 +80,9 @@ class Calibration(BaseModel):
     # Per-machine factors measured by `advise bench`: key "gpu|family|precision|mode" -> measured /
     # estimated samples/s. Applied last.
     measured: dict[str, float] = Field(default_factory=dict)
+    # Per-model factors measured by `advise probe` (advisor.probe_factors): key "model identity|
+    # device|variant" -> measured/estimated peak memory and samples/s; applied in advisor.estimate.
+    model_factors: dict[str, ModelFactor] = Field(default_factory=dict)
     source: str = "built-in defaults"
 
 
@@ -107,6 +112,7 @@ def load_calibration(home: Path | None) -> Calibration:
     cal = default_calibration()
     if home is None:
         return cal
+    cal = with_model_factors(cal, Path(home))  # `advise probe`'s per-model factors
     path = Path(home) / "calibration.json"
     if not path.exists():
         return cal

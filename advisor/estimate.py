@@ -73,7 +73,7 @@ def estimate(
     ttt = None
     if dataset_size and epochs:
         ttt = dataset_size * epochs / thr.samples_per_s / 3600.0
-    return Estimate(
+    est = Estimate(
         model=ModelSummary(name=model.name, params=model.params, trainable_params=mem.trainable_params,
                            family=model.family, source=model.source),
         hardware=HardwareSummary(gpu=hardware.gpu.name, count=hardware.total_gpus, per_node=hardware.gpus_per_node,
@@ -86,3 +86,8 @@ def estimate(
         time_to_train_h=ttt,
         notes=mem.notes + thr.notes,
     )
+    if cal.model_factors:  # measured by `advise probe` for this very model (advisor.probe_factors)
+        from advisor.probe_factors import apply_model_factors
+
+        est = apply_model_factors(est, model, hardware, cal)
+    return est

@@ -52,6 +52,12 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--dry-run", action="store_true", help="print the Accelerate config and command; run nothing")
     g.add_argument("--emit", choices=("slurm",), help="print an sbatch script for the plan instead of running it")
     g.add_argument("--save-plan", type=Path, metavar="plan.json", help="also write the plan to this file")
+    g.add_argument("--probe", action="store_true",
+                   help="first run a few steps of the per-GPU configuration (advise probe), print them beside the "
+                        "estimate, store the factors, then launch")
+    from cli.probe_cmd import add_probe_flags
+
+    add_probe_flags(parser)
     flags.add_home_flag(parser)
     flags.add_json_flag(parser)
     parser.add_argument("script", nargs="*", metavar="-- SCRIPT ARGS",
@@ -183,9 +189,37 @@ def _require_gpus(plan) -> None:
                             "or train on CPU processes with --cpu --processes N")
 
 
+def _probe_first(args: argparse.Namespace, plan) -> int | None:
+    """``--probe``: measure the plan's per-GPU configuration before launching it; an exit status to stop with, or None."""
+    from rich.console import Console
+
+    from advisor.errors import UserError
+    from cli.probe_cmd import render, run_probe
+
+    result = run_probe(args, plan, None)
+    render(result, Console(stderr=True) if args.json else None)  # stdout stays the run's JSON
+    if result.status == "oom":
+        raise UserError(f"the probe ran out of GPU memory at every micro-batch down to {result.config.micro_batch}",
+                        fix="make it smaller per GPU: --grad-ckpt, --precision pure-bf16, --optimizer adamw-8bit, a "
+                            "shorter --seq-len/--image-size, or --strategy fsdp over more GPUs (then drop --probe)")
+    if result.status == "cancelled":
+        return 130
+    if result.status != "ok":
+        print(f"advise: the probe failed, nothing launched: {result.error}", file=sys.stderr)
+        return 1
+    if len(result.attempts) > 1:
+        print(f"advise: note: micro-batch {plan.config.micro_batch} ran out of memory in the probe; the launch retries "
+              f"with half the micro-batch on OOM (or pin --micro-batch {result.config.micro_batch})", file=sys.stderr)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     import threading
 
+    if args.probe and (args.dry_run or args.emit):
+        from advisor.errors import UserError
+
+        raise UserError("--probe runs the model, --dry-run/--emit run nothing", fix="drop --probe, or drop --dry-run/--emit")
     plan, notes = make_plan(args)
     target = _target(args, plan)
     for note in notes:
@@ -202,6 +236,10 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(args, plan, target, options, notes)
     if not plan.cpu:
         _require_gpus(plan)
+    if args.probe:
+        stop = _probe_first(args, plan)
+        if stop is not None:
+            return stop
 
     from launcher.home import new_run, resolve_home
     from launcher.runner import execute, forward_signals

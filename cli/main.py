@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "recommend": ("cli.recommend_cmd", "recommend how to train (the default: `advise --model NAME`)"),
     "estimate": ("cli.estimate_cmd", "memory and throughput of one exact configuration"),
     "launch": ("cli.launch_cmd", "run a recommendation or plan through Accelerate"),
+    "probe": ("cli.probe_cmd", "run a few real steps of the plan, beside the estimate; store the factors"),
     "wizard": ("cli.wizard_cmd", "terminal UI: plan, explain, launch and watch"),
     "bench": ("cli.bench_cmd", "measure single- vs multi-GPU throughput and calibrate"),
     "calibrate": ("cli.bench_cmd", "show or reset measured calibration"),

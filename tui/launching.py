@@ -99,3 +99,37 @@ def execute_run(store, run_id: str, plan: Plan, target, run_dir: Path, *, max_st
 
     options = RunOptions(max_steps=max_steps, grace_s=grace_s)
     return execute(store, run_id, plan, target, run_dir, options, cancel=cancel, echo=echo)
+
+
+# Short on purpose: the wizard's probe is a check before a launch, not a benchmark.
+PROBE_WARMUP, PROBE_STEPS = 2, 5
+
+
+def probe_first(plan: Plan, home: Path, *, cancel: threading.Event, progress=None):
+    """``advise launch --probe`` for the wizard: the plan's per-GPU configuration measured in a child
+    process (``launcher.probe``), its factors stored in ``home``; returns the ProbeResult (blocking)."""
+    from launcher.probe import probe_plan
+
+    return probe_plan(plan, home=home, warmup=PROBE_WARMUP, steps=PROBE_STEPS, cancel=cancel, progress=progress)
+
+
+def probe_summary(result) -> tuple[bool, list[str]]:
+    """(launch may go on, lines for the run log): measured beside estimated, or why not."""
+    tried = ", ".join(f"micro-batch {a.micro_batch}: {a.status}" for a in result.attempts)
+    if result.status != "ok":
+        why = result.error or result.status
+        if result.status == "oom":
+            why += " — lower memory per GPU (checkpointing, pure-bf16, a shorter sequence) and plan again"
+        return False, [f"probe {result.status}: {why}", f"attempts: {tried}"]
+    m, e = result.measured, result.estimate
+    util = f", GPU {m.gpu_util_pct:.0f}% busy" if m.gpu_util_pct is not None else ""
+    lines = [f"probe on {result.device} ({m.implementation}), micro-batch {result.config.micro_batch}:",
+             f"  peak memory {m.peak_gib:.3f} GiB measured, {e.memory.peak_gib:.3f} estimated "
+             f"(x{result.memory_ratio or 0:.2f})" + (f", {m.reserved_gib:.3f} reserved" if m.reserved_gib else ""),
+             f"  {m.samples_per_s:,.2f} samples/s measured, {e.throughput.samples_per_s:,.2f} estimated "
+             f"(x{result.throughput_ratio or 0:.2f}){util}"]
+    if len(result.attempts) > 1:
+        lines.append(f"  attempts: {tried}")
+    if result.stored:
+        lines.append(f"  factors stored for later estimates ({result.factor_key})")
+    return True, lines

@@ -6,19 +6,23 @@ GPUs the plan is for CPU processes (gloo). While it runs, a timer starts a sampl
 half second that reads what is new (log lines the runner echoes, ``metrics.jsonl`` rows, device
 usage, the store record with its attempts) and posts one ``RunSample``; the UI thread draws it.
 ``x`` stops the run cleanly: the runner signals every rank and records ``cancelled``.
+"probe first" runs ``advise launch --probe``'s probe in the same worker before the launch
+(tui.launching.probe_first) and writes measured beside estimated into the log.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Input, Label, Select, Static
+from textual.message import Message
+from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from advisor.errors import UserError
 from tui import launching
@@ -33,6 +37,13 @@ from tui.widgets.rank_log import RankLog
 TARGET_OPTIONS = [("recipe: synthetic data", "synthetic"), ("recipe: text-classification", "text-classification"),
                   ("your script", "script")]
 SAMPLE_EVERY_S = 0.5
+
+
+@dataclass(eq=False)
+class ProbeReport(Message):
+    """Lines from the probe that runs before a launch (progress, then the summary); this screen's only."""
+
+    lines: list[str]
 
 
 class LaunchScreen(StepScreen):
@@ -67,6 +78,8 @@ class LaunchScreen(StepScreen):
             yield Label("run", classes="launch-label")
             yield Select(TARGET_OPTIONS, value="synthetic", allow_blank=False, compact=True, id="target")
             yield Input(placeholder="train.py --lr {lr} --bs {micro_batch}", id="script", compact=True, disabled=True)
+            yield Checkbox("probe first", id="probe", compact=True,
+                           tooltip="run a few steps first, show them beside the estimate, store the factors")
         with Horizontal(classes="launch-row"):
             yield Label("on", classes="launch-label")
             yield Select(self._device_options(), value="gpu" if self.wizard.machine.has_gpu else "cpu", allow_blank=False, compact=True, id="device")
@@ -122,6 +135,7 @@ class LaunchScreen(StepScreen):
         self.query_one("#procs", Input).disabled = busy or not cpu
         self.query_one("#micro", Input).disabled = busy or not cpu
         self.query_one("#steps", Input).disabled = busy
+        self.query_one("#probe", Checkbox).disabled = busy
 
     @property
     def running(self) -> bool:
@@ -179,8 +193,10 @@ class LaunchScreen(StepScreen):
             log.add([(None, f"note: {note}")])
         self._sync_form()
         log.focus()
-        self._status(f"starting {plan.world_size} {'CPU process' if plan.cpu else 'GPU rank'}(es) …")
-        self._execute(plan, target, choice.max_steps, self._cancel, self._sink, notes)
+        probe = self.query_one("#probe", Checkbox).value
+        self._status("probing one device first …" if probe else
+                     f"starting {plan.world_size} {'CPU process' if plan.cpu else 'GPU rank'}(es) …")
+        self._execute(plan, target, choice.max_steps, self._cancel, self._sink, notes, probe)
 
     def action_stop(self) -> None:
         if not self.running:
@@ -195,10 +211,19 @@ class LaunchScreen(StepScreen):
 
     # -------------------------------------------------------------- workers
     @work(thread=True, exclusive=True, group="run")
-    def _execute(self, plan, target, max_steps, cancel: threading.Event, sink: LineSink, notes: list[str]) -> None:
+    def _execute(self, plan, target, max_steps, cancel: threading.Event, sink: LineSink, notes: list[str],
+                 probe: bool = False) -> None:
         store = self.wizard.store
         run_id = None
         try:
+            if probe:
+                result = launching.probe_first(plan, Path(store.path).parent, cancel=cancel,
+                                               progress=lambda text: self.post_message(ProbeReport([f"probe: {text}"])))
+                go, lines = launching.probe_summary(result)
+                self.post_message(ProbeReport(lines))
+                if not go or cancel.is_set():
+                    self.post_message(RunFinished(None, None, lines[0] if not go else "cancelled during the probe"))
+                    return
             rec, rdir = launching.create_run(store, plan, target)
             run_id = rec.id
             self.post_message(RunStarted(rec.id, str(rdir), plan.world_size, notes))
@@ -232,6 +257,9 @@ class LaunchScreen(StepScreen):
             self._sample_lock.release()
 
     # -------------------------------------------------------------- messages
+    def on_probe_report(self, message: ProbeReport) -> None:
+        self.query_one("#run-log", RankLog).add([(None, line) for line in message.lines])
+
     def on_run_started(self, message: RunStarted) -> None:
         self.run_id, self.run_dir, self.world = message.run_id, message.run_dir, message.world_size
         self.started_at = time.monotonic()
