@@ -34,6 +34,7 @@ from typing import IO, Literal
 import psutil
 from pydantic import BaseModel
 
+from launcher import procs
 from launcher.command import LaunchSpec
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -172,13 +173,9 @@ class Launch:
             except (psutil.Error, OSError):
                 continue
 
-    def _signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, sig)
-
     def _stop(self) -> None:
         """SIGTERM the launcher's group, wait up to grace_s (or until kill_now), then SIGKILL it."""
-        self._signal_group(signal.SIGTERM)
+        procs.signal_group(self.pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         while self.proc.poll() is None and time.monotonic() < deadline and not self._force.is_set():
             self._snapshot()
@@ -188,7 +185,7 @@ class Launch:
             time.sleep(0.05)
         if self.proc.poll() is None:
             self._snapshot()
-            self._signal_group(signal.SIGKILL)
+            procs.signal_group(self.pgid, signal.SIGKILL)
             self.proc.wait()
 
     def _sweep(self) -> None:
@@ -200,31 +197,12 @@ class Launch:
         workers that started between two snapshots and were orphaned by a dying agent.
         """
         for _ in range(3):  # a dying rank may still fork (data workers): look again until quiet
-            for p in self._by_token():
+            for p in procs.tagged_processes(**{ENV_LAUNCH_ID: self.token}):
                 self._seen.setdefault(p.pid, p)
-            procs = [p for p in self._seen.values() if _exists(p)]
-            if not procs:
+            mine = [p for p in self._seen.values() if procs.exists(p)]
+            if not mine:
                 return
-            for p in procs:
-                if _alive(p):
-                    with contextlib.suppress(psutil.Error):
-                        p.terminate()
-            # wait_procs reaps our (adopted) children and polls the others until they are gone.
-            _, left = psutil.wait_procs(procs, timeout=min(self.grace_s, 5.0))
-            for p in left:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            psutil.wait_procs(left, timeout=5.0)
-
-    def _by_token(self) -> list[psutil.Process]:
-        found, me = [], os.getpid()
-        for p in psutil.process_iter():
-            if p.pid == me or p.pid in self._seen:
-                continue
-            with contextlib.suppress(psutil.Error):
-                if p.environ().get(ENV_LAUNCH_ID) == self.token:
-                    found.append(p)
-        return found
+            procs.stop_processes(mine, min(self.grace_s, procs.KILL_WAIT_S))
 
     def _tail(self) -> None:
         with open(self.log_path, "r", errors="replace") as f:
@@ -258,21 +236,6 @@ class Launch:
         where = f"rank {rank}" if rank is not None else "the launcher"
         return Outcome(status="failed", exit_code=exit_code, launcher_exit=rc, failed_rank=rank,
                        error=f"{where} exited with {_rc_text(exit_code)}", wall_s=wall)
-
-
-def _exists(p: psutil.Process) -> bool:
-    """Still there, possibly as a zombie (is_running also checks the pid was not reused)."""
-    try:
-        return p.is_running()
-    except psutil.Error:
-        return False
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _rc_text(rc: int) -> str:
