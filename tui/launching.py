@@ -16,9 +16,10 @@ from typing import IO
 
 from advisor.errors import UserError
 from advisor.plan import Plan
+from launcher.recipes import RECIPES
 from tui.state import WizardState
 
-TARGETS = ("synthetic", "text-classification", "script")
+TARGETS = (*RECIPES, "script")
 
 
 @dataclass(frozen=True)
