@@ -405,10 +405,10 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
             status = "oom" if is_oom else out.status
             store.record_attempt(run_id, att.model_copy(update={
                 "status": status, "exit_code": out.exit_code, "ended": time.time(),
-                "error": ("out of GPU memory" if is_oom else out.error)}))
+                "error": (oom.OOM_ERROR if is_oom else out.error)}))
             if nxt is not None and not cancel.is_set():
                 if echo is not None:
-                    echo.write(f"cardwise: out of GPU memory at micro-batch {current.config.micro_batch}; retrying with "
+                    echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; retrying with "
                                f"{nxt.config.micro_batch} x {nxt.config.grad_accum} accumulation (same global batch)\n")
                 current = nxt
                 continue
