@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -36,6 +35,7 @@ from pydantic import BaseModel
 
 from launcher import procs
 from launcher.command import LaunchSpec
+from launcher.run_logs import exit_text, failing_rank, rank_logs, read_tail
 
 _PR_SET_CHILD_SUBREAPER = 36
 ENV_LAUNCH_ID = "CARDWISE_LAUNCH_ID"  # marks every process of one launch (see Launch._sweep)
@@ -225,68 +225,17 @@ class Launch:
     def _outcome(self, rc: int, wall: float) -> Outcome:
         if rc == 0 and not self._cancelled:
             return Outcome(status="succeeded", exit_code=0, launcher_exit=0, wall_s=wall)
-        text = _read_tail(self.log_path)
+        text = read_tail(self.log_path)
         signalled = rc in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
         if self._cancelled or (signalled and "Root Cause" not in text):
             # Stopped by us, or by someone signalling the run's group (`kill -TERM -PGID`, the service).
-            who = "cancelled" if self._cancelled else f"stopped by signal ({_rc_text(rc)})"
+            who = "cancelled" if self._cancelled else f"stopped by signal ({exit_text(rc)})"
             return Outcome(status="cancelled", exit_code=rc, launcher_exit=rc, error=who, wall_s=wall)
         rank, code = failing_rank(text)
         exit_code = code if code is not None else rc
         where = f"rank {rank}" if rank is not None else "the launcher"
         return Outcome(status="failed", exit_code=exit_code, launcher_exit=rc, failed_rank=rank,
-                       error=f"{where} exited with {_rc_text(exit_code)}", wall_s=wall)
-
-
-def _rc_text(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"signal {-rc}"
-    return f"exit code {rc}"
-
-
-def _read_tail(path: Path, limit: int = 200_000) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-_ROOT_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
-_CALLED_RE = re.compile(r"returned non-zero exit status (-?\d+)")
-_DIED_RE = re.compile(r"died with <Signals\.\w+: (\d+)>")
-
-
-def failing_rank(launcher_log: str) -> tuple[int | None, int | None]:
-    """(rank, exit code) of the first failure, from torchrun's report or the single-process launcher's."""
-    m = _ROOT_RE.search(launcher_log)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = _CALLED_RE.search(launcher_log)
-    if m:
-        return 0, int(m.group(1))
-    m = _DIED_RE.search(launcher_log)
-    if m:
-        return 0, -int(m.group(1))
-    return None, None
-
-
-def rank_logs(attempt_dir: Path, node_rank: int = 0, procs_per_node: int = 1) -> dict[int, list[Path]]:
-    """Global rank -> its log files. With several ranks torchrun writes ``ranks/<id>/attempt_0/<local>/``;
-    a single rank's output is the launcher's own log."""
-    attempt_dir = Path(attempt_dir)
-    found: dict[int, list[Path]] = {}
-    for f in sorted((attempt_dir / "ranks").glob("*/attempt_*/*/std*.log")):
-        local = int(f.parent.name)
-        found.setdefault(node_rank * procs_per_node + local, []).append(f)
-    if not found and (attempt_dir / "launcher.log").exists():
-        found[node_rank * procs_per_node] = [attempt_dir / "launcher.log"]
-    return found
+                       error=f"{where} exited with {exit_text(exit_code)}", wall_s=wall)
 
 
 @contextlib.contextmanager
