@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.errors import UserError
 from advisor.gpus import GpuSpec, find_gpu, get_gpu
+from advisor.sampling import NvmlUnavailable, close_nvml, open_nvml, read_gpu
 
 # Per-node network when the user names several nodes but no figure: 200 Gbit/s InfiniBand HDR,
 # the common cluster fabric for A100/H100 (NVIDIA DGX A100 user guide: 8x 200 Gb/s HDR per node;
@@ -103,17 +104,12 @@ class HardwareSpec(BaseModel):
 
 
 def detect_machine() -> Machine:
-    """Read NVML (and /proc) for this machine. Never raises."""
+    """Read NVML (through ``advisor.sampling``, as the monitor and bench do) and /proc. Never raises."""
     machine = Machine(ram_gib=_ram_gib())
     try:
-        import pynvml
-    except ImportError as exc:  # nvidia-ml-py is a dependency, but be kind to partial installs
-        machine.nvml_error = f"nvidia-ml-py not installed ({exc})"
-        return machine
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        machine.nvml_error = f"NVML unavailable: {exc}"
+        pynvml = open_nvml()
+    except NvmlUnavailable as exc:
+        machine.nvml_error = str(exc)
         return machine
     try:
         machine.driver = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -131,10 +127,7 @@ def detect_machine() -> Machine:
     except Exception as exc:
         machine.nvml_error = f"NVML query failed: {exc}"
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        close_nvml(pynvml)
     return machine
 
 
@@ -144,15 +137,10 @@ def _text(v) -> str:
 
 def _read_gpu(pynvml, index: int, handle) -> DetectedGpu:
     name = _text(pynvml.nvmlDeviceGetName(handle))
-    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    reading = read_gpu(pynvml, handle)  # the same reading the monitor and bench take
     cc = None
     try:
         cc = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))
-    except Exception:
-        pass
-    util = None
-    try:
-        util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
     except Exception:
         pass
     uuid = None
@@ -164,11 +152,11 @@ def _read_gpu(pynvml, index: int, handle) -> DetectedGpu:
     return DetectedGpu(
         index=index,
         name=name,
-        memory_total_gib=mem.total / 2**30,
-        memory_free_gib=mem.free / 2**30,
+        memory_total_gib=reading.total_gib,
+        memory_free_gib=reading.free_gib,
         compute_capability=cc,
         uuid=uuid,
-        utilization_pct=util,
+        utilization_pct=reading.util_pct,
         spec=spec.name if spec else None,
     )
 

@@ -79,7 +79,8 @@ def request_from_args(args: argparse.Namespace, machine):
     """The BenchRequest the flags describe, or one UserError saying what to change."""
     from advisor.catalog import catalog_model
     from advisor.errors import UserError
-    from launcher.bench import BenchRequest, parse_counts, parse_modes, parse_variants, visible_gpus
+    from launcher.bench.plan import visible_gpus
+    from launcher.bench.request import BenchRequest, parse_counts, parse_modes, parse_variants
 
     if not args.model:
         raise UserError("no model given", fix="add --model NAME (see `advise models`), e.g. --model resnet50 or --model gpt2,vit-b-16")
@@ -206,8 +207,8 @@ def _bench(args: argparse.Namespace) -> int:
     import threading
 
     from advisor.hardware import detect_machine
-    from launcher import bench_report as report
-    from launcher.bench import run_bench
+    from launcher.bench import report
+    from launcher.bench.run import run_bench
     from launcher.home import resolve_home
     from launcher.runner import forward_signals
 

@@ -20,14 +20,8 @@ import sys
 from pathlib import Path
 
 from cli import flags
-
-RECIPE_NAMES = ("synthetic", "text-classification")  # launcher.command.RECIPES, without importing it
-
-# Flags that shape a plan; with --plan they would be ignored, so giving them is an error.
-_PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "grad_accum", "seq_len", "image_size",
-               "precision", "optimizer", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "gpu",
-               "gpus", "interconnect", "network_gbps", "batch_size", "dataset_size", "epochs", "deadline",
-               "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
+from cli.launch_plan import options_from_flags, plan_from_flags, require_gpus, target_from_flags
+from launcher.recipes import RECIPES  # a dict in an otherwise empty package: cheap at parse time
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
@@ -37,7 +31,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_workload_flags(parser)
     g = parser.add_argument_group("launch")
     g.add_argument("--plan", type=Path, metavar="plan.json", help="launch a saved plan instead of planning from flags")
-    g.add_argument("--recipe", metavar="NAME", help=f"built-in training loop: {', '.join(RECIPE_NAMES)}")
+    g.add_argument("--recipe", metavar="NAME", help=f"built-in training loop: {', '.join(RECIPES)}")
     g.add_argument("--data", type=Path, metavar="FILE", help="(text, label) JSONL/CSV for --recipe text-classification")
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
@@ -63,69 +57,6 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("script", nargs="*", metavar="-- SCRIPT ARGS",
                         help="your training script and its arguments; {lr} {micro_batch} {grad_accum} "
                              "{global_batch} {precision} {warmup_steps} are filled from the plan")
-
-
-def _given(args: argparse.Namespace, names) -> list[str]:
-    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
-
-
-def make_plan(args: argparse.Namespace):
-    """(plan, notes): from --plan, from --cpu flags, or from the rules layer."""
-    from advisor.errors import UserError
-    from advisor.plan import Plan
-
-    if args.plan:
-        extra = _given(args, _PLAN_FLAGS) + (["--nodes"] if args.nodes != 1 else [])
-        if extra:
-            raise UserError(f"{', '.join(extra)} would be ignored with --plan (the plan already decides them)",
-                            fix="drop them, or plan again from flags without --plan")
-        plan = Plan.load(args.plan)
-        if args.cpu and not plan.cpu:
-            raise UserError("--cpu given but the plan is for GPUs", where=str(args.plan), fix="drop --cpu, or plan again with --cpu")
-        return plan, []
-    if args.cpu:
-        from launcher.cpu_plan import cpu_plan
-
-        return cpu_plan(flags.request_from_namespace(args), processes=args.processes or 1,
-                        max_steps=args.max_steps, warmup_steps=args.warmup_steps, num_workers=args.num_workers)
-    if args.processes is not None:
-        raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")
-    if not args.gpu and not (args.dry_run or args.emit):
-        _require_gpus(None)  # nothing named and nothing detected: say how to launch instead
-    from advisor.calibration import load_calibration
-    from rules.api import plan
-
-    return plan(flags.request_from_namespace(args), calibration=load_calibration(flags.home_dir(args))), []
-
-
-def _target(args: argparse.Namespace, plan):
-    from advisor.errors import UserError
-    from launcher.command import Target, check_target
-
-    recipe_args: list[str] = []
-    if args.data is not None:
-        if args.recipe != "text-classification":
-            raise UserError("--data is for --recipe text-classification", fix="drop --data, or add --recipe text-classification")
-        if not args.data.is_file():
-            raise UserError("data file not found", where=str(args.data), fix="give a JSONL or CSV file of (text, label) rows")
-        recipe_args = ["--data", str(args.data.expanduser().absolute())]
-    target = Target.from_cli(args.recipe, list(args.script), recipe_args)
-    check_target(target, plan)
-    return target
-
-
-def _options(args: argparse.Namespace, plan):
-    from advisor.errors import UserError
-    from launcher.runner import RunOptions
-
-    if plan.nodes > 1:
-        if args.node_rank is None or not args.main_address:
-            raise UserError(f"a {plan.nodes}-node launch needs this machine's rank and node 0's address",
-                            fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
-    elif args.node_rank not in (None, 0) or args.main_address:
-        raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
-    return RunOptions(max_oom_retries=args.max_oom_retries, max_steps=args.max_steps, machine_rank=args.node_rank or 0,
-                      main_address=args.main_address, main_port=args.main_port)
 
 
 def _dry_run(args, plan, target, options, notes) -> int:
@@ -171,24 +102,6 @@ def _summary(rec) -> str:
     return line + f"\n  run dir: {rec.run_dir}"
 
 
-def _require_gpus(plan) -> None:
-    """A GPU plan needs GPUs here (``plan`` None: at least one): say so before Accelerate fails in every rank."""
-    from advisor.errors import UserError
-    from advisor.hardware import detect_machine
-
-    machine = detect_machine()
-    need = plan.processes_per_node if plan is not None else 1
-    if len(machine.gpus) < need:
-        if plan is None:
-            raise UserError(f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",
-                            fix="train on CPU processes with --cpu --processes N, or plan for a GPU with --gpu NAME "
-                                "and --dry-run / --emit slurm to see or submit the job")
-        have = f"{len(machine.gpus)} GPU(s)" if machine.gpus else f"no GPU ({machine.nvml_error or 'NVML reports 0'})"
-        raise UserError(f"the plan needs {plan.processes_per_node} GPU(s) per node, this machine has {have}",
-                        fix="run it on the GPU machine, see it with --dry-run, write a cluster job with --emit slurm, "
-                            "or train on CPU processes with --cpu --processes N")
-
-
 def _probe_first(args: argparse.Namespace, plan) -> int | None:
     """``--probe``: measure the plan's per-GPU configuration before launching it; an exit status to stop with, or None."""
     from rich.console import Console
@@ -220,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
         from advisor.errors import UserError
 
         raise UserError("--probe runs the model, --dry-run/--emit run nothing", fix="drop --probe, or drop --dry-run/--emit")
-    plan, notes = make_plan(args)
-    target = _target(args, plan)
+    plan, notes = plan_from_flags(args)
+    target = target_from_flags(args, plan)
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.save_plan:
@@ -231,11 +144,11 @@ def run(args: argparse.Namespace) -> int:
 
         print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500), end="")
         return 0
-    options = _options(args, plan)
+    options = options_from_flags(args, plan)
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
     if not plan.cpu:
-        _require_gpus(plan)
+        require_gpus(plan)
     if args.probe:
         stop = _probe_first(args, plan)
         if stop is not None:

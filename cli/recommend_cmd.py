@@ -106,9 +106,10 @@ def memory_bar(memory, width: int = 56):
 
 
 def hours(h: float | None) -> str:
-    from rules.engine import _hours
+    """``advisor.units.format_hours``, with "-" for an unknown time (no dataset size given)."""
+    from advisor.units import format_hours
 
-    return "-" if h is None else _hours(h)
+    return "-" if h is None else format_hours(h)
 
 
 def _tree(rec):

@@ -8,7 +8,7 @@
 
 ``submit`` takes ``advise launch``'s flags (the same parser and plan-building code) and queues
 the validated plan; the other commands only read or change the run store, so they work whether
-the service runs or not. See launcher/service.py for the service's rules and docs/service.md.
+the service runs or not. See launcher/service/ for the service's rules and docs/service.md.
 """
 
 from __future__ import annotations
@@ -133,16 +133,16 @@ def _serve(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from advisor.errors import UserError
     from launcher import service
-    from cli.launch_cmd import _options, _target, make_plan
+    from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
     from launcher.home import resolve_home
 
     for flag, given in (("--dry-run", args.dry_run), ("--emit", args.emit)):
         if given:
             raise UserError(f"{flag} is for `advise launch`; `advise submit` queues the run",
                             fix=f"advise launch {flag} ... to see it without running it")
-    plan, notes = make_plan(args)
-    target = _target(args, plan)
-    options = _options(args, plan)
+    plan, notes = plan_from_flags(args)
+    target = target_from_flags(args, plan)
+    options = options_from_flags(args, plan)
     if args.save_plan:
         plan.save(args.save_plan)
     rec, more = service.submit(resolve_home(args.home), plan, target, options, need_gib=args.need_gib)

@@ -27,12 +27,8 @@ import launcher
 from advisor.errors import UserError
 from advisor.plan import Plan
 from launcher.accelerate_config import CPU_ENV
+from launcher.recipes import RECIPES
 
-# Built-in training loops, run as modules by every rank (`accelerate launch -m ...`).
-RECIPES: dict[str, str] = {
-    "synthetic": "launcher.recipes.synthetic",
-    "text-classification": "launcher.recipes.text_classification",
-}
 
 PLACEHOLDERS = ("lr", "micro_batch", "grad_accum", "global_batch", "precision", "warmup_steps")
 _PLACEHOLDER_RE = re.compile(r"\{\{(" + "|".join(PLACEHOLDERS) + r")\}\}|\{(" + "|".join(PLACEHOLDERS) + r")\}")

@@ -19,6 +19,8 @@ from pathlib import Path
 from advisor.plan import Plan
 
 DEFAULT_MAX_RETRIES = 3
+OOM_ERROR = "out of GPU memory"  # how records, reports and the bench say it
+OOM_RETRY_MARK = f"cardwise: {OOM_ERROR}"  # starts the line the runner echoes before a retry; the TUI watches for it
 
 # Exception names and messages of device OOMs (CUDA; ROCm reports through the same class; XPU/MPS
 # have their own words). Matched case-sensitively on log text.
@@ -76,8 +78,8 @@ def retry_decision(oom: bool, plan: Plan, attempt: int, max_retries: int) -> tup
     if not oom:
         return None, None
     if attempt > max_retries:
-        return None, f"out of GPU memory; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
+        return None, f"{OOM_ERROR}; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
     nxt = shrink(plan)
     if nxt is None:
-        return None, "out of GPU memory at micro-batch 1: needs a sharded strategy (--strategy fsdp), --grad-ckpt or a shorter --seq-len"
+        return None, f"{OOM_ERROR} at micro-batch 1: needs a sharded strategy (--strategy fsdp), --grad-ckpt or a shorter --seq-len"
     return nxt, None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -34,7 +33,9 @@ from typing import IO, Literal
 import psutil
 from pydantic import BaseModel
 
+from launcher import procs
 from launcher.command import LaunchSpec
+from launcher.run_logs import exit_text, failing_rank, rank_logs, read_tail
 
 _PR_SET_CHILD_SUBREAPER = 36
 ENV_LAUNCH_ID = "CARDWISE_LAUNCH_ID"  # marks every process of one launch (see Launch._sweep)
@@ -172,13 +173,9 @@ class Launch:
             except (psutil.Error, OSError):
                 continue
 
-    def _signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, sig)
-
     def _stop(self) -> None:
         """SIGTERM the launcher's group, wait up to grace_s (or until kill_now), then SIGKILL it."""
-        self._signal_group(signal.SIGTERM)
+        procs.signal_group(self.pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         while self.proc.poll() is None and time.monotonic() < deadline and not self._force.is_set():
             self._snapshot()
@@ -188,7 +185,7 @@ class Launch:
             time.sleep(0.05)
         if self.proc.poll() is None:
             self._snapshot()
-            self._signal_group(signal.SIGKILL)
+            procs.signal_group(self.pgid, signal.SIGKILL)
             self.proc.wait()
 
     def _sweep(self) -> None:
@@ -200,31 +197,12 @@ class Launch:
         workers that started between two snapshots and were orphaned by a dying agent.
         """
         for _ in range(3):  # a dying rank may still fork (data workers): look again until quiet
-            for p in self._by_token():
+            for p in procs.tagged_processes(**{ENV_LAUNCH_ID: self.token}):
                 self._seen.setdefault(p.pid, p)
-            procs = [p for p in self._seen.values() if _exists(p)]
-            if not procs:
+            mine = [p for p in self._seen.values() if procs.exists(p)]
+            if not mine:
                 return
-            for p in procs:
-                if _alive(p):
-                    with contextlib.suppress(psutil.Error):
-                        p.terminate()
-            # wait_procs reaps our (adopted) children and polls the others until they are gone.
-            _, left = psutil.wait_procs(procs, timeout=min(self.grace_s, 5.0))
-            for p in left:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            psutil.wait_procs(left, timeout=5.0)
-
-    def _by_token(self) -> list[psutil.Process]:
-        found, me = [], os.getpid()
-        for p in psutil.process_iter():
-            if p.pid == me or p.pid in self._seen:
-                continue
-            with contextlib.suppress(psutil.Error):
-                if p.environ().get(ENV_LAUNCH_ID) == self.token:
-                    found.append(p)
-        return found
+            procs.stop_processes(mine, min(self.grace_s, procs.KILL_WAIT_S))
 
     def _tail(self) -> None:
         with open(self.log_path, "r", errors="replace") as f:
@@ -247,83 +225,17 @@ class Launch:
     def _outcome(self, rc: int, wall: float) -> Outcome:
         if rc == 0 and not self._cancelled:
             return Outcome(status="succeeded", exit_code=0, launcher_exit=0, wall_s=wall)
-        text = _read_tail(self.log_path)
+        text = read_tail(self.log_path)
         signalled = rc in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
         if self._cancelled or (signalled and "Root Cause" not in text):
             # Stopped by us, or by someone signalling the run's group (`kill -TERM -PGID`, the service).
-            who = "cancelled" if self._cancelled else f"stopped by signal ({_rc_text(rc)})"
+            who = "cancelled" if self._cancelled else f"stopped by signal ({exit_text(rc)})"
             return Outcome(status="cancelled", exit_code=rc, launcher_exit=rc, error=who, wall_s=wall)
         rank, code = failing_rank(text)
         exit_code = code if code is not None else rc
         where = f"rank {rank}" if rank is not None else "the launcher"
         return Outcome(status="failed", exit_code=exit_code, launcher_exit=rc, failed_rank=rank,
-                       error=f"{where} exited with {_rc_text(exit_code)}", wall_s=wall)
-
-
-def _exists(p: psutil.Process) -> bool:
-    """Still there, possibly as a zombie (is_running also checks the pid was not reused)."""
-    try:
-        return p.is_running()
-    except psutil.Error:
-        return False
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _rc_text(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"signal {-rc}"
-    return f"exit code {rc}"
-
-
-def _read_tail(path: Path, limit: int = 200_000) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-_ROOT_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
-_CALLED_RE = re.compile(r"returned non-zero exit status (-?\d+)")
-_DIED_RE = re.compile(r"died with <Signals\.\w+: (\d+)>")
-
-
-def failing_rank(launcher_log: str) -> tuple[int | None, int | None]:
-    """(rank, exit code) of the first failure, from torchrun's report or the single-process launcher's."""
-    m = _ROOT_RE.search(launcher_log)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = _CALLED_RE.search(launcher_log)
-    if m:
-        return 0, int(m.group(1))
-    m = _DIED_RE.search(launcher_log)
-    if m:
-        return 0, -int(m.group(1))
-    return None, None
-
-
-def rank_logs(attempt_dir: Path, node_rank: int = 0, procs_per_node: int = 1) -> dict[int, list[Path]]:
-    """Global rank -> its log files. With several ranks torchrun writes ``ranks/<id>/attempt_0/<local>/``;
-    a single rank's output is the launcher's own log."""
-    attempt_dir = Path(attempt_dir)
-    found: dict[int, list[Path]] = {}
-    for f in sorted((attempt_dir / "ranks").glob("*/attempt_*/*/std*.log")):
-        local = int(f.parent.name)
-        found.setdefault(node_rank * procs_per_node + local, []).append(f)
-    if not found and (attempt_dir / "launcher.log").exists():
-        found[node_rank * procs_per_node] = [attempt_dir / "launcher.log"]
-    return found
+                       error=f"{where} exited with {exit_text(exit_code)}", wall_s=wall)
 
 
 @contextlib.contextmanager
@@ -442,10 +354,10 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
             status = "oom" if is_oom else out.status
             store.record_attempt(run_id, att.model_copy(update={
                 "status": status, "exit_code": out.exit_code, "ended": time.time(),
-                "error": ("out of GPU memory" if is_oom else out.error)}))
+                "error": (oom.OOM_ERROR if is_oom else out.error)}))
             if nxt is not None and not cancel.is_set():
                 if echo is not None:
-                    echo.write(f"cardwise: out of GPU memory at micro-batch {current.config.micro_batch}; retrying with "
+                    echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; retrying with "
                                f"{nxt.config.micro_batch} x {nxt.config.grad_accum} accumulation (same global batch)\n")
                 current = nxt
                 continue

@@ -17,7 +17,8 @@ import shlex
 
 from advisor.plan import Plan
 from launcher.accelerate_config import CPU_ENV, accelerate_config, to_yaml
-from launcher.command import ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR, RECIPES, Target, fill_placeholders
+from launcher.command import ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR, Target, fill_placeholders
+from launcher.recipes import RECIPES
 
 MAIN_ADDR_VAR = "MAIN_ADDR"
 MAIN_PORT_VAR = "MAIN_PORT"

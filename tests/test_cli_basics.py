@@ -1,13 +1,9 @@
-"""`advise gpus` and `advise models`: output, --json shapes, exit codes, and no torch import."""
+"""`advise gpus` and `advise models`: output, --json shapes, exit codes (no torch import: test_import_hygiene.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from advisor import hardware
 from advisor.catalog import catalog_names
@@ -124,21 +120,3 @@ def test_models_hf_config_errors_exit_2(tmp_path, capsys):
     bad.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
     rc, _, err = run_cli(capsys, "models", "--hf-config", str(bad))
     assert rc == 2 and "missing field 'hidden_size'" in err and str(bad) in err and "fix:" in err
-
-
-# ------------------------------------------------------------------ no torch, in a fresh process
-@pytest.mark.parametrize("argv", [["models", "--json"], ["models"], ["gpus", "--json"], ["gpus", "--list"],
-                                  ["models", "--hf-config", "tests/data/hf/Meta-Llama-3-8B/config.json", "--json"]])
-def test_commands_never_import_torch(argv):
-    code = (
-        "import sys, io, contextlib\n"
-        "from cli.main import main\n"
-        "buf = io.StringIO()\n"
-        "with contextlib.redirect_stdout(buf):\n"
-        f"    rc = main({argv!r})\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'accelerate', 'textual') if m in sys.modules)\n"
-        "print(rc, ','.join(heavy) or 'none')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0", "none"]

@@ -20,7 +20,7 @@ from launcher.accelerate_config import accelerate_config, to_yaml, write_acceler
 from cli.main import main
 from launcher.command import Target, build_launch_spec, fill_placeholders
 from launcher.oom import shrink, smaller_micro_batch, text_has_oom
-from launcher.runner import failing_rank
+from launcher.run_logs import failing_rank
 from launcher.runtime import lr_factor
 from launcher.store import Attempt, MetricsSummary, RunStore
 

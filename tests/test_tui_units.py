@@ -1,15 +1,11 @@
-"""The wizard's plain parts: field parsers, monitor readers, view helpers, import contracts, startup.
+"""The wizard's plain parts: field parsers, monitor readers, view helpers.
 
-No app runs here except the first-screen timing, which starts one in a subprocess.
+No app runs here (what the first screen imports is checked in test_import_hygiene.py).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +15,6 @@ from tui.fields import ParserValidator, count_up_to, duration_hours, positive_in
 from tui.monitor import LineSink, MetricsTail, split_rank
 from tui.state import HardwareChoice, WizardState, Workload
 from tui.widgets.memory_bar import bar_cells
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- fields
@@ -167,53 +161,3 @@ def test_gpu_launch_takes_the_recommendations_plan_when_it_fits():
         build_plan(LaunchChoice(cpu=False), state, None, machine)
 
 
-# ---------------------------------------------------------------- contracts
-def test_advisor_and_rules_never_import_textual():
-    code = textwrap.dedent("""
-        import importlib, pkgutil, sys
-        import advisor, rules
-        for pkg in (advisor, rules):
-            for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
-                importlib.import_module(m.name)
-        bad = sorted(m for m in sys.modules if m == "textual" or m.startswith("textual.") or m.startswith("tui"))
-        print(",".join(bad))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ""
-
-
-FIRST_SCREEN = textwrap.dedent("""
-    import time
-    t0 = time.perf_counter()
-    import sys, tempfile
-    from pathlib import Path
-    from advisor.hardware import detect_machine
-    from launcher.store import RunStore
-    from tui.app import make_app
-    app = make_app(detect_machine(), RunStore.open(Path(tempfile.mkdtemp())))
-    out = {}
-    async def auto(pilot):
-        await pilot.pause()
-        out["s"] = time.perf_counter() - t0
-        out["screen"] = type(pilot.app.screen).__name__
-        out["heavy"] = sorted(m for m in ("torch", "accelerate") if m in sys.modules)
-        pilot.app.exit(0)
-    app.run(headless=True, auto_pilot=auto, size=(80, 24))
-    print(__import__("json").dumps(out))
-""")
-
-
-def test_first_screen_without_torch():
-    # Its time is measured by benchmarks/startup.py, not asserted here (tests run on loaded machines).
-    out = subprocess.run([sys.executable, "-c", FIRST_SCREEN], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["screen"] == "HardwareScreen"
-    assert result["heavy"] == []  # torch and accelerate load only when launching
-
-
-def test_wizard_command_module_is_cheap_to_import():
-    code = "import sys, cli.wizard_cmd; print(any(m.startswith('textual') for m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "False", out.stderr

@@ -16,13 +16,14 @@ from typing import IO, TYPE_CHECKING
 
 from advisor.errors import UserError
 from advisor.plan import Plan
+from launcher.recipes import RECIPES
 from tui.state import WizardState
 
 if TYPE_CHECKING:
     from advisor.hardware import Machine
     from tui.compute import RecView
 
-TARGETS = ("synthetic", "text-classification", "script")
+TARGETS = (*RECIPES, "script")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ import collections
 import json
 import re
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
-from advisor.hardware import Machine
+# Device usage is read by the one sampler (advisor.sampling) that detection and bench use too;
+# the OOM retry line is the runner's (launcher.oom). Both re-exported for the screens.
+from advisor.sampling import DeviceSample, DeviceSampler, FixedSampler  # noqa: F401
+from launcher.oom import OOM_RETRY_MARK  # noqa: F401
 
 _RANK_RE = re.compile(r"^\[default(\d+)\]:(.*)$")
-OOM_RETRY_MARK = "cardwise: out of GPU memory"
 
 
 def split_rank(line: str) -> tuple[int | None, str]:
@@ -100,73 +101,3 @@ def read_tail(path: Path, lines: int = 200, limit: int = 200_000) -> list[str]:
     except OSError:
         return []
     return text.splitlines()[-lines:]
-
-
-@dataclass(frozen=True)
-class DeviceSample:
-    """One device's utilisation and memory at one moment (a GPU, or the CPU when there is none)."""
-
-    label: str
-    util_pct: float | None
-    mem_used_gib: float | None
-    mem_total_gib: float | None
-
-
-class DeviceSampler:
-    """Per-GPU utilisation and memory from NVML; CPU and RAM (psutil) when there is no GPU."""
-
-    def __init__(self, machine: Machine):
-        self.gpu = machine.has_gpu
-        self._nvml = None
-
-    def sample(self) -> list[DeviceSample]:
-        if self.gpu:
-            try:
-                return self._gpus()
-            except Exception:  # driver gone mid-run: fall back to the host view
-                self.gpu = False
-        return self._cpu()
-
-    def _gpus(self) -> list[DeviceSample]:
-        if self._nvml is None:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-        nv = self._nvml
-        out = []
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
-            out.append(DeviceSample(f"GPU{i}", util, mem.used / 2**30, mem.total / 2**30))
-        return out
-
-    def _cpu(self) -> list[DeviceSample]:
-        try:
-            import psutil
-        except ImportError:
-            return [DeviceSample("CPU", None, None, None)]
-        vm = psutil.virtual_memory()
-        return [DeviceSample("CPU", psutil.cpu_percent(interval=None), (vm.total - vm.available) / 2**30, vm.total / 2**30)]
-
-    def close(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
-            self._nvml = None
-
-
-class FixedSampler:
-    """Always the same samples: for tests and screenshots."""
-
-    def __init__(self, samples: list[DeviceSample]):
-        self.samples = list(samples)
-
-    def sample(self) -> list[DeviceSample]:
-        return list(self.samples)
-
-    def close(self) -> None:
-        pass

@@ -16,7 +16,7 @@ does, but measures instead of logging:
 4. with ``--dataloader-workers N``: the DataLoader alone (the input pipeline's ceiling: worker
    processes, collation, pinning, host-to-device copy, no decoding) and training through it.
 
-Each rank writes ``bench-rank{R}.json`` into the run directory; ``launcher.bench`` reads them.
+Each rank writes ``bench-rank{R}.json`` into the run directory; ``launcher.bench.run`` reads them.
 
 Modes. ``single``/``ddp``/``fsdp`` run through ``launcher.runtime.Runtime`` (the Accelerator the
 launcher configures), exactly as user scripts do. ``dp`` is ``torch.nn.DataParallel`` in ONE

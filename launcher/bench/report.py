@@ -1,6 +1,6 @@
 """How a ``BenchResult`` is shown: rich table, terminal bars, CSV, Markdown, PNG (matplotlib).
 
-Pure formatting of ``launcher.bench`` results; nothing here measures or estimates.
+Pure formatting of ``launcher.bench.result`` results; nothing here measures or estimates.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import csv
 import time
 from pathlib import Path
 
-from launcher.bench import BenchResult, BenchRow, summary_errors
+from launcher.bench.analyse import summary_errors
+from launcher.bench.result import BenchResult, BenchRow
 
 BAR_WIDTH = 40
 _EIGHTHS = " ▏▎▍▌▋▊▉█"

@@ -1,0 +1,101 @@
+"""Flags -> (plan, target, run options): the one path ``advise launch`` and ``advise submit`` share.
+
+Both commands take the same flags (``submit`` adds its own to ``launch``'s parser); what they do
+with the result differs: ``launch`` runs it in the foreground, ``submit`` queues it for the
+service. Functions of an ``argparse.Namespace``, so they live in the CLI: nothing below it sees one.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cli import flags
+
+# Flags that shape a plan; with --plan they would be ignored, so giving them is an error.
+_PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "grad_accum", "seq_len", "image_size",
+               "precision", "optimizer", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "gpu",
+               "gpus", "interconnect", "network_gbps", "batch_size", "dataset_size", "epochs", "deadline",
+               "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
+
+
+def _given(args: argparse.Namespace, names) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
+
+
+def plan_from_flags(args: argparse.Namespace):
+    """(plan, notes): from --plan, from --cpu flags, or from the rules layer."""
+    from advisor.errors import UserError
+    from advisor.plan import Plan
+
+    if args.plan:
+        extra = _given(args, _PLAN_FLAGS) + (["--nodes"] if args.nodes != 1 else [])
+        if extra:
+            raise UserError(f"{', '.join(extra)} would be ignored with --plan (the plan already decides them)",
+                            fix="drop them, or plan again from flags without --plan")
+        plan = Plan.load(args.plan)
+        if args.cpu and not plan.cpu:
+            raise UserError("--cpu given but the plan is for GPUs", where=str(args.plan), fix="drop --cpu, or plan again with --cpu")
+        return plan, []
+    if args.cpu:
+        from launcher.cpu_plan import cpu_plan
+
+        return cpu_plan(flags.request_from_namespace(args), processes=args.processes or 1,
+                        max_steps=args.max_steps, warmup_steps=args.warmup_steps, num_workers=args.num_workers)
+    if args.processes is not None:
+        raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")
+    if not args.gpu and not (args.dry_run or args.emit):
+        require_gpus(None)  # nothing named and nothing detected: say how to launch instead
+    from advisor.calibration import load_calibration
+    from rules.api import plan
+
+    return plan(flags.request_from_namespace(args), calibration=load_calibration(flags.home_dir(args))), []
+
+
+def target_from_flags(args: argparse.Namespace, plan):
+    """What every rank runs (``--recipe`` or ``-- SCRIPT``), checked against the plan."""
+    from advisor.errors import UserError
+    from launcher.command import Target, check_target
+
+    recipe_args: list[str] = []
+    if args.data is not None:
+        if args.recipe != "text-classification":
+            raise UserError("--data is for --recipe text-classification", fix="drop --data, or add --recipe text-classification")
+        if not args.data.is_file():
+            raise UserError("data file not found", where=str(args.data), fix="give a JSONL or CSV file of (text, label) rows")
+        recipe_args = ["--data", str(args.data.expanduser().absolute())]
+    target = Target.from_cli(args.recipe, list(args.script), recipe_args)
+    check_target(target, plan)
+    return target
+
+
+def options_from_flags(args: argparse.Namespace, plan):
+    """How to execute the plan (retries, steps, multi-node rendezvous); refuses rendezvous flags that do not fit."""
+    from advisor.errors import UserError
+    from launcher.runner import RunOptions
+
+    if plan.nodes > 1:
+        if args.node_rank is None or not args.main_address:
+            raise UserError(f"a {plan.nodes}-node launch needs this machine's rank and node 0's address",
+                            fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
+    elif args.node_rank not in (None, 0) or args.main_address:
+        raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
+    return RunOptions(max_oom_retries=args.max_oom_retries, max_steps=args.max_steps, machine_rank=args.node_rank or 0,
+                      main_address=args.main_address, main_port=args.main_port)
+
+
+def require_gpus(plan) -> None:
+    """A GPU plan needs GPUs here (``plan`` None: at least one): say so before Accelerate fails in every rank."""
+    from advisor.errors import UserError
+    from advisor.hardware import detect_machine
+
+    machine = detect_machine()
+    need = plan.processes_per_node if plan is not None else 1
+    if len(machine.gpus) < need:
+        if plan is None:
+            raise UserError(f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",
+                            fix="train on CPU processes with --cpu --processes N, or plan for a GPU with --gpu NAME "
+                                "and --dry-run / --emit slurm to see or submit the job")
+        have = f"{len(machine.gpus)} GPU(s)" if machine.gpus else f"no GPU ({machine.nvml_error or 'NVML reports 0'})"
+        raise UserError(f"the plan needs {plan.processes_per_node} GPU(s) per node, this machine has {have}",
+                        fix="run it on the GPU machine, see it with --dry-run, write a cluster job with --emit slurm, "
+                            "or train on CPU processes with --cpu --processes N")

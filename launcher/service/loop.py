@@ -1,0 +1,299 @@
+"""The scheduling loop: ``Service.serve`` locks the home, reconciles, then places and runs.
+
+Each pass (``step``) reads the queue from the store, asks ``launcher.placement`` which queued
+runs start on which free devices, and executes each started run in a thread through
+``launcher.runner.execute``. A record moved away from ``running`` by someone else (``advise
+cancel``) stops its run. Graceful stop requeues what runs (see ``launcher.service``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from advisor.errors import UserError
+from launcher import placement
+from launcher.runner import RunOptions
+from launcher.service.lock import ServiceLock
+from launcher.service.reconcile import DEFAULT_GRACE_S, DEFAULT_MAX_STARTS, ENV_SERVICE_HOME, reconcile
+from launcher.service.submission import Submission, load_submission
+from launcher.store import RunRecord, RunStore
+
+log = logging.getLogger("cardwise.service")
+
+DEFAULT_POLL_S = 1.0
+
+
+@dataclass
+class ActiveRun:
+    id: str
+    devices: list[int]
+    kind: str
+    port: int | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    launches: list = field(default_factory=list)
+    thread: threading.Thread | None = None
+    stopping: bool = False
+    requeued: bool = False
+
+
+def _archive_previous(run_dir: Path, n: int) -> Path | None:
+    """Move an interrupted execution's files aside (``interrupted-<n>/``) so the new one starts clean."""
+    items = [p for p in run_dir.iterdir() if p.name.startswith("attempt-") or p.name == "metrics.jsonl"]
+    if not items:
+        return None
+    dest = run_dir / f"interrupted-{n}"
+    k = 1
+    while dest.exists():
+        k += 1
+        dest = run_dir / f"interrupted-{n}.{k}"
+    dest.mkdir(mode=0o700)
+    for p in items:
+        p.rename(dest / p.name)
+    return dest
+
+
+def gpu_ids_from_env(machine, value: str | None) -> list[int] | None:
+    """GPU indices named by a ``CUDA_VISIBLE_DEVICES`` value (indices or UUIDs), None if unset."""
+    if value is None or not value.strip():
+        return None
+    ids = []
+    for part in value.split(","):
+        part = part.strip()
+        if part.isdigit():
+            ids.append(int(part))
+            continue
+        for g in machine.gpus:
+            if g.uuid and (g.uuid == part or g.uuid.startswith(part)):
+                ids.append(g.index)
+    return ids
+
+
+class Service:
+    """The scheduling loop. ``serve()`` is the whole life; ``step()`` is one pass (tests call it)."""
+
+    def __init__(self, home: Path, *, cpu: bool = False, slots: int | None = None, gpu_ids: list[int] | None = None,
+                 poll_s: float = DEFAULT_POLL_S, max_starts: int = DEFAULT_MAX_STARTS,
+                 max_bypass: int = placement.DEFAULT_MAX_BYPASS, grace_s: float = DEFAULT_GRACE_S,
+                 inventory: Callable[[], list[placement.Device]] | None = None):
+        from launcher.home import ensure_home
+
+        self.home = ensure_home(Path(os.path.realpath(home)))  # one spelling: it tags the processes
+        self.store = RunStore.open(self.home)
+        self.cpu = cpu
+        self.slots = slots
+        self.gpu_ids = gpu_ids
+        self.poll_s = poll_s
+        self.max_starts = max_starts
+        self.max_bypass = max_bypass
+        self.grace_s = grace_s
+        self._inventory = inventory
+        self.active: dict[str, ActiveRun] = {}
+        self.bypassed: dict[str, int] = {}
+        self.force = threading.Event()
+        self._waiting: dict[str, str] = {}
+        self._lock = ServiceLock(self.home)
+
+    # ------------------------------------------------------------ inventory
+    @property
+    def max_runs(self) -> int | None:
+        return None if self.cpu else self.slots
+
+    def inventory(self) -> list[placement.Device]:
+        if self._inventory is not None:
+            return self._inventory()
+        if self.cpu:
+            return placement.cpu_slots(self.slots or 1)
+        from advisor.hardware import detect_machine
+
+        return placement.gpu_devices(detect_machine(), only=self.gpu_ids)
+
+    def describe(self) -> str:
+        if self.cpu:
+            return f"{self.slots or 1} CPU slot(s)"
+        devs = self.inventory()
+        text = ", ".join(f"{d.index}:{d.name} ({d.free_gib:.1f}/{d.total_gib:.1f} GiB free)" for d in devs) or "no GPU"
+        cap = f", at most {self.slots} run(s) at once" if self.slots else ""
+        return f"GPUs {text}{cap}"
+
+    # ------------------------------------------------------------ life
+    def serve(self, stop: threading.Event) -> int:
+        """Lock, reconcile, place runs until ``stop`` is set, then stop and requeue what runs."""
+        with self._lock:
+            report = reconcile(self.store, self.home, max_starts=self.max_starts, grace_s=self.grace_s)
+            if report.requeued or report.failed or report.stopped:
+                log.warning("reconcile: requeued %s; failed %s; stopped %d process(es)",
+                            ", ".join(report.requeued) or "none", ", ".join(report.failed) or "none", report.stopped)
+            log.info("serving %s from %s (poll %.1fs)", self.describe(), self.home, self.poll_s)
+            try:
+                while not stop.is_set():
+                    try:
+                        self.step()
+                    except Exception:  # a busy store or a bad record must not end the service
+                        log.exception("scheduling pass failed; trying again")
+                    stop.wait(self.poll_s)
+            finally:
+                self.shutdown()
+        log.info("stopped")
+        return 0
+
+    def shutdown(self) -> None:
+        """Graceful stop: requeue every running run, stop its processes, wait for the threads."""
+        self._reap()
+        runs = list(self.active.values())
+        if runs:
+            log.info("stopping %d running run(s); they go back to the queue", len(runs))
+        for run in runs:
+            run.stopping = True
+            run.requeued = self.store.transition(run.id, "queued", expect=["running"],
+                                                 error="requeued: the service was stopped while it ran") is not None
+            run.cancel.set()
+        while any(r.thread is not None and r.thread.is_alive() for r in runs):
+            if self.force.is_set():
+                for r in runs:
+                    for launch in r.launches:
+                        launch.kill_now()
+            time.sleep(0.1)
+        for run in runs:
+            if run.requeued:
+                self.store.update(run.id, exit_code=None, metrics=None, pid=None, pgid=None)
+                log.info("run %s requeued", run.id)
+        self.active.clear()
+
+    # ------------------------------------------------------------ one pass
+    def step(self) -> None:
+        self._reap()
+        self._watch_cancels()
+        queue = self._queue()
+        if not queue:
+            return
+        if self.max_runs is not None and len(self.active) >= self.max_runs:
+            return
+        devices = self.inventory()
+        if not devices:
+            log.warning("no device visible right now (NVML?); not placing anything this pass")
+            return
+        held = [d for r in self.active.values() for d in r.devices]
+        reqs = [placement.Request(id=rec.id, devices=sub.devices, kind=sub.kind, need_gib=sub.need_gib)
+                for rec, sub in queue]
+        dec = placement.schedule(reqs, devices, held, bypassed=self.bypassed, max_bypass=self.max_bypass,
+                                 max_runs=self.max_runs, running=len(self.active))
+        self.bypassed = dec.bypassed
+        by_id = {rec.id: (rec, sub) for rec, sub in queue}
+        for r in dec.refuse:
+            if self.store.transition(r.id, "failed", expect=["queued"], error=f"cannot be placed: {r.reason}"):
+                log.error("run %s refused: %s", r.id, r.reason)
+        for p in dec.start:
+            self._start(*by_id[p.id], p)
+        for rid, why in dec.waiting.items():
+            if self._waiting.get(rid) != why:
+                log.info("run %s waits: %s", rid, why)
+        self._waiting = dict(dec.waiting)
+
+    def _queue(self) -> list[tuple[RunRecord, Submission]]:
+        out = []
+        for rec in self.store.list(status="queued"):
+            try:
+                sub = load_submission(rec.run_dir)
+                if sub is not None:
+                    rec.plan_model()  # validated here, so a bad record is refused, not retried every pass
+            except Exception as exc:
+                reason = getattr(exc, "what", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+                if self.store.transition(rec.id, "failed", expect=["queued"], error=f"invalid submission: {reason}"):
+                    log.error("run %s refused: invalid submission: %s", rec.id, reason)
+                continue
+            if sub is not None:  # None: a foreground `advise launch` record, not ours
+                out.append((rec, sub))
+        return out
+
+    def _reap(self) -> None:
+        for rid, run in list(self.active.items()):
+            if run.thread is not None and not run.thread.is_alive():
+                del self.active[rid]
+
+    def _watch_cancels(self) -> None:
+        for run in self.active.values():
+            if run.stopping:
+                continue
+            try:
+                rec = self.store.get(run.id)
+            except UserError:  # the record was deleted: nobody wants this run any more
+                rec = None
+            if rec is None or rec.status != "running":
+                run.stopping = True
+                run.cancel.set()
+                if rec is None or rec.status == "cancelled":
+                    log.info("run %s cancelled; stopping its processes", run.id)
+
+    def _free_port(self) -> int:
+        from launcher.command import free_port
+
+        used = {r.port for r in self.active.values()}
+        for _ in range(32):
+            port = free_port()
+            if port not in used:
+                return port
+        return port
+
+    def _start(self, rec: RunRecord, sub: Submission, p: placement.Placement) -> None:
+        plan = rec.plan_model()
+        n = rec.service_attempts + 1
+        gpus = p.devices if sub.kind == "gpu" else None
+        claimed = self.store.transition(rec.id, "running", expect=["queued"], gpus=gpus, service_attempts=n,
+                                        attempts=[], metrics=None, exit_code=None, error=None)
+        if claimed is None:
+            return  # cancelled between the listing and now
+        try:
+            self._launch(claimed, plan, sub, p, n, gpus)
+        except Exception as exc:  # never leave a claimed run "running" with nothing behind it
+            self.active.pop(rec.id, None)
+            self.store.transition(rec.id, "failed", expect=["running"], error=f"could not start: {exc}")
+            raise
+
+    def _launch(self, rec: RunRecord, plan, sub: Submission, p: placement.Placement, n: int, gpus) -> None:
+        run = ActiveRun(id=rec.id, devices=p.devices, kind=sub.kind)
+        env = {ENV_SERVICE_HOME: str(self.home)}
+        if sub.kind == "gpu":
+            env.update({"CUDA_VISIBLE_DEVICES": ",".join(map(str, p.devices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+        elif "OMP_NUM_THREADS" not in os.environ:  # share the cores between the slots, not per run
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (self.slots or 1)))
+        options = sub.options.model_copy(update={"gpus": gpus, "extra_env": {**sub.options.extra_env, **env},
+                                                 "die_with_parent": False})  # reconcile stops leftovers
+        if plan.world_size > 1 and options.main_port is None:
+            run.port = options.main_port = self._free_port()  # distinct rendezvous ports for concurrent runs
+        run.thread = threading.Thread(target=self._work, args=(run, plan, sub, options, Path(rec.run_dir), n),
+                                      name=f"run-{rec.id}", daemon=True)
+        self.active[rec.id] = run
+        self.bypassed.pop(rec.id, None)
+        where = f"GPU(s) {','.join(map(str, p.devices))}" if sub.kind == "gpu" else f"CPU slot(s) {','.join(map(str, p.devices))}"
+        log.info("run %s starts on %s%s (start %d): %s", rec.id, where, " (backfill)" if p.backfill else "", n, rec.label)
+        run.thread.start()
+
+    def _on_launch(self, run: ActiveRun, launch) -> None:
+        run.launches.append(launch)
+        if self.force.is_set():
+            launch.kill_now()
+
+    def _work(self, run: ActiveRun, plan, sub: Submission, options: RunOptions, run_dir: Path, n: int) -> None:
+        from launcher.runner import execute
+
+        try:
+            moved = _archive_previous(run_dir, n - 1)
+            if moved is not None:
+                log.info("run %s: files of the interrupted execution kept in %s", run.id, moved)
+            final = execute(self.store, run.id, plan, sub.target, run_dir, options, cancel=run.cancel,
+                            on_launch=lambda launch: self._on_launch(run, launch))
+            if not run.requeued:
+                extra = f" ({final.error})" if final.error and final.status != "succeeded" else ""
+                log.info("run %s %s%s", run.id, final.status, extra)
+        except BaseException as exc:  # execute records its own failures; make sure nothing stays "running"
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            log.exception("run %s: %s", run.id, first)
+            with contextlib.suppress(Exception):
+                self.store.transition(run.id, "failed", expect=["running"], error=first)
