@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Two ranks with torch's default intra-op threads each oversubscribe a 2-core CI machine (seen here:
+# a 2-rank CPU bench ~5x slower under load); one thread per process keeps the runs' pace steady.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
