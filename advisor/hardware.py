@@ -21,6 +21,14 @@ from advisor.gpus import GpuSpec, find_gpu, get_gpu
 # we take one port's worth per node as the conservative default).
 DEFAULT_NETWORK_GBPS = 25.0
 
+# With no GPU detected and none named, `advise` plans for 8x A100-80GB (DESIGN.md's user story:
+# "1xA100-80GB only with pure-bf16 + checkpointing; 8xA100 with FSDP", the most common training
+# node) and says so in its first warning and in "hardware.assumed"; the wizard's planned mode
+# starts there too. `advise estimate` and `advise launch` do not assume: they must not act on a
+# machine that is not there.
+ASSUMED_GPU = "A100-SXM-80GB"
+ASSUMED_GPU_COUNT = 8
+
 LinkKind = Literal["nvlink", "pcie", "none"]
 
 
@@ -224,13 +232,12 @@ def resolve_hardware(
     nodes: int = 1,
     interconnect: LinkKind | None = None,
     network_gbps: float | None = None,
-    assume_if_none: str | None = None,
-    assume_count: int = 8,
+    assume_if_none: bool = False,
 ) -> HardwareSpec:
     """The hardware to plan for: the named GPU if given, else what was detected.
 
-    With no GPU detected and none named: plan for ``assume_if_none`` (``assume_count`` of them,
-    marked ``assumed``, so every report says so) or, when that is None, raise a UserError whose
+    With no GPU detected and none named: plan for ``ASSUMED_GPU_COUNT`` x ``ASSUMED_GPU`` (marked
+    ``assumed``, so every report says so) when ``assume_if_none``, else raise a UserError whose
     fix says how to name one. Counts that make no sense raise a UserError too.
     """
     if gpus is not None and gpus < 1:
@@ -255,12 +262,12 @@ def resolve_hardware(
         links = "pcie" if any(l.kind == "pcie" for l in machine.links) else "nvlink"
         if len(machine.gpus) == 1:
             links = "nvlink" if spec.nvlink_gbps > 0 else "pcie"
-    elif assume_if_none is not None:
-        spec = get_gpu(assume_if_none)
-        return HardwareSpec(gpu=spec, gpus_per_node=gpus or assume_count, nodes=nodes,
+    elif assume_if_none:
+        spec = get_gpu(ASSUMED_GPU)
+        return HardwareSpec(gpu=spec, gpus_per_node=gpus or ASSUMED_GPU_COUNT, nodes=nodes,
                             interconnect=interconnect or ("nvlink" if spec.nvlink_gbps > 0 else "pcie"),
                             network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
-                            cpu_cores=8 * (gpus or assume_count), assumed=True)
+                            cpu_cores=8 * (gpus or ASSUMED_GPU_COUNT), assumed=True)
     else:
         raise UserError(
             f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",

@@ -69,11 +69,12 @@ def _ref_for_spec(spec: ModelSpec) -> ModelRef:
 
 def recommend(req: Request, *, model: ModelSpec | None = None, hardware: HardwareSpec | None = None,
               machine: Machine | None = None, calibration: Calibration | None = None,
-              assume_if_none: str | None = None) -> Recommendation:
+              assume_if_none: bool = False) -> Recommendation:
     """Walk the rules and the tree for one request. Raises UserError for impossible inputs.
 
-    ``assume_if_none``: with no GPU detected and none named, plan for 8 of this GPU kind and say
-    so in the warnings (the one-shot `advise`); None raises the "name a GPU" error instead.
+    ``assume_if_none``: with no GPU detected and none named, plan for
+    ``advisor.hardware.ASSUMED_GPU`` and say so in the warnings (the one-shot `advise`); False
+    raises the "name a GPU" error instead.
     """
     spec = model or resolve_model(req.model)
     if hardware is None:
