@@ -9,6 +9,7 @@ Tests build ``Machine`` objects as data instead of patching NVML.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -113,6 +114,11 @@ class HardwareSpec(BaseModel):
 def detect_machine() -> Machine:
     """Read NVML (and /proc) for this machine. Never raises."""
     machine = Machine(ram_gib=_ram_gib())
+    if "pynvml" not in sys.modules and _nvml_library_missing():
+        # pynvml's own words for this case, without importing it (~30 ms of `advise` on a
+        # machine without the NVIDIA driver, where it could only fail).
+        machine.nvml_error = "NVML unavailable: NVML Shared Library Not Found"
+        return machine
     try:
         import pynvml
     except ImportError as exc:  # nvidia-ml-py is a dependency, but be kind to partial installs
@@ -144,6 +150,20 @@ def detect_machine() -> Machine:
         except Exception:
             pass
     return machine
+
+
+def _nvml_library_missing() -> bool:
+    """True when the NVIDIA driver's NVML library cannot be loaded (checked on Linux only, the
+    library name pynvml loads there)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return True
+    return False
 
 
 def _text(v) -> str:
