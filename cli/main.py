@@ -110,7 +110,8 @@ def console() -> None:
       distribution (torch included) at the first model build; cardwise's models use no plugin.
       The variable is left alone when the user set it, and no one-shot command starts processes;
     - interpreter teardown (~90 ms): freeing every module and object at exit. Output is flushed
-      first, and nothing in these commands needs an atexit hook.
+      first, and nothing in these commands needs an atexit hook; under a profiler or a tracer
+      (cProfile, coverage), which write their results at exit, the exit is the normal one.
     ``main(argv)`` itself (tests, the wizard) changes none of this.
     """
     argv = sys.argv[1:]
@@ -119,7 +120,7 @@ def console() -> None:
         gc.disable()
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     rc = main(argv)
-    if one_shot:
+    if one_shot and sys.getprofile() is None and sys.gettrace() is None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)

@@ -22,10 +22,11 @@ from typing import Literal
 
 from advisor.calibration import Calibration
 from advisor.config import Strategy, TrainConfig
-from advisor.estimate import Estimate, estimate
+from advisor.estimate import Estimate, estimate, one_gpu_throughput
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
 from advisor.request import Request
+from advisor.throughput import ThroughputEstimate
 from rules.defaults import Defaults
 from rules.lr import LrPlan, lr_plan
 
@@ -85,6 +86,12 @@ def model_layers(m: ModelSpec) -> int:
     return 1
 
 
+def _config_key(cfg: TrainConfig) -> tuple:
+    """Everything of a config the estimate depends on, except the strategy."""
+    return (cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision, cfg.optimizer, cfg.compile,
+            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank)
+
+
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
@@ -104,6 +111,8 @@ class Planner:
         self.base_lr = base_lr
         self.base_batch = base_batch
         self._memo: dict[tuple, Estimate] = {}
+        self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
+        self._one_memo: dict[tuple, ThroughputEstimate] = {}
 
     def lr_for(self, global_batch: int) -> LrPlan:
         return lr_plan(self.req, self.defaults.warmup, self.base_lr, self.base_batch, global_batch)
@@ -134,12 +143,22 @@ class Planner:
     # -- estimates
     def est(self, cfg: TrainConfig, n: int, hypothetical: bool = False, model: ModelSpec | None = None) -> Estimate:
         m = model or self.model
-        key = (m.name, n, hypothetical, cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision,
-               cfg.optimizer, cfg.compile, cfg.channels_last, cfg.grad_ckpt, cfg.strategy, cfg.lora_rank)
+        key = (m.name, n, hypothetical, cfg.strategy) + _config_key(cfg)
         hit = self._memo.get(key)
         if hit is None:
-            hit = estimate(m, cfg, self.hw_for(n, hypothetical), dataset_size=self.req.dataset_size,
-                           epochs=self.req.epochs, calibration=self.cal)
+            hw = self._hw_memo.get((n, hypothetical))
+            if hw is None:
+                hw = self._hw_memo[(n, hypothetical)] = self.hw_for(n, hypothetical)
+            one = None
+            if hw.total_gpus > 1 and cfg.strategy is not Strategy.single:
+                # The single-GPU baseline of scaling efficiency is the same for every GPU count:
+                # computed once per configuration (a search over 1,024 counts asks for it thousands of times).
+                one_key = (m.name,) + _config_key(cfg)
+                one = self._one_memo.get(one_key)
+                if one is None:
+                    one = self._one_memo[one_key] = one_gpu_throughput(m, cfg, hw, self.cal)
+            hit = estimate(m, cfg, hw, dataset_size=self.req.dataset_size, epochs=self.req.epochs,
+                           calibration=self.cal, one_gpu=one)
             self._memo[key] = hit
         return hit
 
