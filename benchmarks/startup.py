@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 RAW = RESULTS / "startup.json"
 REPORT = RESULTS / "startup.md"
+NOTES = "## Notes"
 
 # The wizard's first screen, as tests/test_tui_units.py FIRST_SCREEN drives it (headless, 80x24).
 FIRST_SCREEN = """
@@ -193,7 +194,10 @@ def main() -> int:
                       "note": a.note, "cases": cases}
     RESULTS.mkdir(parents=True, exist_ok=True)
     RAW.write_text(json.dumps(raw, indent=1) + "\n")
-    REPORT.write_text(render(raw))
+    # The analysis under NOTES is written by hand and survives a new measurement.
+    old = REPORT.read_text() if REPORT.exists() else ""
+    notes = old[old.index(NOTES):] if NOTES in old else ""
+    REPORT.write_text(render(raw) + ("\n" + notes if notes else ""))
     print(f"wrote {REPORT.relative_to(ROOT)}")
     return 0
 
