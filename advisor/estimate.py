@@ -61,14 +61,15 @@ def estimate(
     dataset_size: int | None = None,
     epochs: float | None = None,
     calibration: Calibration | None = None,
+    one_gpu: ThroughputEstimate | None = None,
 ) -> Estimate:
+    """``one_gpu``: ``one_gpu_throughput`` of the same arguments, when the caller has it already
+    (the planner asks for many GPU counts of one configuration)."""
     cal = calibration or default_calibration()
     mem = estimate_memory(model, config, hardware, cal)
     thr = estimate_throughput(model, config, hardware, cal)
     if hardware.total_gpus > 1 and config.strategy.value != "single":
-        # Against plain single-GPU training (not FSDP on one GPU, whose unsharded step is slower).
-        single = config.model_copy(update={"strategy": Strategy.single})
-        one = estimate_throughput(model, single, hardware.with_count(1), cal)
+        one = one_gpu or one_gpu_throughput(model, config, hardware, cal)
         thr.scaling_efficiency = thr.samples_per_s / (one.samples_per_s * hardware.total_gpus)
     ttt = None
     if dataset_size and epochs:
@@ -91,3 +92,10 @@ def estimate(
 
         est = apply_model_factors(est, model, hardware, cal)
     return est
+
+
+def one_gpu_throughput(model: ModelSpec, config: TrainConfig, hardware: HardwareSpec, cal: Calibration) -> ThroughputEstimate:
+    """What scaling efficiency compares against: the same configuration as plain single-GPU
+    training on one of these GPUs (not FSDP on one GPU, whose unsharded step is slower)."""
+    single = config.model_copy(update={"strategy": Strategy.single})
+    return estimate_throughput(model, single, hardware.with_count(1), cal)

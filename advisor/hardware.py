@@ -9,6 +9,7 @@ Tests build ``Machine`` objects as data instead of patching NVML.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +22,14 @@ from advisor.sampling import NvmlUnavailable, close_nvml, open_nvml, read_gpu
 # the common cluster fabric for A100/H100 (NVIDIA DGX A100 user guide: 8x 200 Gb/s HDR per node;
 # we take one port's worth per node as the conservative default).
 DEFAULT_NETWORK_GBPS = 25.0
+
+# With no GPU detected and none named, `advise` plans for 8x A100-80GB (DESIGN.md's user story:
+# "1xA100-80GB only with pure-bf16 + checkpointing; 8xA100 with FSDP", the most common training
+# node) and says so in its first warning and in "hardware.assumed"; the wizard's planned mode
+# starts there too. `advise estimate` and `advise launch` do not assume: they must not act on a
+# machine that is not there.
+ASSUMED_GPU = "A100-SXM-80GB"
+ASSUMED_GPU_COUNT = 8
 
 LinkKind = Literal["nvlink", "pcie", "none"]
 
@@ -106,6 +115,11 @@ class HardwareSpec(BaseModel):
 def detect_machine() -> Machine:
     """Read NVML (through ``advisor.sampling``, as the monitor and bench do) and /proc. Never raises."""
     machine = Machine(ram_gib=_ram_gib())
+    if "pynvml" not in sys.modules and _nvml_library_missing():
+        # pynvml's own words for this case, without importing it (~30 ms of `advise` on a
+        # machine without the NVIDIA driver, where it could only fail).
+        machine.nvml_error = "NVML unavailable: NVML Shared Library Not Found"
+        return machine
     try:
         pynvml = open_nvml()
     except NvmlUnavailable as exc:
@@ -129,6 +143,20 @@ def detect_machine() -> Machine:
     finally:
         close_nvml(pynvml)
     return machine
+
+
+def _nvml_library_missing() -> bool:
+    """True when the NVIDIA driver's NVML library cannot be loaded (checked on Linux only, the
+    library name pynvml loads there)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return True
+    return False
 
 
 def _text(v) -> str:
@@ -212,13 +240,12 @@ def resolve_hardware(
     nodes: int = 1,
     interconnect: LinkKind | None = None,
     network_gbps: float | None = None,
-    assume_if_none: str | None = None,
-    assume_count: int = 8,
+    assume_if_none: bool = False,
 ) -> HardwareSpec:
     """The hardware to plan for: the named GPU if given, else what was detected.
 
-    With no GPU detected and none named: plan for ``assume_if_none`` (``assume_count`` of them,
-    marked ``assumed``, so every report says so) or, when that is None, raise a UserError whose
+    With no GPU detected and none named: plan for ``ASSUMED_GPU_COUNT`` x ``ASSUMED_GPU`` (marked
+    ``assumed``, so every report says so) when ``assume_if_none``, else raise a UserError whose
     fix says how to name one. Counts that make no sense raise a UserError too.
     """
     if gpus is not None and gpus < 1:
@@ -243,12 +270,12 @@ def resolve_hardware(
         links = "pcie" if any(l.kind == "pcie" for l in machine.links) else "nvlink"
         if len(machine.gpus) == 1:
             links = "nvlink" if spec.nvlink_gbps > 0 else "pcie"
-    elif assume_if_none is not None:
-        spec = get_gpu(assume_if_none)
-        return HardwareSpec(gpu=spec, gpus_per_node=gpus or assume_count, nodes=nodes,
+    elif assume_if_none:
+        spec = get_gpu(ASSUMED_GPU)
+        return HardwareSpec(gpu=spec, gpus_per_node=gpus or ASSUMED_GPU_COUNT, nodes=nodes,
                             interconnect=interconnect or ("nvlink" if spec.nvlink_gbps > 0 else "pcie"),
                             network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
-                            cpu_cores=8 * (gpus or assume_count), assumed=True)
+                            cpu_cores=8 * (gpus or ASSUMED_GPU_COUNT), assumed=True)
     else:
         raise UserError(
             f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",

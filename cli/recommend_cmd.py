@@ -30,21 +30,15 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-# With no GPU detected and none named, the one-shot report plans for 8x A100-80GB (DESIGN.md's
-# user story: "1xA100-80GB only with pure-bf16 + checkpointing; 8xA100 with FSDP") and says so in
-# its first warning and in "hardware.assumed". `advise estimate` and `advise launch` still ask for
-# --gpu: they must not act on a machine that is not there.
-ASSUMED_GPU = "A100-80GB"
-
-
 def run(args: argparse.Namespace) -> int:
     from advisor.calibration import load_calibration
     from advisor.errors import UserError
     from cli.flags import home_dir, request_from_namespace
     from rules.api import recommend
 
+    # No GPU detected and none named: plan for advisor.hardware.ASSUMED_GPU, and say so.
     rec = recommend(request_from_namespace(args), calibration=load_calibration(home_dir(args)),
-                    assume_if_none=ASSUMED_GPU)
+                    assume_if_none=True)
     if args.json:
         sys.stdout.write(rec.to_json() + "\n")
     else:

@@ -12,7 +12,8 @@ from typing import Callable
 from advisor.config import Optimizer, Precision, Strategy
 from rules.engine import _hours
 from rules.recommend import Alternative, Cost
-from rules.tree import Choice, Infeasible, TreeContext
+from rules.planner import Choice, Infeasible
+from rules.tree import TreeContext
 
 GIB = float(2**30)
 # Host memory bandwidth assumed for a CPU optimizer step (a two-socket server streams 100-200 GB/s;

@@ -13,7 +13,8 @@ from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.estimate import Estimate
 from rules.facts import (CompileFacts, ConfigFacts, DataFacts, EstimateFacts, Facts, GpuFacts, HardwareFacts,
                          ModelFacts, PinnedFacts, PlanFacts, WorkloadFacts)
-from rules.tree import Choice, Planner, TreeContext, model_layers
+from rules.planner import Choice, Planner, model_layers
+from rules.tree import TreeContext
 
 
 def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_source: str) -> Facts:
@@ -76,15 +77,15 @@ def data_facts(p: Planner, ch: Choice, est: Estimate) -> DataFacts:
 
 
 def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, path: str) -> PlanFacts:
-    p, lr = ctx.planner, ctx.lr
+    p, lr = ctx.planner, ch.lr
     n = ch.gpus
     return PlanFacts(
         path=path, end=ctx.end, tree_strategy=ctx.tree_strategy, strategy=strategy.value, gpus=n,
         nodes=ch.estimate.hardware.nodes, multi_gpu=n > 1, micro_batch=ch.config.micro_batch,
         grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, per_gpu_batch=ch.global_batch // n,
         batch_grown=ch.grown, batch_rounded=ch.rounded, grad_ckpt_needed=ch.ckpt_needed, fits=fits,
-        lr=lr["lr"], lr_ratio=lr["ratio"], warmup_steps=lr["warmup_steps"], warmup_rule=lr["warmup_rule"],
-        total_steps=lr["total_steps"], steps_per_epoch=lr["steps_per_epoch"], gpus_at_hand=p.available,
+        lr=lr.lr, lr_ratio=lr.ratio, warmup_steps=lr.warmup_steps, warmup_rule=lr.warmup_rule,
+        total_steps=lr.total_steps, steps_per_epoch=lr.steps_per_epoch, gpus_at_hand=p.available,
         min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),
         strategy_overridden=strategy.value != ctx.tree_strategy,
     )

@@ -1,0 +1,291 @@
+"""The steps of one recommendation, in the order ``rules.api.recommend`` runs them.
+
+  start          the family's defaults (base lr and batch) and the starting config (pins, else standard)
+  setup_rules    rules/data/precision.toml: precision, optimizer, channels_last
+  tree           the decision tree A–J (``rules.nodes`` over ``rules.planner``): GPUs, strategy,
+                 micro-batch, accumulation, checkpointing; each choice carries its learning rate
+  plan_rules     compile, dataloader workers, SyncBatchNorm, warmup
+  final_estimate the estimate of the configuration the plan rules leave, then the final rules
+  outputs        alternatives, warnings, the launch command, the 1..N GPU table, the ``Plan``
+
+Each step reads what the ones before it left on the ``Run`` and adds its own part. Flags given
+pin a choice (a rule that would change it does not fire); the rules fill in the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.calibration import Calibration
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.errors import UserError
+from advisor.hardware import HardwareSpec, Machine
+from advisor.models import ModelSpec
+from advisor.plan import ModelRef, Plan
+from advisor.request import Request
+from rules import alternatives as alts
+from rules.defaults import load_defaults
+from rules.engine import Engine, RuleTrace, get_rule
+from rules.facts import Facts
+from rules.nodes import deadline_measures, walk
+from rules.planner import Choice, Infeasible, Planner
+from rules.practice import base_facts, with_plan
+from rules.recommend import (FiredRule, PathStep, Recommendation, RecommendationCore, RuleSummary, ScalingRow,
+                             launch_command)
+from rules.tree import Step, TreeContext
+
+
+@dataclass
+class Run:
+    """One recommendation in the making: what each step reads and adds, in order."""
+
+    req: Request
+    planner: Planner
+    engine: Engine
+    lr_defaulted: bool
+    defaults_source: str
+    defaults_applied: list[str]
+    traces: list[RuleTrace] = field(default_factory=list)
+    facts: Facts | None = None  # after the setup rules
+    ctx: TreeContext | None = None  # after the tree
+    steps: list[Step] = field(default_factory=list)
+    fits: bool = False  # the standard setup fits on the tree's GPUs
+    tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
+    path: str = ""
+    plan_set: dict[str, Any] = field(default_factory=dict)  # what the plan rules set
+    final: Choice | None = None  # tree_choice with the plan rules applied: the recommendation
+    final_facts: Facts | None = None  # the facts the final rules saw
+
+
+def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None:
+    """Pins that cannot work together, refused before any search."""
+    if req.lora_rank is not None and spec.arch is None:
+        raise UserError(f"--lora-rank needs a transformer; {spec.name} is a {spec.family} model",
+                        fix="drop --lora-rank for this model")
+    if req.strategy in (Strategy.ddp, Strategy.fsdp) and req.batch_size and req.micro_batch and req.grad_accum:
+        n = hardware.total_gpus
+        if req.micro_batch * req.grad_accum * n != req.batch_size:
+            raise UserError(f"--micro-batch {req.micro_batch} x --grad-accum {req.grad_accum} x {n} GPUs = "
+                            f"{req.micro_batch * req.grad_accum * n}, not --batch-size {req.batch_size}",
+                            fix="drop --grad-accum (cardwise derives it) or make the product match")
+
+
+def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration) -> Run:
+    """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
+    defaults = load_defaults()
+    fam = defaults.for_model(spec.name, spec.family)
+    base_lr = req.base_lr or fam.base_lr
+    base_batch = req.base_batch or (req.batch_size if req.base_lr else None) or fam.base_batch
+    lr_defaulted = req.base_lr is None
+    applied = [f"base lr {base_lr:g} at batch {base_batch} ({fam.source})"] if lr_defaulted else []
+    seq_len = req.seq_len or (spec.default_seq_len if spec.is_text else None)
+    image_size = req.image_size or (spec.default_image_size if spec.is_vision else None)
+    cfg = TrainConfig(micro_batch=req.micro_batch or 1, grad_accum=req.grad_accum or 1, seq_len=seq_len,
+                      image_size=image_size, precision=req.precision or Precision.bf16,
+                      optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
+                      channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=Strategy.single,
+                      lora_rank=req.lora_rank)
+    planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
+    return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
+
+
+def setup_rules(run: Run) -> None:
+    """Setup rules (rules/data/precision.toml) choose precision, optimizer and channels_last."""
+    p = run.planner
+    facts = base_facts(p, p.base, lr_defaulted=run.lr_defaulted, defaults_source=run.defaults_source)
+    setup = run.engine.run("setup", facts, run.req.pinned())
+    run.traces += setup
+    chosen = _applied(setup)
+    p.base = p.base.model_copy(update={k: _coerce(k, v) for k, v in chosen.items() if k in TrainConfig.model_fields})
+    run.facts = base_facts(p, p.base, lr_defaulted=run.lr_defaulted, defaults_source=run.defaults_source)
+
+
+def tree(run: Run) -> None:
+    """The decision tree A–J: GPUs, strategy, micro-batch, accumulation, checkpointing, learning rate."""
+    ctx = run.ctx = TreeContext(run.planner)
+    run.steps = walk(ctx)
+    choice = ctx.choice
+    strategy = run.req.strategy
+    if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy):
+        choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
+    run.fits = isinstance(choice, Choice)
+    run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
+    run.path = ">".join(s.node for s in run.steps)
+
+
+def plan_rules(run: Run) -> None:
+    """Plan rules (rules/data/practice.toml): compile, dataloader workers, SyncBatchNorm, warmup."""
+    ch = run.tree_choice
+    facts = with_plan(run.facts, run.ctx, ch, ch.estimate, ch.strategy, run.path)
+    traces = run.engine.run("plan", facts, run.req.pinned())
+    run.traces += traces
+    run.plan_set = _applied(traces)
+
+
+def final_estimate(run: Run) -> None:
+    """The estimate of what the plan rules leave (compile only if it still fits), then the final rules."""
+    p, ch = run.planner, run.tree_choice
+    cfg = ch.config
+    if run.plan_set.get("compile") and not cfg.compile:
+        c2 = cfg.model_copy(update={"compile": True})
+        if p.est(c2, ch.gpus).memory.fits or not run.fits:
+            cfg = c2
+    run.final = ch.with_config(cfg, p.est(cfg, ch.gpus, hypothetical=False))
+    run.final_facts = with_plan(run.facts, run.ctx, run.final, run.final.estimate, ch.strategy, run.path)
+    run.traces += run.engine.run("final", run.final_facts, run.req.pinned())
+
+
+def outputs(run: Run, machine: Machine | None) -> Recommendation:
+    """The launch command, alternatives, warnings, the 1..N GPU table and the Plan."""
+    req, p, ctx, ch = run.req, run.planner, run.ctx, run.final
+    hardware = p.hw
+
+    def cmd(c: Choice, *, model: str | None = None, epochs: float | None = None, hypothetical: bool = False) -> str:
+        r2 = req.model_copy(update={"epochs": epochs}) if epochs else req
+        ref = ModelRef(name=model) if model else req.model
+        hw = c.estimate.hardware
+        return launch_command(r2.model_copy(update={"model": ref}), config=c.config, strategy=c.strategy.value,
+                              gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
+                              gpus_per_node=hw.per_node, nodes=hw.nodes, global_batch=c.global_batch,
+                              base_lr=c.lr.base_lr, base_batch=c.lr.base_batch)
+
+    alt_list = []
+    # Compromises when the standard setup does not fit on one GPU (node B said so) or on the GPUs
+    # at hand, or when asked for; never chosen for the user.
+    if not run.fits or req.alternatives or not isinstance(ctx.one, Choice):
+        if ctx.min_fit is None and not isinstance(ctx.one, Choice):
+            ctx.min_fit = p.min_gpus(Strategy.fsdp)
+        alt_list += alts.compromises(ctx, cmd)
+        so = alts.scale_out(ctx, cmd)
+        if so and (not run.fits or so.gpus != ch.gpus):
+            alt_list.append(so)
+    if not ctx.measures and run.final_facts.estimate.deadline_missed_h:
+        deadline_measures(ctx, ch)
+    alt_list += alts.from_measures(ctx, cmd)
+
+    fired = [t for t in run.traces if t.fired]
+    warnings = [t.why for t in fired if t.level == "warning"]
+    if hardware.assumed:
+        warnings.insert(0, f"no GPU detected on this machine ({(machine.nvml_error if machine else None) or 'NVML reports 0 GPUs'}): "
+                           f"planned for {hardware.total_gpus}x {hardware.gpu.name}, a stated default, not your "
+                           "hardware; name yours with --gpu NAME --gpus N")
+    core = _core(run, cmd(ch))
+    rec = Recommendation(
+        recommendation=core, estimate=ch.estimate,
+        decision_path=[PathStep(node=s.node, question=s.question, answer=s.answer, why=s.why, key=s.key) for s in run.steps],
+        rules_fired=[FiredRule(id=t.id, why=t.why, name=get_rule(t.id).name, level=t.level, phase=t.phase) for t in fired],
+        alternatives=alt_list, warnings=warnings, plan=_plan(run, core), scaling=_scaling(ctx, ch),
+        rules_evaluated=[RuleSummary(id=t.id, phase=t.phase, fired=t.fired, blocked_by_pin=t.blocked_by_pin)
+                         for t in run.traces],
+        defaults_applied=run.defaults_applied,
+    )
+    rec._trace = run.traces  # every rule evaluated, with its leaves: Recommendation.trace
+    return rec
+
+
+def _core(run: Run, command: str) -> RecommendationCore:
+    req, ch, extra = run.req, run.final, run.plan_set
+    cfg, est, lr = ch.config, ch.estimate, ch.lr
+    return RecommendationCore(
+        strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, micro_batch=cfg.micro_batch,
+        grad_accum=cfg.grad_accum, global_batch=ch.global_batch, precision=cfg.precision.value,
+        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=req.lr_scaling,
+        warmup_steps=extra.get("warmup_steps", lr.warmup_steps), num_workers=extra.get("num_workers", 0),
+        fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, optimizer=cfg.optimizer.value,
+        channels_last=cfg.channels_last, lora_rank=cfg.lora_rank, seq_len=cfg.seq_len,
+        image_size=cfg.image_size, sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
+        pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
+        base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
+        time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
+    )
+
+
+def _plan(run: Run, core: RecommendationCore) -> Plan:
+    req, ch = run.req, run.final
+    lr, workers = ch.lr, core.num_workers
+    return Plan(
+        model=req.model, config=ch.config, gpu=core.gpu, processes_per_node=ch.estimate.hardware.per_node,
+        nodes=core.nodes, global_batch=ch.global_batch, lr=lr.lr, base_lr=lr.base_lr, base_batch=lr.base_batch,
+        lr_scaling=req.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr.total_steps, epochs=req.epochs,
+        dataset_size=req.dataset_size, num_workers=workers, pin_memory=core.pin_memory, task=req.task,
+        prefetch_factor=core.prefetch_factor if workers else None, sync_batchnorm=core.sync_batchnorm,
+    )
+
+
+def _applied(traces: list[RuleTrace]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for t in traces:
+        if t.fired:
+            out.update(t.set)
+    return out
+
+
+def _coerce(field: str, value: Any) -> Any:
+    if field == "precision":
+        return Precision(value)
+    if field == "optimizer":
+        return Optimizer(value)
+    return value
+
+
+def _pinned_strategy(ctx: TreeContext, strategy: Strategy) -> Choice | Infeasible:
+    p = ctx.planner
+    if strategy is Strategy.single:
+        return ctx.one
+    cur = ctx.choice
+    n = cur.gpus if isinstance(cur, Choice) and cur.gpus > 1 else p.available
+    ch = p.search(n, strategy)
+    if isinstance(ch, Infeasible) and ch.kind == "batch":
+        raise UserError(f"--strategy {strategy.value} on {n} GPUs: {ch.reason}",
+                        fix="pick a --batch-size divisible by the GPU count (and the micro-batch), or another --gpus")
+    return ch
+
+
+def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
+    """A not-fitting result still needs numbers to show: the closest attempt."""
+    p = ctx.planner
+    e = inf.closest if inf is not None and inf.closest is not None else None
+    n = inf.gpus if inf is not None else 1
+    strategy = inf.strategy if inf is not None else Strategy.single
+    if e is None:
+        cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
+        e = p.est(cfg, n)
+    target = p.req.batch_size or p.base_batch
+    cfg = e.config
+    share = max(1, target // n)
+    if share % cfg.micro_batch == 0:
+        cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
+        e = p.est(cfg, n)
+    gb = cfg.micro_batch * cfg.grad_accum * n
+    return Choice(n, strategy, cfg, e, gb, lr=p.lr_for(gb))
+
+
+def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
+    p = ctx.planner
+    counts = p.counts()
+    if len(counts) > 16:
+        counts = [c for c in counts if c in (1, 2, 4) or c % p.hw.gpus_per_node == 0]
+    rows: list[ScalingRow] = []
+    one_sps = None
+    for n in counts:
+        ch = (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best_multi(n)
+        if isinstance(ch, Choice):
+            e = ch.estimate
+            if n == 1:
+                one_sps = e.throughput.samples_per_s
+            rows.append(ScalingRow(
+                gpus=n, strategy=ch.strategy.value, fits=True, micro_batch=ch.config.micro_batch,
+                grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
+                device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
+                time_to_train_h=e.time_to_train_h, scaling_efficiency=e.throughput.scaling_efficiency,
+                speedup=e.throughput.samples_per_s / one_sps if one_sps else None,
+                chosen=(n == chosen.gpus and ch.strategy is chosen.strategy)))
+        else:
+            rows.append(ScalingRow(gpus=n, strategy=ch.strategy.value, fits=False,
+                                   device_gib=ch.closest.memory.device_gib if ch.closest else None, note=ch.reason,
+                                   chosen=(n == chosen.gpus)))
+    if not any(r.chosen for r in rows):
+        for r in rows:
+            r.chosen = r.gpus == chosen.gpus
+    return rows

@@ -1,0 +1,321 @@
+"""The decision tree's nodes A–J: per node id, the function that computes its answer, and the walk.
+
+The questions, the why and where each answer leads are data (``rules/data/tree.toml``, loaded by
+``rules.tree``); the functions here answer them with the planner's searches and record what the
+recommendation needs on the ``TreeContext`` (node B's single-GPU choice, G/I's rows, H's
+measures, the choice the walk ends with).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from advisor.config import Precision, Strategy, TrainConfig
+from advisor.estimate import Estimate
+from rules.engine import _hours
+from rules.planner import Choice, Infeasible
+from rules.tree import Answer, Measure, Step, TreeContext, load_tree
+
+
+def _gib(x: float) -> str:
+    return f"{x:.1f} GiB"
+
+
+def _precision_text(cfg: TrainConfig) -> str:
+    return {
+        Precision.bf16: "bf16 autocast with fp32 master weights",
+        Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
+        Precision.pure_bf16: "pure bf16 (weights and states in bf16)",
+        Precision.fp32: "fp32",
+        Precision.tf32: "tf32 matmuls, fp32 storage",
+    }[cfg.precision]
+
+
+def describe(ch: Choice) -> str:
+    c = ch.config
+    parts = [f"micro-batch {c.micro_batch} x accumulation {c.grad_accum}" + (f" x {ch.gpus} GPUs" if ch.gpus > 1 else "")
+             + f" = global batch {ch.global_batch}", _precision_text(c), c.optimizer.value]
+    if c.lora_rank:
+        parts.append(f"LoRA rank {c.lora_rank}")
+    if c.grad_ckpt:
+        parts.append("activation checkpointing")
+    return ", ".join(parts)
+
+
+def _mem_text(e: Estimate) -> str:
+    m = e.memory
+    return f"peak {_gib(m.peak_gib)} allocated, ~{_gib(m.device_gib)} in nvidia-smi, of {m.gpu_memory_gib:.0f} GiB"
+
+
+def _time_text(e: Estimate) -> str:
+    t = e.time_to_train_h
+    return f"{_hours(t)} to train" if t is not None else f"{e.throughput.samples_per_s:,.1f} samples/s"
+
+
+def node_A(ctx: TreeContext) -> Answer:
+    p = ctx.planner
+    hw = p.hw
+    where = "detected" if hw.detected else "assumed: no GPU detected" if hw.assumed else "as named"
+    work = []
+    if ctx.req.dataset_size:
+        work.append(f"{ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs")
+    if ctx.deadline:
+        work.append(f"deadline {_hours(ctx.deadline)}")
+    return Answer("start", f"{p.model.name} ({p.model.params / 1e6:,.0f}M parameters, {p.model.family}) on "
+                  f"{hw.total_gpus}x {hw.gpu.name} ({hw.gpu.memory_gib:.0f} GiB, {where})"
+                  + (f"; {', '.join(work)}" if work else "; no dataset size or deadline given"),
+                  load_tree()["A"].why, {"gpus_at_hand": hw.total_gpus})
+
+
+def node_B(ctx: TreeContext) -> Answer:
+    p = ctx.planner
+    ch = p.search(1, Strategy.single, relax_accum=True)
+    ctx.one = ch
+    if isinstance(ch, Choice):
+        ckpt = ("checkpointing needed: without it no micro-batch fits" if ch.ckpt_needed
+                else "no checkpointing needed" if not ch.config.grad_ckpt else "checkpointing pinned")
+        return Answer("fits", f"yes: {describe(ch)}; {_mem_text(ch.estimate)}",
+                      f"Standard setup ({ckpt}); micro-batch chosen as the smallest within "
+                      f"{p.defaults.search.saturation:.0%} of the best samples/s that fits.",
+                      {"peak_gib": ch.estimate.memory.peak_gib, "device_gib": ch.estimate.memory.device_gib})
+    e = ch.closest
+    why = "Compromises (pure-bf16, 8-bit optimizer, LoRA, CPU offload) are not assumed; see alternatives."
+    if e is not None:
+        m = e.memory
+        why = (f"At micro-batch {e.config.micro_batch}{' with checkpointing' if e.config.grad_ckpt else ''}: weights "
+               f"{_gib(m.weights_gib)} + gradients {_gib(m.gradients_gib)} + optimizer {_gib(m.optimizer_gib)} + "
+               f"activations {_gib(m.activations_gib)} + other {_gib(m.other_gib)}. " + why)
+    return Answer("too-big", f"no: {ch.reason}", why,
+                  {"device_gib": e.memory.device_gib if e else None})
+
+
+def node_C(ctx: TreeContext) -> Answer:
+    p = ctx.planner
+    ctx.min_fit = p.min_gpus(Strategy.fsdp)
+    need = ctx.min_fit.gpus if ctx.min_fit else None
+    need_text = f"at least {need}x {p.hw.gpu.name} sharded with FSDP" if need else "more than 64 GPUs of this kind"
+    pinned_single = ctx.req.strategy is Strategy.single
+    if p.available < 2 or pinned_single or need is None or need > p.available:
+        ctx.choice = ctx.one
+        ctx.end = "C"
+        have = "--strategy single is pinned" if pinned_single else f"{p.available} at hand"
+        return Answer("unavailable", f"it needs {need_text}; {have}: does not fit with the GPUs given",
+                      "No standard configuration runs here; the alternatives say what would (a memory compromise "
+                      "on one GPU, or more GPUs).", {"min_gpus": need})
+    return Answer("several", f"yes: {need_text}; {p.available} at hand", load_tree()["C"].why, {"min_gpus": need})
+
+
+def _pick_by_deadline(ctx: TreeContext, rows: list[Choice]) -> tuple[Choice, str]:
+    """The fewest GPUs meeting the deadline; all of them when there is none; the fastest when none meets it."""
+    if ctx.deadline is None:
+        return rows[-1], "no deadline: all GPUs at hand (the fastest; sharding over more GPUs also leaves more headroom)"
+    for ch in rows:
+        if ch.time_h is not None and ch.time_h <= ctx.deadline:
+            return ch, f"the fewest GPUs that meet the {_hours(ctx.deadline)} deadline"
+    ctx.deadline_missed = True
+    best = max(rows, key=lambda c: c.estimate.throughput.samples_per_s)
+    return best, f"no count at hand meets the {_hours(ctx.deadline)} deadline; the fastest is taken"
+
+
+def _rows_text(rows: list[Choice | Infeasible]) -> str:
+    out = []
+    for r in rows:
+        if isinstance(r, Choice):
+            t = r.time_h
+            out.append(f"{r.gpus}: {_hours(t) if t is not None else f'{r.estimate.throughput.samples_per_s:,.0f}/s'}"
+                       f" ({r.estimate.throughput.scaling_efficiency:.0%} eff.)")
+        else:
+            out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split'}")
+    return "; ".join(out)
+
+
+def node_I(ctx: TreeContext) -> Answer:
+    p = ctx.planner
+    counts = [n for n in p.counts() if n >= 2]
+    ddp = [p.search(n, Strategy.ddp) for n in counts]
+    if any(isinstance(r, Choice) for r in ddp):
+        strategy, rows = Strategy.ddp, ddp
+        lead = "yes: a full replica fits per GPU: DDP"
+    else:
+        strategy, rows = Strategy.fsdp, [p.search(n, Strategy.fsdp) for n in counts]
+        lead = "no: a replica does not fit per GPU: FSDP (full sharding)"
+    ctx.rows = rows
+    feasible = [r for r in rows if isinstance(r, Choice)]
+    if not feasible:
+        ctx.choice = rows[-1] if rows else ctx.one
+        ctx.end = "I"
+        reason = rows[-1].reason if rows else "no GPU counts to try"
+        return Answer("none", f"no configuration fits on the {p.available} GPUs at hand: {reason}",
+                      "See the alternatives for compromises or more GPUs.")
+    ch, rule = _pick_by_deadline(ctx, feasible)
+    ctx.choice, ctx.tree_strategy = ch, strategy.value
+    return Answer(strategy.value, f"{lead} on {ch.gpus} GPUs ({rule}); {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
+                  f"By GPU count: {_rows_text(rows)}. " + load_tree()["I"].why,
+                  {"gpus": ch.gpus, "strategy": strategy.value})
+
+
+def node_D(ctx: TreeContext) -> Answer:
+    ch = ctx.one
+    t = ch.time_h
+    if ctx.deadline is None:
+        return Answer("yes", "yes: no deadline given" + (f" (one GPU: {_hours(t)})" if t is not None else ""),
+                      "Without a deadline one GPU is enough when the model fits on it.")
+    if t <= ctx.deadline:
+        return Answer("yes", f"yes: {_hours(t)} on one GPU <= deadline {_hours(ctx.deadline)}",
+                      f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s x {ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs"
+                      + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
+                      {"time_to_train_h": t})
+    return Answer("no", f"no: {_hours(t)} on one GPU > deadline {_hours(ctx.deadline)} (over by {_hours(t - ctx.deadline)}, "
+                  f"{(t - ctx.deadline) / ctx.deadline:.0%})",
+                  f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s with the standard setup"
+                  + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
+                  {"time_to_train_h": t})
+
+
+def node_E(ctx: TreeContext) -> Answer:
+    ctx.choice, ctx.end, ctx.tree_strategy = ctx.one, "E", "single"
+    return Answer("single", f"single GPU: {describe(ctx.one)}", load_tree()["E"].why)
+
+
+def node_F(ctx: TreeContext) -> Answer:
+    p = ctx.planner
+    if ctx.req.strategy is Strategy.single:
+        return Answer("no", "no: --strategy single is pinned", "A pinned flag is never overridden.")
+    if p.available > 1:
+        src = "detected" if p.hw.detected else "given"
+        return Answer("yes", f"yes: {p.available} GPUs ({src})", load_tree()["F"].why, {"gpus": p.available})
+    return Answer("no", f"no: 1 GPU {'detected' if p.hw.detected else 'given'}",
+                  "Give --gpus N (and --nodes) to plan for more.")
+
+
+def node_G(ctx: TreeContext) -> Answer:
+    p = ctx.planner
+    counts = [n for n in p.counts() if n >= 2]
+    rows = [p.best_multi(n) for n in counts]
+    ctx.rows = rows
+    feasible = [r for r in rows if isinstance(r, Choice)]
+    if not feasible:
+        ctx.choice, ctx.end = ctx.one, "G"
+        return Answer("none", "no multi-GPU configuration is possible: " + "; ".join({r.reason for r in rows}),
+                      "The single-GPU plan is kept.")
+    ch, rule = _pick_by_deadline(ctx, feasible)
+    ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
+    if ctx.deadline_missed:
+        deadline_measures(ctx, ch)
+    return Answer(ch.strategy.value, f"{ch.strategy.value.upper()} on {ch.gpus} GPUs: {_time_text(ch.estimate)} "
+                  f"({rule}; scaling efficiency {ch.estimate.throughput.scaling_efficiency:.0%})",
+                  f"By GPU count: {_rows_text(rows)}. " + load_tree()["G"].why, {"gpus": ch.gpus})
+
+
+def node_H(ctx: TreeContext) -> Answer:
+    ch = ctx.one
+    ctx.choice, ctx.end, ctx.tree_strategy = ch, "H", "single"
+    deadline_measures(ctx, ch)
+    miss = ch.time_h - ctx.deadline
+    closing = [m for m in ctx.measures if m.meets]
+    close = ("; would close it: " + ", ".join(f"{m.name} ({_hours(m.time_h)})" for m in closing)) if closing else \
+        "; no single measure closes it"
+    return Answer("faster", f"missed by {_hours(miss)} ({miss / ctx.deadline:.0%}): {_hours(ch.time_h)} vs {_hours(ctx.deadline)}{close}",
+                  "Estimated: " + "; ".join(f"{m.name}: {m.summary}" for m in ctx.measures), {"missed_h": miss})
+
+
+def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
+    """Ways to close a missed deadline, each with an estimate (node H; G when even all GPUs miss)."""
+    from advisor.catalog import catalog_model, catalog_names
+
+    p, req, dl = ctx.planner, ctx.req, ctx.deadline
+    out: list[Measure] = []
+    cfg = ch.config
+    t0 = ch.time_h
+
+    def meas(name: str, summary: str, flags: list[str], alt: Choice, source: str = "", model: str | None = None,
+             hypothetical: bool = False) -> None:
+        e = alt.estimate
+        t = e.time_to_train_h
+        out.append(Measure(name, summary, flags, t, t is not None and t <= dl, gpus=alt.gpus, strategy=alt.strategy.value,
+                           samples_per_s=e.throughput.samples_per_s, peak_gib=e.memory.peak_gib,
+                           device_gib=e.memory.device_gib, model=model, source=source, choice=alt,
+                           hypothetical=hypothetical))
+
+    def variant(update: dict) -> Choice:
+        c2 = cfg.model_copy(update=update)
+        return ch.with_config(c2, p.est(c2, ch.gpus))
+
+    if cfg.precision in (Precision.fp32, Precision.tf32):
+        amp = Precision.bf16 if p.hw.gpu.supports_bf16 else Precision.fp16
+        alt = p.search(ch.gpus, ch.strategy, base=p.base.model_copy(update={"precision": amp}))
+        if isinstance(alt, Choice):
+            meas(f"AMP ({amp.value})", f"{amp.value} autocast: {_hours(alt.time_h)} ({t0 / alt.time_h:.1f}x faster)",
+                 ["--precision", amp.value], alt, "Micikevicius et al. 2018")
+    if not cfg.compile:
+        alt = variant({"compile": True})
+        meas("torch.compile", f"{_hours(alt.time_h)} ({(1 - alt.time_h / t0):.0%} less, plus a few minutes of compiling)",
+             ["--compile"], alt, "PyTorch 2 torch.compile (inductor)")
+    if p.model.family == "cnn" and not cfg.channels_last:
+        alt = variant({"channels_last": True})
+        meas("channels_last", f"{_hours(alt.time_h)}", ["--channels-last"], alt,
+             "PyTorch channels_last tutorial (22% on ResNet-50 with AMP on V100)")
+    # smaller models of the same family from the catalog
+    if p.model.source == "catalog":
+        smaller = []
+        for name in catalog_names():
+            try:
+                m = catalog_model(name)
+            except Exception:
+                continue
+            if m.family == p.model.family and m.params < p.model.params and m.name != p.model.name:
+                smaller.append(m)
+        for m in sorted(smaller, key=lambda m: -m.params)[:2]:
+            alt = p.search(ch.gpus, ch.strategy, base=cfg.model_copy(update={"micro_batch": 1, "grad_accum": 1}), model=m)
+            if isinstance(alt, Choice):
+                meas(f"smaller model: {m.name}", f"{m.params / 1e6:,.0f}M parameters: {_hours(alt.time_h)}",
+                     ["--model", m.name], alt, model=m.name)
+    # more GPUs of this kind (hypothetical beyond what is at hand)
+    for n in p.counts(hypothetical_max=64):
+        if n <= ch.gpus:
+            continue
+        alt = p.best_multi(n, hypothetical=True)
+        if isinstance(alt, Choice) and alt.time_h is not None and alt.time_h <= dl:
+            meas(f"{n} GPUs", f"{alt.strategy.value.upper()} on {n}x {p.hw.gpu.name}: {_hours(alt.time_h)}",
+                 ["--gpus", str(n)], alt, hypothetical=n > p.available)
+            break
+    # less work
+    if req.epochs and t0:
+        fit_epochs = math.floor(req.epochs * dl / t0 * 10) / 10
+        if fit_epochs > 0:
+            e = ch.estimate
+            out.append(Measure("fewer epochs", f"{fit_epochs:g} of {req.epochs:g} epochs fit in the deadline",
+                               ["--epochs", f"{fit_epochs:g}"], t0 * fit_epochs / req.epochs, True, gpus=ch.gpus,
+                               strategy=ch.strategy.value, samples_per_s=e.throughput.samples_per_s,
+                               peak_gib=e.memory.peak_gib, device_gib=e.memory.device_gib, choice=ch, epochs=fit_epochs))
+    ctx.measures = out
+
+
+def node_J(ctx: TreeContext) -> Answer:
+    ctx.end = "J"
+    lr = ctx.choice.lr  # G and I lead here only with a configuration that fits
+    return Answer(lr.lr_scaling, f"lr {lr.lr:.3g}: {lr.text}; warmup {lr.warmup_steps} steps ({lr.warmup_rule})",
+                  load_tree()["J"].why + f" Base: {lr.base_lr:g} at batch {lr.base_batch}.", lr.as_dict())
+
+
+NODE_FUNCS: dict[str, Callable[[TreeContext], Answer]] = {
+    "A": node_A, "B": node_B, "C": node_C, "D": node_D, "E": node_E,
+    "F": node_F, "G": node_G, "H": node_H, "I": node_I, "J": node_J,
+}
+
+
+def walk(ctx: TreeContext) -> list[Step]:
+    """Visit nodes from A, each answer choosing the next, until a node leads nowhere."""
+    tree = load_tree()
+    if set(tree) - set(NODE_FUNCS):
+        raise RuntimeError(f"tree.toml: node(s) {sorted(set(tree) - set(NODE_FUNCS))} have no function in rules/nodes.py")
+    steps: list[Step] = []
+    node_id: str | None = "A"
+    while node_id is not None:
+        node = tree[node_id]
+        ans = NODE_FUNCS[node_id](ctx)
+        steps.append(Step(node=node_id, question=node.question, answer=ans.answer, why=ans.why, key=ans.key, data=ans.data))
+        ctx.end = node_id
+        node_id = node.next.get(ans.key)
+    return steps
