@@ -13,13 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.errors import UserError
-from advisor.hardware import HardwareSpec, Machine, resolve_hardware
+from advisor.hardware import ASSUMED_GPU, ASSUMED_GPU_COUNT, HardwareSpec, Machine, resolve_hardware
 from advisor.plan import ModelRef
 from advisor.request import Request
 
-# Planned for when nothing is detected and nothing is named: the README's stated default.
-DEFAULT_PLANNED_GPU = "A100-SXM-80GB"
-DEFAULT_PLANNED_COUNT = 8
+# Planned for when nothing is detected and nothing is named: the one stated default (advisor.hardware).
+DEFAULT_PLANNED_GPU = ASSUMED_GPU
+DEFAULT_PLANNED_COUNT = ASSUMED_GPU_COUNT
 
 
 class HardwareChoice(BaseModel):
