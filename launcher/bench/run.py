@@ -198,11 +198,15 @@ def _measured(job: Job, results: list[dict], sampler: UtilSampler, *, run_id: st
     t0 = min(r["t_start"] for r in results)
     t1 = max(r["t_end"] for r in results)
     util = sampler.mean(t0, t1)
+    sync, nosync = mean("sync_step_s"), mean("nosync_step_s")
+    # Exposed communication of the mean step (the column's definition), not a mean of per-rank
+    # differences clipped at zero, which noise on one rank would bias upwards.
+    exposed = max(0.0, sync - nosync) if sync is not None and nosync is not None else None
     return row_for(job, status="ok", run_id=run_id, wall_s=wall_s, samples_per_s=sps,
                 tokens_per_s=sps * tps if (sps and tps) else None, step_s=max(r["step_s"] for r in results),
                 peak_gib=max(peaks) if peaks else None, peak_gib_devices=peaks or None,
                 gpu_util_pct=None if cpu else util, cpu_util_pct=util if cpu else None,
-                sync_step_s=mean("sync_step_s"), nosync_step_s=mean("nosync_step_s"), exposed_comm_s=mean("exposed_comm_s"),
+                sync_step_s=sync, nosync_step_s=nosync, exposed_comm_s=exposed,
                 dataloader_workers=results[0].get("dataloader_workers"), loader_samples_per_s=total("loader_samples_per_s"),
                 loader_train_samples_per_s=total("loader_train_samples_per_s"))
 
