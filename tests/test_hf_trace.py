@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from advisor.catalog import catalog_model, hf_equivalent
+from advisor.catalog import catalog_model, hf_equivalent, transformers_model
 from advisor.config import TrainConfig
 from advisor.estimate import estimate
 from advisor.gpus import get_gpu
@@ -104,3 +104,15 @@ def test_catalog_model_as_transformers_runs_it():
     assert spec.implementation == "transformers GPT2LMHeadModel (sdpa)" and spec.name == "gpt2"
     assert spec.params == catalog_model("gpt2").params
     assert catalog_hf_spec("resnet50") is None
+
+
+def test_catalog_transformers_model_comes_from_data_without_torch():
+    """The HF-traced catalog specs are precomputed (benchmarks/trace_catalog.py): no torch to look up."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from advisor.catalog import transformers_model; s = transformers_model('gpt2'); "
+            "print(s.implementation, s.trace.layers, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["transformers", "GPT2LMHeadModel", "(sdpa)", "12", "False"]
+    assert transformers_model("vit-b-16") is None
