@@ -104,7 +104,7 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
     """Per-sample saved bytes for ``config``; ``compile_factor`` scales traced (non-transformer) models
     when compiled, ``gelu_kept`` is the compiled GELU MLP's kept tensors (calibrated)."""
     p = config.precision
-    if model.arch is not None:
+    if model.arch is not None and not (model.trace is not None and model.trace.layers and not config.compile):
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         layer = transformer_layer_bytes(a, p, config.compile, gelu_kept) * tokens
@@ -123,12 +123,36 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
     t = model.trace
     if t is None:
         raise ValueError(f"model {model.name} has neither an architecture nor a trace profile")
+    return traced_profile(model, config, compile_factor)
+
+
+def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0) -> ActivationProfile:
+    """From a trace: per-token coefficients times tokens (the trace counts what fused attention keeps,
+    which is linear in tokens), per-sample figures scaled by pixels, or as traced."""
+    t = model.trace
+    p = config.precision
     key = _trace_key(p)
     scale = 1.0
     if t.scales_with == "pixels" and config.image_size and t.ref_input:
         scale = (config.image_size / t.ref_input[-1]) ** 2
-    per = t.saved_bytes[key] * scale * (compile_factor if config.compile else 1.0)
-    return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0), tokens=1)
+    tokens = 1
+    if t.scales_with == "tokens" and t.ref_input:
+        seq = config.seq_len or model.default_seq_len
+        tokens = model.arch.tokens(seq, config.image_size) if model.arch is not None else seq or t.ref_input[0]
+        scale = tokens / t.ref_input[0]
+    compiled = compile_factor if config.compile else 1.0
+    per = t.saved_bytes[key] * scale * compiled
+    if t.saved_bytes_quadratic and t.scales_with == "tokens":  # math attention: s^2 probabilities
+        ref = t.ref_input[0]
+        per += t.saved_bytes_quadratic.get(key, 0.0) * (tokens * tokens - tokens * ref)
+    temp = t.loss_temp_bytes.get(key, 0.0) * scale
+    layers, layer, boundary = 0, 0.0, 0.0
+    if t.layers and t.layer_saved_bytes and model.arch is not None:
+        layers, layer = t.layers, t.layer_saved_bytes[key] * scale * compiled
+        # checkpointing keeps each layer's input: the residual stream, fp32 under autocast
+        boundary = (2 if p is Precision.pure_bf16 else 4) * model.arch.d_model * tokens
+    return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0), layer_bytes=layer,
+                             boundary_bytes=boundary, layers=layers, loss_temp_bytes=temp, tokens=tokens)
 
 
 def backward_bytes(profile: ActivationProfile, micro_batch: int, grad_ckpt: bool, ckpt_fraction: float) -> tuple[float, float]:
@@ -146,4 +170,4 @@ def backward_bytes(profile: ActivationProfile, micro_batch: int, grad_ckpt: bool
         kept = (profile.layers * profile.boundary_bytes + outside) * mb + profile.fixed_bytes
         extra = max(profile.loss_temp_bytes, profile.layer_bytes - profile.loss_saved_bytes) * mb
         return kept, extra
-    return profile.per_sample_bytes * mb * ckpt_fraction + profile.fixed_bytes, 0.0
+    return profile.per_sample_bytes * mb * ckpt_fraction + profile.fixed_bytes, profile.loss_temp_bytes * mb

@@ -17,6 +17,7 @@ from advisor.errors import unknown_name
 from advisor.models import ModelSpec, TraceProfile, TransformerArch
 
 TRACED_JSON = Path(__file__).with_name("data") / "traced.json"
+ZOO = "cardwise zoo"  # advisor.zoo's implementations, what cardwise's recipes run
 
 _LLAMA = dict(mlp="swiglu", norm="rmsnorm", bias=False, positions="rope", head="lm", causal=True)
 _GPT2 = dict(mlp="gelu", norm="layernorm", bias=True, positions="learned", head="lm", causal=True,
@@ -74,7 +75,7 @@ def catalog_model(name: str) -> ModelSpec:
         arch = TransformerArch(**kw)
         return ModelSpec(
             name=key, family=family, params=arch.params(), source="catalog", description=desc,
-            task=task, arch=arch, trace=trace,
+            task=task, arch=arch, trace=trace, implementation=ZOO, loss="ce",
             default_seq_len=None if arch.patch_size else min(arch.max_seq, 2048),
             default_image_size=arch.image_size or None,
         )
@@ -84,6 +85,42 @@ def catalog_model(name: str) -> ModelSpec:
         return ModelSpec(
             name=key, family="cnn", params=traced["params"], source="catalog",
             description=f"{key.replace('resnet', 'ResNet-')} (torchvision definition)", task="1000-class",
-            trace=trace, input_shape=(3, 224, 224), default_image_size=224,
+            trace=trace, implementation=ZOO, loss="ce", input_shape=(3, 224, 224), default_image_size=224,
         )
     raise unknown_name("model", name, catalog_names(), "advise models")
+
+
+def transformers_model(name: str) -> ModelSpec | None:
+    """Catalog model ``name`` as its transformers class runs it (``hf_equivalent``), from the trace
+    precomputed by ``benchmarks/trace_catalog.py`` (no torch); None where there is no such class.
+    ``advisor.hf_trace.catalog_hf_spec`` traces the same live."""
+    entry = _traced().get(f"hf:{name.lower().strip()}")
+    return ModelSpec(**entry) if entry else None
+
+
+def hf_equivalent(name: str) -> dict | None:
+    """The Hugging Face ``config.json`` (as a dict) of the class a user's script most likely runs
+    for catalog model ``name``: GPT-2 -> GPT2LMHeadModel, BERT -> BertForMaskedLM, Llama ->
+    LlamaForCausalLM, Mistral -> MistralForCausalLM, Qwen2.5 -> Qwen2ForCausalLM; None where the
+    catalog model has no transformers class here (ViT and ResNet are torchvision's, mini-transformer
+    is cardwise's own). Fields not given take transformers' defaults (GPT-2 and BERT: dropout 0.1)."""
+    key = name.lower().strip()
+    if key not in _TRANSFORMERS or key == "mini-transformer":
+        return None
+    family, kw, _, _ = _TRANSFORMERS[key]
+    a = TransformerArch(**kw)
+    if key.startswith("gpt2"):
+        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": a.n_layers, "n_embd": a.d_model,
+                "n_head": a.n_heads, "vocab_size": a.vocab, "n_positions": a.max_seq, "tie_word_embeddings": True}
+    if key.startswith("bert"):
+        return {"model_type": "bert", "architectures": ["BertForMaskedLM"], "num_hidden_layers": a.n_layers,
+                "hidden_size": a.d_model, "num_attention_heads": a.n_heads, "intermediate_size": a.d_ff,
+                "vocab_size": a.vocab, "max_position_embeddings": a.max_seq, "type_vocab_size": a.type_vocab}
+    if family != "decoder":
+        return None
+    model_type, cls = (("qwen2", "Qwen2ForCausalLM") if key.startswith("qwen") else
+                       ("mistral", "MistralForCausalLM") if key.startswith("mistral") else ("llama", "LlamaForCausalLM"))
+    return {"model_type": model_type, "architectures": [cls], "num_hidden_layers": a.n_layers, "hidden_size": a.d_model,
+            "num_attention_heads": a.n_heads, "num_key_value_heads": a.kv_heads, "intermediate_size": a.d_ff,
+            "vocab_size": a.vocab, "max_position_embeddings": a.max_seq, "tie_word_embeddings": a.tie_embeddings,
+            "_name_or_path": key}

@@ -24,6 +24,8 @@ class ModelSummary(BaseModel):
     trainable_params: int
     family: str
     source: str
+    implementation: str = Field("", description="the code estimated: 'cardwise zoo', 'transformers GPT2LMHeadModel (sdpa)', ...")
+    loss: str | None = Field(None, description="the loss assumed on the output: ce, mse, none, model (its own)")
 
 
 class HardwareSummary(BaseModel):
@@ -76,7 +78,8 @@ def estimate(
         ttt = dataset_size * epochs / thr.samples_per_s / 3600.0
     est = Estimate(
         model=ModelSummary(name=model.name, params=model.params, trainable_params=mem.trainable_params,
-                           family=model.family, source=model.source),
+                           family=model.family, source=model.source, implementation=model.implementation,
+                           loss=model.loss),
         hardware=HardwareSummary(gpu=hardware.gpu.name, count=hardware.total_gpus, per_node=hardware.gpus_per_node,
                                  nodes=hardware.nodes, memory_gib=hardware.gpu.memory_gib,
                                  interconnect=hardware.interconnect, detected=hardware.detected,

@@ -290,6 +290,12 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
     a missing or mistyped field, or an unsupported ``model_type`` / ``architectures``.
     """
     data, p, where = _read(path)
+    return spec_from_config_dict(data, where, p)
+
+
+def spec_from_config_dict(data: dict[str, Any], where: str, path: Path | None = None) -> ModelSpec:
+    """The closed-form ModelSpec of a config dict (``where`` names it in errors and the source)."""
+    p = path or Path(where)
     cfg = _Config(data, where)
     model_type = data.get("model_type")
     if model_type is None:
@@ -320,7 +326,8 @@ def spec_from_hf_config(path: str | Path) -> ModelSpec:
     description = f"{cls} from {where}" + (f" ({note})" if note else "")
     return ModelSpec(
         name=_name(data, p), family=family, params=arch.params(), source=f"hf-config {where}",
-        description=description, task=_task(arch.head, arch), arch=arch,
+        description=description, task=_task(arch.head, arch), arch=arch, implementation="closed form",
+        loss="none" if arch.head == "none" else "model",
         default_seq_len=None if arch.patch_size else min(arch.max_seq, 2048),
         default_image_size=arch.image_size or None,
     )

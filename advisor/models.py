@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Family = Literal["decoder", "encoder", "vit", "cnn", "custom"]
 Head = Literal["lm", "mlm", "cls", "image-cls", "none"]
+# ce: cross-entropy over the output's last dim; mse: against a target shaped like the output;
+# none: the output is the loss (or its mean is); model: the model computes its own (HF labels).
+Loss = Literal["ce", "mse", "none", "model"]
 
 
 class TransformerArch(BaseModel):
@@ -148,6 +151,25 @@ class TraceProfile(BaseModel):
     largest_unit_params: int = Field(0, description="biggest block FSDP gathers at once")
     kernels: int = Field(0, description="aten ops launched per forward (eager launch overhead)")
     has_batchnorm: bool = False
+    loss: Loss = Field("none", description="loss traced on the output: ce, mse, none, or model (its own)")
+    loss_temp_bytes: dict[str, float] = Field(
+        default_factory=dict,
+        description="per sample (or token), by precision: loss-backward temporaries at the start of backward, or "
+                    "the largest gradient pair inside the model's backward, whichever is larger",
+    )
+    saved_bytes_quadratic: dict[str, float] = Field(
+        default_factory=dict, description="per sample, by precision: c in saved = a*tokens + c*tokens^2, where "
+                                          "attention falls back to the math path (s x s probabilities kept)"
+    )
+    output_bytes: dict[str, float] = Field(
+        default_factory=dict, description="per sample (or token), by precision: the output (logits) itself, alive "
+                                          "through backward when the training loop keeps it referenced (not assumed)"
+    )
+    attention: list[str] = Field(default_factory=list, description="SDPA backends a CUDA GPU would run (advisor.sdpa)")
+    layers: int = Field(0, description="repeated layers, when layer_saved_bytes is known")
+    layer_saved_bytes: dict[str, float] = Field(
+        default_factory=dict, description="per sample (or token), by precision: one layer's share of saved_bytes"
+    )
 
 
 class ModelSpec(BaseModel):
@@ -159,6 +181,11 @@ class ModelSpec(BaseModel):
     family: Family
     params: int
     source: str = Field(description="catalog | hf-config PATH | module SPEC")
+    implementation: str = Field(
+        "", description="the code whose memory is estimated: 'cardwise zoo', 'transformers GPT2LMHeadModel (sdpa)', "
+                        "'closed form (transformers not installed)', 'traced module' ..."
+    )
+    loss: Loss | None = Field(None, description="the loss the estimate assumes (None: not modelled)")
     description: str = ""
     task: str = Field("", description="what the catalog head does (causal LM, masked LM, 1000-class ...)")
     arch: TransformerArch | None = None

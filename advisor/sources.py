@@ -1,7 +1,8 @@
 """One entry point from a ``ModelRef`` (catalog name, HF config or module factory) to a ModelSpec.
 
-Catalog and ``config.json`` specs never import torch; only ``--module`` does (it traces the
-module on the meta device), and only when asked for.
+Catalog specs never import torch. ``--module`` does (it traces the module on the meta device),
+and so does ``--hf-config`` when transformers is installed (it traces the transformers class;
+without transformers it is the closed form of ``advisor.hf_config``, and the spec says so).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ def resolve_model(ref: "ModelRef") -> ModelSpec:
 
         return catalog_model(ref.name)
     if ref.hf_config:
-        from advisor.hf_config import spec_from_hf_config
+        from advisor.hf_trace import resolve_hf_config  # imports torch only if transformers is installed
 
-        return spec_from_hf_config(ref.hf_config)
+        return resolve_hf_config(ref.hf_config)
     if ref.module:
         from advisor.tracer import trace_module_spec  # imports torch
 
-        return trace_module_spec(ref.module, ref.input_shape, ref.input_dtype)
+        loss = getattr(ref, "loss", None)  # ModelRef.loss, once the CLI carries --loss
+        return trace_module_spec(ref.module, ref.input_shape, ref.input_dtype, *((loss,) if loss else ()))
     from advisor.errors import UserError
 
     raise UserError("no model given", fix="--model NAME | --hf-config PATH/config.json | --module FILE.py:FACTORY")

@@ -6,26 +6,41 @@ One training step (forward + loss + backward) runs on meta tensors under three p
 * ``pure-bf16``: module and floating inputs cast to bf16.
 * ``bf16``: CUDA autocast, *emulated* with a ``TorchFunctionMode`` because autocast never applies
   to meta tensors (and a CPU-only torch cannot fake CUDA). The mode casts the inputs of matmul-
-  class functions to bf16 and of norm/softmax/loss functions to fp32, as CUDA autocast's op
+  class functions to bf16 and of norm/softmax/loss/pow functions to fp32, as CUDA autocast's op
   lists do (torch.amp docs, "CUDA Ops that can autocast to float16/float32"); casts happen above
   autograd, so the bf16 weight copies autocast keeps for backward are counted like the real ones.
 
-Attention: ``F.scaled_dot_product_attention`` is replaced by a stand-in that saves what the
-flash / memory-efficient kernels save on GPU (q, k, v, out and the fp32 log-sum-exp) instead of
-the math path's s x s matrix, and whose FLOPs are added by formula (Dao 2022: backward
-recomputes the scores, 2.5x the forward's matmul work).
+What a GPU runs differs from what meta runs in two places, and the mode makes meta do the GPU's:
+
+* attention: ``F.scaled_dot_product_attention`` goes through ``advisor.sdpa``, which picks the
+  backend CUDA's dispatcher would (flash / cuDNN / memory-efficient keep q, k, v, out and a fp32
+  log-sum-exp; the math fallback keeps the probabilities). ``nn.MultiheadAttention`` (and so
+  ``nn.TransformerEncoderLayer``) reaches SDPA from inside ``F.multi_head_attention_forward``,
+  which the mode would not see (a mode is popped while it handles a call); the mode runs that
+  function's body with itself pushed again, so its projections, SDPA and dropout are traced.
+  With ``need_weights=True`` (plain ``nn.MultiheadAttention``'s default) that body computes the
+  probabilities explicitly, and they are counted: that is what PyTorch runs.
+* dropout: CUDA keeps a bool mask (``native_dropout``), meta a float noise tensor; the mode
+  calls ``native_dropout``.
+
+Python-composed activations (tanh-GELU as pow/mul/add/tanh), in-place ops and views are traced as
+they are. The loss (``ce``, ``mse`` or ``none``) runs on the module's output; its backward
+temporaries (and the output the training loop still holds) are recorded separately, since they
+exist only at the start of backward.
 
 Saved tensors are deduplicated by storage; parameters (and views of them) are excluded since
-the memory model counts weights separately. Tracing at batch 1 and 2 splits per-sample bytes
+the memory model counts weights separately. Tracing at batch 2 and 3 splits per-sample bytes
 from fixed ones (weight copies).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,45 +48,54 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from advisor import sdpa
 from advisor.errors import UserError
 from advisor.models import ModelSpec, TraceProfile
+from advisor.trace_counters import BackwardPeak, KernelCounter
 
 _LOWER = {F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose2d, torch.matmul, torch.mm, torch.bmm,
           torch.addmm, torch.baddbmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm,
-          torch.Tensor.bmm}
+          torch.Tensor.bmm, torch.Tensor.addmm, F.scaled_dot_product_attention}
+# CUDA autocast's float32 list (torch.amp docs, "CUDA Ops that can autocast to float32"), the
+# entries a model's Python code reaches: pow in tanh-GELU, sum, norms, softmax, losses.
 _FP32 = {F.layer_norm, F.group_norm, F.rms_norm, F.softmax, F.log_softmax, F.cross_entropy, F.nll_loss,
          F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.binary_cross_entropy_with_logits, F.kl_div,
          F.normalize, F.softplus, torch.softmax, torch.log_softmax, torch.Tensor.softmax,
          torch.Tensor.log_softmax, torch.exp, torch.log, torch.rsqrt, torch.pow, torch.Tensor.pow,
-         torch.cumsum, torch.prod, torch.norm}
+         torch.Tensor.__pow__, torch.Tensor.__rpow__, torch.cumsum, torch.prod, torch.norm, torch.sum,
+         torch.Tensor.sum, torch.Tensor.exp, torch.Tensor.log, torch.Tensor.rsqrt, torch.reciprocal}
+_LOSSES = {F.cross_entropy: 2, F.mse_loss: 1, F.log_softmax: 2, torch.log_softmax: 2, torch.Tensor.log_softmax: 2}
+_DROPOUT = {F.dropout, torch.dropout}
 
 
-class _FlashAttention(torch.autograd.Function):
-    """Meta stand-in for SDPA's flash / efficient kernels: saves q, k, v, out, lse (fp32)."""
+def _unguarded(fn):
+    """A copy of a torch.nn.functional function that skips its own ``has_torch_function`` check.
 
-    @staticmethod
-    def forward(ctx, q, k, v):
-        out = torch.empty_like(q)
-        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-        ctx.save_for_backward(q, k, v, out, lse)
-        return out
+    A TorchFunctionMode is popped while it handles a call, so the ops *inside* a Python-level
+    function it intercepts (``multi_head_attention_forward``: its in-projection, SDPA, dropout)
+    would run unseen. Running this copy with the mode pushed again lets the mode see them.
+    """
+    g = dict(fn.__globals__, has_torch_function=lambda *_: False)
+    copy = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
-    @staticmethod
-    def backward(ctx, g):
-        q, k, v, _, _ = ctx.saved_tensors
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+_DESCEND = {F.multi_head_attention_forward: _unguarded(F.multi_head_attention_forward)}
 
 
 class _TraceMode(TorchFunctionMode):
-    """Swaps SDPA for the flash stand-in and, when ``autocast`` is set, emulates CUDA autocast."""
+    """Runs a step as a CUDA GPU would: SDPA's fused kernels, fused dropout, and (with ``autocast``)
+    CUDA autocast's casts; records the loss's backward temporaries."""
 
     def __init__(self, autocast: torch.dtype | None):
         super().__init__()
         self.autocast = autocast
         self.attn_flops = 0.0  # forward FLOPs of attention scores and weighted sums
+        self.backends: set[str] = set()
+        self.loss_temp_bytes = 0.0  # loss-backward temporaries at the start of backward
         self._cast_cache: dict[int, torch.Tensor] = {}
 
     def _cast(self, x, dtype):
@@ -86,57 +110,104 @@ class _TraceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            q, k, v = args[:3]
-            if self.autocast is not None:
-                q, k, v = (self._cast(t, self.autocast) for t in (q, k, v))
-            causal = kwargs.get("is_causal", False)
-            pairs = q.shape[-2] * k.shape[-2] * (0.5 if causal else 1.0)
-            self.attn_flops += 4.0 * q.shape[:-2].numel() * pairs * q.shape[-1]
-            with torch._C.DisableTorchFunctionSubclass():
-                return _FlashAttention.apply(q, k, v)
+        first = args[0] if args else None  # before autocast's cast
+        if func in _DESCEND:
+            with self:
+                return _DESCEND[func](*args, **kwargs)
         if self.autocast is not None:
             if func in _LOWER:
                 args = tuple(self._cast(a, self.autocast) for a in args)
                 kwargs = {k: self._cast(v, self.autocast) for k, v in kwargs.items()}
             elif func in _FP32:
                 args = tuple(self._cast(a, torch.float32) for a in args)
+        if func is F.scaled_dot_product_attention:
+            return self._attention(*args, **kwargs)
+        if func in _DROPOUT:
+            x, p, train = args[0], kwargs.get("p", args[1] if len(args) > 1 else 0.5), \
+                kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+            if train and 0.0 < p < 1.0 and x.requires_grad:
+                # CUDA's fused dropout keeps a bool mask (native_dropout); the meta/CPU path of
+                # at::dropout would keep a float noise tensor instead (is_fused_kernel_acceptable).
+                return torch.native_dropout(x, p, True)[0]
+        if func in _LOSSES and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            # Loss backward: eager cross-entropy allocates the gradient of its log-softmax and of
+            # the logits (2 tensors of the logits' size), MSE the gradient of its input, alive at
+            # once at the start of backward. Autocast runs log-softmax on bf16 logits in fp32
+            # without an fp32 copy (its fp32_set_opt_dtype policy: half_to_float), so the logits'
+            # gradient comes back in bf16; measured on the H200: 2 bytes per logit less than an
+            # explicit .float() (nanoGPT and BertForMaskedLM, bf16).
+            x = args[0]
+            if _LOSSES[func] == 2:
+                self.loss_temp_bytes += x.numel() * (x.element_size() + first.element_size())
+            else:
+                self.loss_temp_bytes += x.numel() * x.element_size()
         return func(*args, **kwargs)
 
+    def _attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        out, backend = sdpa.attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        self.backends.add(backend)
+        if backend != "math":  # the math path's matmuls are counted by FlopCounterMode itself
+            pairs = q.shape[-2] * k.shape[-2] * (0.5 if is_causal else 1.0)
+            self.attn_flops += 2.0 * q.shape[:-2].numel() * pairs * (q.shape[-1] + v.shape[-1])
+        return out
 
-class _KernelCounter(TorchDispatchMode):
-    """Counts aten ops that would launch a kernel (views and metadata ops do not)."""
 
-    _FREE = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "reshape", "squeeze", "unsqueeze",
-             "slice", "select", "alias", "as_strided", "detach", "split", "chunk", "unbind", "empty_like",
-             "empty", "lift_fresh", "_to_copy_meta"}
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.__name__.split(".")[0] not in self._FREE:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
+LOSSES = ("ce", "mse", "none")
 
 
 class StepTrace:
     """The numbers from one traced training step at one batch size and precision."""
 
     def __init__(self, saved_bytes: float, fwd_flops: float, flops: float, attn_fwd_flops: float, kernels: int,
-                 output_numel: int):
+                 output_numel: int, loss_temp_bytes: float = 0.0, backends: frozenset = frozenset(),
+                 backward_peak_bytes: float = 0.0, held_bytes: float = 0.0):
         self.saved_bytes = saved_bytes
         self.fwd_flops = fwd_flops  # forward FLOPs counted by torch.utils.flop_counter
         self.flops = flops  # forward + backward
         self.attn_fwd_flops = attn_fwd_flops
         self.kernels = kernels
         self.output_numel = output_numel
+        self.loss_temp_bytes = loss_temp_bytes  # loss-backward temporaries, at the start of backward
+        self.backends = backends  # SDPA backends the GPU would run
+        self.backward_peak_bytes = backward_peak_bytes  # largest gradient pair in the model's backward
+        self.held_bytes = held_bytes  # the output the training loop holds through backward
+
+    def transient_bytes(self, base: "StepTrace | None" = None, holds_output: bool = False) -> float:
+        """Bytes on top of the saved tensors during backward (per sample when ``base`` is the same
+        step at a smaller batch): the loss's temporaries at the start of backward or the largest
+        gradient pair later, whichever is larger; plus, with ``holds_output``, the output the loop
+        keeps referenced through backward (``out = model(x); loss = f(out)``; measured loops
+        that return only the loss free it: benchmarks/results/h200-users.md)."""
+        b = base or StepTrace(0, 0, 0, 0, 0, 0)
+        held = (self.held_bytes - b.held_bytes) if holds_output else 0.0
+        return held + max(self.loss_temp_bytes - b.loss_temp_bytes, self.backward_peak_bytes - b.backward_peak_bytes)
+
+
+def apply_loss(out: torch.Tensor, loss: str) -> torch.Tensor:
+    """The training loss on a module's output: ``ce`` over the last dim (int64 targets), ``mse``
+    against a target shaped like the output, ``none``: a scalar output is the loss, else its mean."""
+    if out.dim() == 0:
+        return out
+    if loss == "ce":
+        if out.dim() < 2:
+            raise UserError(f"--loss ce needs an output [batch, ..., classes]; the module returns shape {tuple(out.shape)}",
+                            fix="use --loss mse or --loss none, or return logits with a class dimension")
+        target = torch.zeros(out.shape[:-1].numel(), dtype=torch.long, device=out.device)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target)
+    if loss == "mse":
+        target = torch.zeros(out.shape, dtype=torch.float32 if out.dtype != torch.bfloat16 else out.dtype, device=out.device)
+        return F.mse_loss(out, target)
+    return out.float().mean()
 
 
 def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int, precision: str,
-               loss_fn: Callable | None = None) -> StepTrace:
-    """Run one forward+backward of ``model`` (on meta) and measure what autograd saves."""
+               loss_fn: Callable | None = None, loss: str = "none", count: bool = True) -> StepTrace:
+    """Run one forward+backward of ``model`` (on meta) and measure what autograd saves.
+
+    ``loss_fn(model, inputs)`` replaces the plain call; it returns the loss, or ``(loss, held)``
+    with ``held`` a tensor the training loop keeps through backward (HF's ``outputs.logits``).
+    Otherwise ``loss`` (``ce|mse|none``) is applied to the module's output, which the loop holds.
+    """
     autocast = torch.bfloat16 if precision in ("bf16", "fp16") else None
     if precision == "pure-bf16":
         model = model.to(torch.bfloat16)
@@ -153,56 +224,81 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
         return t
 
     mode = _TraceMode(autocast)
-    fwd = FlopCounterMode(display=False)
-    bwd = FlopCounterMode(display=False)
-    kernels = _KernelCounter()
+    # FLOPs and kernels are counted only when asked: the dispatch-level counters cost more than
+    # the trace itself, and one precision's count is all the estimator reads.
+    fwd = FlopCounterMode(display=False) if count else contextlib.nullcontext()
+    # The backward counter is kept for the kernel count's sake: under it some backward ops
+    # decompose (silu_backward into 6), which the throughput constants were fitted with.
+    bwd = FlopCounterMode(display=False) if count else contextlib.nullcontext()
+    kernels = KernelCounter() if count else contextlib.nullcontext()
     with kernels, mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with fwd:
             out = model(*inputs) if loss_fn is None else loss_fn(model, inputs)
-            loss = out if out.dim() == 0 else out.float().mean()
+            held = None
+            if isinstance(out, tuple):
+                out, held = out
+            elif out.dim() > 0 and loss in ("ce", "mse"):
+                held = out
+            value = apply_loss(out, loss)
         numel = 0 if out.dim() == 0 else out.numel()
-        with bwd:
-            loss.backward()
-    f = float(fwd.get_total_flops())
-    return StepTrace(float(sum(saved.values())), f, f + float(bwd.get_total_flops()), mode.attn_flops,
-                     kernels.count, numel)
+        if held is not None:
+            numel = held.numel() if held.dim() > 0 else 0
+        shapes = {tuple(p.shape) for p in model.parameters()} | {tuple(p.shape)[::-1] for p in model.parameters()}
+        peak = BackwardPeak(held is None or not held.requires_grad, shapes)
+        if not peak.armed:
+            held.register_hook(lambda g: setattr(peak, "armed", True))
+        with bwd, peak:
+            value.backward()
+    for prm in model.parameters():
+        prm.grad = None
+    f = float(fwd.get_total_flops()) if count else 0.0
+    held_bytes = held.numel() * held.element_size() if held is not None else 0
+    return StepTrace(float(sum(saved.values())), f, f, mode.attn_flops, kernels.count if count else 0, numel,
+                     mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes)
 
 
-def _per_sample(model_factory, make_inputs, precision, loss_fn=None) -> tuple[float, float, StepTrace, StepTrace]:
-    with torch.device("meta"):
-        m1 = model_factory()
-        m2 = model_factory()
-    t1 = trace_step(m1, make_inputs, 1, precision, loss_fn)
-    t2 = trace_step(m2, make_inputs, 2, precision, loss_fn)
+def _per_sample(model: nn.Module, make_inputs, precision, loss_fn=None, loss="none",
+                count: bool = False) -> tuple[float, float, StepTrace, StepTrace]:
+    # Batches 2 and 3, not 1: at batch 1 some reshapes of permuted tensors are views (a size-1
+    # dim has no stride constraint) that copy at any real batch (MultiheadAttention's output).
+    t1 = trace_step(model, make_inputs, 2, precision, loss_fn, loss, False)
+    t2 = trace_step(model, make_inputs, 3, precision, loss_fn, loss, count)  # FLOPs: linear in the batch, counted once
     per = t2.saved_bytes - t1.saved_bytes
-    return per, t1.saved_bytes - per, t1, t2
+    return per, t1.saved_bytes - 2 * per, t1, t2
 
 
-PRECISIONS = ("fp32", "bf16", "pure-bf16")
+PRECISIONS = ("fp32", "bf16", "pure-bf16")  # pure-bf16 last: it casts the module
 
 
 def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable[[int], tuple],
-                   ref_input: tuple[int, ...], scales_with: str = "fixed", loss_fn=None) -> tuple[TraceProfile, int]:
+                   ref_input: tuple[int, ...], scales_with: str = "fixed", loss_fn=None,
+                   loss: str = "none") -> tuple[TraceProfile, int]:
     """A TraceProfile per sample for any module; returns it and the parameter count."""
-    saved, fixed = {}, {}
-    t1 = t2 = None
-    for p in PRECISIONS:
-        per, fix, t1, t2 = _per_sample(model_factory, make_inputs, p, loss_fn)
-        saved[p], fixed[p] = per, max(0.0, fix)
+    saved, fixed, temps, held, backends = {}, {}, {}, {}, set()
     with torch.device("meta"):
-        m = model_factory()
+        m = model_factory()  # one build serves all traces (building can cost more than tracing)
     n_params = sum(p.numel() for p in m.parameters())
+    counted = None
+    for p in PRECISIONS:  # FLOPs and kernels counted once, on the last step (as before: pure-bf16)
+        per, fix, t1, t2 = _per_sample(m, make_inputs, p, loss_fn, loss, count=p == PRECISIONS[-1])
+        saved[p], fixed[p] = per, max(0.0, fix)
+        temps[p] = t2.transient_bytes(t1)
+        held[p] = t2.held_bytes - t1.held_bytes
+        backends |= t1.backends | t2.backends
+        counted = (t1, t2) if p == PRECISIONS[-1] else counted
+    t1, t2 = counted
     mm_weights = sum(mod.weight.numel() for mod in m.modules()
                      if isinstance(mod, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and mod.weight is not None)
     units = [sum(p.numel() for p in c.parameters()) for c in _units(m)]
     has_bn = any(isinstance(mod, nn.modules.batchnorm._BatchNorm) for mod in m.modules())
     return TraceProfile(
         ref_input=ref_input, scales_with=scales_with,
-        fwd_flops=(t2.fwd_flops - t1.fwd_flops) + (t2.attn_fwd_flops - t1.attn_fwd_flops),
+        fwd_flops=(t2.fwd_flops + t2.attn_fwd_flops) / 3,
         saved_bytes=saved, fixed_saved_bytes=fixed,
         output_numel=float(t2.output_numel - t1.output_numel),
         matmul_weight_params=mm_weights, largest_unit_params=max(units) if units else n_params,
-        kernels=t1.kernels, has_batchnorm=has_bn,
+        kernels=t2.kernels, has_batchnorm=has_bn, loss="model" if loss_fn is not None else loss,
+        loss_temp_bytes=temps, output_bytes=held, attention=sorted(backends),
     ), n_params
 
 
@@ -243,8 +339,15 @@ def load_factory(spec: str) -> Callable[[], nn.Module]:
     return factory
 
 
-def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtype: str = "float32") -> ModelSpec:
-    """A ModelSpec for a user's module, traced on meta (no real memory, no GPU)."""
+def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtype: str = "float32",
+                      loss: str = "ce") -> ModelSpec:
+    """A ModelSpec for a user's module, traced on meta (no real memory, no GPU).
+
+    ``loss``: what the training loop does with the module's output (``apply_loss``): ``ce``
+    (default; cross-entropy over the last dim, int64 targets), ``mse`` or ``none``.
+    """
+    if loss not in LOSSES:
+        raise UserError(f"unknown loss '{loss}'", fix=f"use one of {', '.join(LOSSES)}")
     if not input_shape:
         raise UserError("--module needs --input-shape", fix="give the per-sample input shape, e.g. --input-shape 3,224,224")
     dtype = getattr(torch, input_dtype, None)
@@ -263,9 +366,11 @@ def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtyp
             raise UserError(f"factory returned {type(m).__name__}, not a torch.nn.Module", where=spec)
         return m
 
+    # Token ids [batch, seq]: with fused attention everything saved is linear in seq (sdpa.py).
+    scales = "tokens" if len(input_shape) == 1 and not dtype.is_floating_point else "fixed"
     start = time.perf_counter()
     try:
-        profile, n_params = profile_module(build, make_inputs, tuple(input_shape))
+        profile, n_params = profile_module(build, make_inputs, tuple(input_shape), scales_with=scales, loss=loss)
     except UserError:
         raise
     except Exception as exc:
@@ -274,5 +379,7 @@ def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtyp
     family = "cnn" if profile.has_batchnorm and len(input_shape) == 3 else "custom"
     return ModelSpec(name=spec.rsplit(":", 1)[-1], family=family, params=n_params, source=f"module {spec}",
                      description=f"traced in {time.perf_counter() - start:.1f}s on the meta device",
+                     implementation=f"traced module {spec}", loss=loss,
                      trace=profile, input_shape=tuple(input_shape), input_dtype=input_dtype,
-                     default_image_size=input_shape[-1] if len(input_shape) == 3 else None)
+                     default_image_size=input_shape[-1] if len(input_shape) == 3 else None,
+                     default_seq_len=input_shape[0] if scales == "tokens" else None)

@@ -2,7 +2,9 @@
 
 Transformers have closed-form activation formulas (advisor/activations.py); CNNs are traced here
 on the meta device (advisor/tracer.py) at their reference input, once, so that looking them up
-never imports torch.
+never imports torch. The catalog transformers that have a Hugging Face class (GPT-2, BERT, Llama,
+Mistral, Qwen2) are also traced as transformers builds them (keys "hf:NAME"), for
+``advisor.catalog.transformers_model``. Needs transformers installed.
 
     python benchmarks/trace_catalog.py
 """
@@ -43,7 +45,21 @@ def main() -> None:
         out[name] = {"params": params, "trace": profile.model_dump(mode="json")}
         print(f"{name}: {params:,} params, {profile.fwd_flops / 1e9:.2f} GFLOP fwd, "
               f"{profile.saved_bytes['bf16'] / 2**20:.0f} MiB saved/sample (bf16), {time.perf_counter() - start:.1f}s")
-    meta = {"_generated_by": "benchmarks/trace_catalog.py", "_torch": torch.__version__}
+    # The catalog's transformers as transformers runs them (advisor.hf_trace), for
+    # catalog.transformers_model: what a user's own script most likely trains.
+    from advisor.catalog import catalog_names
+    from advisor.hf_trace import catalog_hf_spec
+
+    for name in catalog_names():
+        start = time.perf_counter()
+        spec = catalog_hf_spec(name)
+        if spec is not None:
+            out[f"hf:{name}"] = spec.model_copy(update={"description": spec.description.split(";")[0]}).model_dump(mode="json")
+            print(f"hf:{name}: {spec.implementation}, {time.perf_counter() - start:.1f}s")
+    import transformers
+
+    meta = {"_generated_by": "benchmarks/trace_catalog.py", "_torch": torch.__version__,
+            "_transformers": transformers.__version__}
     TRACED_JSON.write_text(json.dumps({**meta, **out}, indent=1) + "\n")
     print(f"wrote {TRACED_JSON}")
 

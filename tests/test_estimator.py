@@ -100,7 +100,9 @@ def test_closed_form_matches_tracer(name, precision):
     p = Precision(precision)
     tokens = arch.tokens(seq)
     layer = transformer_layer_bytes(arch, p) * tokens
-    assert saved[2] - saved[1] == pytest.approx(layer, rel=1e-6)
+    # rel 2e-4: fp32 runs the memory-efficient kernel, which pads its log-sum-exp to 32 rows
+    # (advisor.sdpa), a few bytes per token the per-token formula leaves out (ViT: 197 -> 224 rows)
+    assert saved[2] - saved[1] == pytest.approx(layer, rel=1e-6 if precision != "fp32" else 2e-4)
     base_bytes, _ = transformer_base_bytes(arch, p)
     # outside the layers, per-sample heads (a pooler on one token) add a few KiB the per-token formula omits
     assert saved[1] - layer == pytest.approx(base_bytes * tokens, rel=0.05, abs=4096)

@@ -78,7 +78,7 @@ ESTIMATE = textwrap.dedent("""
     estimate(catalog_model('resnet50'), TrainConfig(micro_batch=64), HardwareSpec(gpu=get_gpu('H100')))
 """)
 
-ADVISE = _walk(("advisor", "rules"), skip=("tracer", "zoo")) + textwrap.dedent("""
+ADVISE = _walk(("advisor", "rules"), skip=("tracer", "zoo", "sdpa", "trace_counters", "hf_trace")) + textwrap.dedent("""
     from rules import advise
     advise('llama3-8b', gpu='A100-80GB', gpus=8, seq_len=2048)
     advise('resnet50', gpu='V100', dataset_size=1000, epochs=1)
@@ -95,7 +95,7 @@ CASES = [
     pytest.param(_cli(["--model", "llama3-8b", "--gpu", "H100", "--gpus", "8", "--json"],
                       check="assert json.loads(out)['recommendation']['strategy'] == 'fsdp'"),
                  ("torch",), id="advise --model llama3-8b (catalog recommendation)"),
-    # tracer and zoo build torch modules by design (tracing --module); everything else stays light
+    # tracer, zoo, sdpa, trace_counters and hf_trace build or trace torch modules by design; everything else stays light
     pytest.param(ADVISE, ("textual", "accelerate", "torch"), id="advisor and rules, advising"),
     pytest.param(_walk(("advisor", "rules")), ("textual", "tui"), id="every advisor and rules module"),
     pytest.param(FIRST_SCREEN, ("torch", "accelerate"), id="wizard first screen"),  # they load only when launching
