@@ -22,12 +22,22 @@ from advisor.sources import resolve_model
 def estimate_request(req: Request, *, machine: Machine | None = None,
                      calibration: Calibration | None = None) -> tuple[Estimate, list[str]]:
     """(Estimate, defaults applied) for ``req``. UserError for a request that names no configuration."""
-    spec = resolve_model(req.model)
+    applied: list[str] = []
+    ref = req.model
+    if ref.name and ref.implementation is None:
+        # A user's script most likely loads the transformers class (issue: "estimate the code that
+        # will run"); cardwise's recipes run its own implementation (--implementation cardwise).
+        from advisor.catalog import transformers_model
+
+        if transformers_model(ref.name) is not None:
+            ref = ref.model_copy(update={"implementation": "transformers"})
+            applied.append("implementation: the transformers class a script loads (--implementation cardwise for "
+                           "cardwise's recipes)")
+    spec = resolve_model(ref)
     if machine is None:
         # A named GPU needs no NVML (only the CPU core count).
         machine = Machine(cpu_cores=os.cpu_count() or 1) if req.gpu else detect_machine()
     hw = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps)
-    applied: list[str] = []
     llm = spec.family == "decoder" and spec.params > 1e9
     micro = req.micro_batch
     if micro is None:

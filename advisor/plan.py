@@ -29,6 +29,11 @@ class ModelRef(BaseModel):
     module: str | None = Field(None, description="FILE.py:FACTORY or pkg.mod:FACTORY")
     input_shape: tuple[int, ...] | None = None
     input_dtype: str = "float32"
+    loss: Literal["ce", "mse", "none"] | None = Field(
+        None, description="--module: the loss on the output (ce over the last dim, mse, or none: the output is the loss); None = ce")
+    implementation: Literal["cardwise", "transformers"] | None = Field(
+        None, description="--model: which code runs it: cardwise's own (its recipes) or the transformers class a "
+                          "user's script loads; None = the command's default")
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelRef":
@@ -46,7 +51,7 @@ class ModelRef(BaseModel):
     def to_argv(self) -> list[str]:
         """The model flags that name this source again (``--model`` | ``--hf-config`` | ``--module ...``)."""
         if self.name:
-            return ["--model", self.name]
+            return ["--model", self.name] + (["--implementation", self.implementation] if self.implementation else [])
         if self.hf_config:
             return ["--hf-config", self.hf_config]
         out = ["--module", self.module]
@@ -54,17 +59,27 @@ class ModelRef(BaseModel):
             out += ["--input-shape", ",".join(map(str, self.input_shape))]
         if self.input_dtype != "float32":
             out += ["--input-dtype", self.input_dtype]
+        if self.loss:
+            out += ["--loss", self.loss]
         return out
 
     @classmethod
-    def from_flags(cls, *, name=None, hf_config=None, module=None, input_shape=None, input_dtype="float32") -> "ModelRef":
+    def from_flags(cls, *, name=None, hf_config=None, module=None, input_shape=None, input_dtype="float32", loss=None,
+                   implementation=None) -> "ModelRef":
         """From the CLI's (or the wizard's) model fields, with the errors a user can act on."""
         if not (name or hf_config or module):
             raise UserError("no model given",
                             fix="add --model NAME (see `advise models`), --hf-config PATH or --module FILE.py:FACTORY")
         if input_shape and not module:
             raise UserError("--input-shape only applies to --module", fix="drop --input-shape, or use --module FILE.py:FACTORY")
-        return cls(name=name, hf_config=hf_config, module=module, input_shape=input_shape, input_dtype=input_dtype or "float32")
+        if loss and not module:
+            raise UserError("--loss only applies to --module (catalog and Hugging Face models bring their own loss)",
+                            fix="drop --loss, or use --module FILE.py:FACTORY")
+        if implementation and not name:
+            raise UserError("--implementation only applies to catalog models (--model NAME)",
+                            fix="drop --implementation: --hf-config and --module already name the code that runs")
+        return cls(name=name, hf_config=hf_config, module=module, input_shape=input_shape,
+                   input_dtype=input_dtype or "float32", loss=loss, implementation=implementation)
 
 
 class Plan(BaseModel):

@@ -18,8 +18,17 @@ if TYPE_CHECKING:
 def resolve_model(ref: "ModelRef") -> ModelSpec:
     """The ModelSpec ``ref`` names. User mistakes raise ``advisor.errors.UserError``."""
     if ref.name:
-        from advisor.catalog import catalog_model
+        from advisor.catalog import catalog_model, transformers_model
 
+        if ref.implementation == "transformers":
+            spec = transformers_model(ref.name)
+            if spec is None:
+                from advisor.errors import UserError
+
+                raise UserError(f"{ref.name} has no transformers class in cardwise's table",
+                                fix="drop --implementation transformers (cardwise's own implementation is estimated), "
+                                    "or give the model's config with --hf-config PATH/config.json")
+            return spec
         return catalog_model(ref.name)
     if ref.hf_config:
         from advisor.hf_trace import resolve_hf_config  # imports torch only if transformers is installed
@@ -28,8 +37,7 @@ def resolve_model(ref: "ModelRef") -> ModelSpec:
     if ref.module:
         from advisor.tracer import trace_module_spec  # imports torch
 
-        loss = getattr(ref, "loss", None)  # ModelRef.loss, once the CLI carries --loss
-        return trace_module_spec(ref.module, ref.input_shape, ref.input_dtype, *((loss,) if loss else ()))
+        return trace_module_spec(ref.module, ref.input_shape, ref.input_dtype, ref.loss or "ce")
     from advisor.errors import UserError
 
     raise UserError("no model given", fix="--model NAME | --hf-config PATH/config.json | --module FILE.py:FACTORY")

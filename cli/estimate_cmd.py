@@ -63,6 +63,8 @@ def render(est, applied: list[str], console=None) -> None:
              + (", compile" if c.compile else "") + (", checkpointing" if c.grad_ckpt else "")
              + (f", LoRA r{c.lora_rank}" if c.lora_rank else ""))
     console.print(Text(title, style="bold"))
+    console.print(Text(f"estimated code: {est.model.implementation or 'unnamed'}"
+                       + (f"; loss assumed: {est.model.loss}" if est.model.loss else ""), style="dim"))
     if applied:
         console.print(Text("defaults: " + "; ".join(applied), style="dim"))
     tab = Table(title="memory per GPU (GiB)", title_justify="left", show_edge=False)

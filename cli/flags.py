@@ -51,6 +51,11 @@ def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
     g.add_argument("--module", metavar="FILE.py:FACTORY", help="a torch.nn.Module factory, traced on the meta device")
     g.add_argument("--input-shape", type=shape, metavar="3,224,224", help="per-sample input shape for --module")
     g.add_argument("--input-dtype", default="float32", help="input dtype for --module (float32, int64, ...)")
+    g.add_argument("--loss", choices=("ce", "mse", "none"),
+                   help="--module: loss on the output (default ce: cross-entropy over the last dim; none: the output is the loss)")
+    g.add_argument("--implementation", choices=("cardwise", "transformers"),
+                   help="--model: estimate cardwise's own implementation (what its recipes run) or the transformers "
+                        "class a script loads (default: transformers for `estimate`, cardwise otherwise)")
     p.set_defaults(_model_required=required)
 
 
@@ -104,7 +109,8 @@ def model_ref(args: argparse.Namespace):
     from advisor.plan import ModelRef
 
     return ModelRef.from_flags(name=args.model, hf_config=args.hf_config, module=args.module,
-                               input_shape=args.input_shape, input_dtype=args.input_dtype)
+                               input_shape=args.input_shape, input_dtype=args.input_dtype,
+                               loss=getattr(args, "loss", None), implementation=getattr(args, "implementation", None))
 
 
 def request_from_namespace(args: argparse.Namespace, **override) -> Request:

@@ -48,7 +48,17 @@ def plan_from_flags(args: argparse.Namespace):
     from advisor.calibration import load_calibration
     from rules.api import plan
 
-    return plan(flags.request_from_namespace(args), calibration=load_calibration(flags.home_dir(args))), []
+    req = flags.request_from_namespace(args)
+    notes = []
+    if args.script and not args.recipe and req.model.name and req.model.implementation is None:
+        # A user's script most likely loads the transformers class of a catalog model: plan for that code.
+        from advisor.catalog import transformers_model
+
+        if transformers_model(req.model.name) is not None:
+            req = req.model_copy(update={"model": req.model.model_copy(update={"implementation": "transformers"})})
+            notes.append("planned for the transformers class your script most likely loads "
+                         "(--implementation cardwise if it runs cardwise's own model)")
+    return plan(req, calibration=load_calibration(flags.home_dir(args))), notes
 
 
 def target_from_flags(args: argparse.Namespace, plan):

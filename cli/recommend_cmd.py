@@ -158,7 +158,8 @@ def render_report(rec, console=None) -> None:
     head.add_column()
     head.add_row("hardware", f"{hw.count}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, "
                  f"{hw.nodes} node(s); {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
-    head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source})"
+    head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
+                 f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
                  + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))
     shape = []
     if r.seq_len:
