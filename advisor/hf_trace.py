@@ -80,6 +80,10 @@ def trace_hf(data: dict, closed: ModelSpec) -> ModelSpec:
     import transformers
     from transformers import AutoConfig
 
+    # transformers' notes about config fields (e.g. "loss_type=None ... Using the default loss") are
+    # not the user's business here: the config is only read to build the model on meta.
+    transformers.logging.set_verbosity_error()
+
     from advisor.tracer import profile_module
 
     start = time.perf_counter()
