@@ -22,3 +22,15 @@ def resolve_home(explicit: str | os.PathLike | None = None) -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("cardwise"))
+
+
+def write_private_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` with mode 0600, atomically: a reader sees the old file or the
+    whole new one, never half (calibration, probe factors, submissions)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path

@@ -27,8 +27,6 @@ micro-batch or sequence length of that model; not to FSDP, whose sharded memory 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
 import time
 from pathlib import Path
 
@@ -116,13 +114,9 @@ def save_model_factor(home: Path, factor: ModelFactor) -> Path:
     home = Path(home)
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     data = ProbeFactorsFile(factors={**read_model_factors(home), factor.key: factor})
-    path = factors_path(home)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(data.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    from advisor.paths import write_private_atomic
+
+    return write_private_atomic(factors_path(home), data.model_dump_json(indent=2) + "\n")
 
 
 def with_model_factors(cal, home: Path | None):

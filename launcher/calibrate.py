@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -103,14 +102,10 @@ def write_calibration(home: Path, cal: CalibrationFile) -> Path:
     """Write atomically (a reader never sees half a file), mode 0600 like the run store."""
     from launcher.home import ensure_home
 
+    from advisor.paths import write_private_atomic
+
     ensure_home(Path(home))
-    path = calibration_path(home)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(cal.model_dump_json(indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_private_atomic(calibration_path(home), cal.model_dump_json(indent=2) + "\n")
 
 
 def update_calibration(home: Path, samples: list[CalibrationSample]) -> CalibrationFile:
