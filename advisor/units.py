@@ -59,6 +59,14 @@ def nonneg_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def port(text: str) -> int:
+    """A TCP port, 1..65535 (a larger number would reach the rendezvous and fail in every rank)."""
+    v = _int_at_least(text, 1)
+    if v > 65535:
+        raise ValueError(f"a TCP port is 1..65535, got {v}")
+    return v
+
+
 def positive_float(text: str) -> float:
     """A finite number above zero ('inf' and 'nan' are not numbers a run can use)."""
     try:
