@@ -113,6 +113,7 @@ REFUSED = [
     (["submit", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic"], "GiB of host RAM per CPU process"),
     (["submit", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
     (["bench", *MINI, "--processes", "1,100000"], "only wait on each other"),
+    (["probe", "--cpu", "--model", "llama3-8b"], "GiB of host RAM per CPU process"),
     # --- --data files, read before any rank
     (["launch", *TEXT, "{d}/empty.jsonl"], "the file is empty"),
     (["launch", *TEXT, "{d}/blank.jsonl"], "the file is empty"),
