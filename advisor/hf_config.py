@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from advisor import units
 from advisor.errors import UserError, close_names
 from advisor.models import ModelSpec, TransformerArch
 
@@ -125,10 +126,12 @@ def _read(path: str | Path) -> tuple[dict[str, Any], Path, str]:
         raise UserError(f"cannot read it: {exc.strerror or exc}", where=where,
                         fix="check the path and its permissions") from None
     try:
-        data = json.loads(text)
+        data = units.strict_json_loads(text)  # NaN, Infinity, 1e308 and deep nesting are refused here
     except json.JSONDecodeError as exc:
         raise UserError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", where=where,
                         fix="repair the file (python -m json.tool FILE shows the spot) or download it again") from None
+    except units.JSONLimitError as exc:
+        raise UserError(str(exc), where=where, fix="use the checkpoint's original config.json") from None
     if not isinstance(data, dict):
         raise UserError(f"expected a JSON object with \"model_type\", got a JSON {type(data).__name__}", where=where,
                         fix="give a model's config.json, not another JSON file")

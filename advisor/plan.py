@@ -39,8 +39,10 @@ class ModelRef(BaseModel):
     def _one_source(self) -> "ModelRef":
         given = [n for n in ("name", "hf_config", "module") if getattr(self, n)]
         if len(given) != 1:
+            # the flags as users type them: field `name` is the flag --model
+            flag = {"name": "--model", "hf_config": "--hf-config", "module": "--module"}
             raise UserError(
-                "give exactly one model source" + (f" (got {', '.join('--' + g.replace('_', '-') for g in given)})" if given else ""),
+                "give exactly one model source" + (f" (got {', '.join(flag[g] for g in given)})" if given else ""),
                 fix="--model NAME | --hf-config PATH/config.json | --module FILE.py:FACTORY --input-shape 3,224,224",
             )
         return self
@@ -137,10 +139,21 @@ class Plan(BaseModel):
         return max(1, math.ceil(self.dataset_size / self.global_batch))
 
     def save(self, path: Path) -> None:
-        path.write_text(self.model_dump_json(indent=2) + "\n")
+        try:
+            Path(path).write_text(self.model_dump_json(indent=2) + "\n")
+        except OSError as exc:  # the CLI checks the path first; this is the race after the check
+            raise UserError(f"cannot write the plan: {exc.strerror or exc}", where=str(path),
+                            fix="give a file in an existing folder you can write") from None
 
     @classmethod
     def load(cls, path: Path) -> "Plan":
+        """A plan.json, or a directory holding one (a run directory: ``advise launch --plan RUN_DIR``)."""
+        if Path(path).is_dir():
+            if not (Path(path) / "plan.json").is_file():
+                raise UserError("a directory without a plan.json", where=str(path),
+                                fix="give a plan.json written by `advise --save-plan`, or a run directory "
+                                    "(`advise show ID` prints it)")
+            path = Path(path) / "plan.json"
         try:
             text = Path(path).read_text()
         except OSError as exc:

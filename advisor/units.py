@@ -1,8 +1,11 @@
-"""Parsing of human units shared by the CLI, the Python API and the wizard (no argparse here)."""
+"""Parsing of human units and user-given numbers (flags, form fields, JSON files), shared by the CLI,
+the Python API and the wizard (no argparse here)."""
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from advisor.errors import UserError
 
@@ -59,6 +62,14 @@ def nonneg_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def port(text: str) -> int:
+    """A TCP port, 1..65535 (a larger number would reach the rendezvous and fail in every rank)."""
+    v = _int_at_least(text, 1)
+    if v > 65535:
+        raise ValueError(f"a TCP port is 1..65535, got {v}")
+    return v
+
+
 def positive_float(text: str) -> float:
     """A finite number above zero ('inf' and 'nan' are not numbers a run can use)."""
     try:
@@ -87,3 +98,59 @@ def duration_hours(text: str) -> float:
         return parse_duration_hours(text.strip())
     except UserError as exc:
         raise ValueError(exc.message().replace("\n  fix:", ";")) from None
+
+# ---------------------------------------------------------------- JSON numbers
+# Python's ``json`` accepts ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON at all), numbers of
+# any size (``1e308`` as a hidden size makes every estimate ``inf`` or an ``OverflowError``) and
+# nesting until the interpreter's recursion limit (a ``RecursionError`` traceback). A file a user
+# hands to cardwise whose numbers feed arithmetic, such as a Hugging Face ``config.json``, is read
+# with ``strict_json_loads`` instead: each of those is a ``JSONLimitError`` (a ``ValueError``).
+
+# Larger than any size, count or constant a real model config holds (vocabularies ~1e6, context
+# lengths ~1e7, rope_theta ~1e8), small enough that products of a few of them stay finite.
+MAX_MAGNITUDE = 1e12
+# Hugging Face configs nest 3-4 levels (task_specific_params, rope_scaling, text_config); 32 is
+# generous and far below the recursion limit.
+MAX_DEPTH = 32
+_MAX_DIGITS = 64  # digits of a literal; int() of a long one is itself slow (CPython caps it at 4300)
+
+
+class JSONLimitError(ValueError):
+    """Valid-looking JSON outside the limits above."""
+
+
+def _json_constant(name: str):
+    raise JSONLimitError(f"{name} is not a number JSON allows (nor one a model size can be)")
+
+
+def _json_number(text: str, kind):
+    if len(text) > _MAX_DIGITS:
+        raise JSONLimitError(f"the number {text[:20]}... has {len(text)} digits")
+    value = kind(text)
+    if abs(value) > MAX_MAGNITUDE:
+        raise JSONLimitError(f"the number {text} is out of range (|x| <= {MAX_MAGNITUDE:g})")
+    return value
+
+
+def _json_depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def strict_json_loads(text: str) -> Any:
+    """``json.loads`` with the limits above: ``json.JSONDecodeError`` for bad syntax,
+    ``JSONLimitError`` for NaN/Infinity, out-of-range numbers and deep nesting."""
+    try:
+        data = json.loads(text, parse_constant=_json_constant, parse_int=lambda t: _json_number(t, int),
+                          parse_float=lambda t: _json_number(t, float))
+    except RecursionError:
+        raise JSONLimitError(f"nested more than {MAX_DEPTH} levels deep") from None
+    if _json_depth(data) > MAX_DEPTH:
+        raise JSONLimitError(f"nested more than {MAX_DEPTH} levels deep")
+    return data

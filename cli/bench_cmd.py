@@ -93,7 +93,13 @@ def request_from_args(args: argparse.Namespace, machine):
         raise UserError("--processes is for --cpu runs", fix="add --cpu, or give GPU counts with --gpus 1,2")
     modes = parse_modes(args.modes or ("single,ddp" if args.cpu else "single,dp,ddp,fsdp"))
     if args.cpu:
+        from launcher.host_fit import max_processes
+
         counts = parse_counts(args.processes or "1,2", "--processes")
+        if max(counts) > max_processes(machine.cpu_cores):
+            raise UserError(f"--processes {max(counts)}: that many CPU processes on {machine.cpu_cores} core(s) "
+                            f"only wait on each other (at most {max_processes(machine.cpu_cores)} here)",
+                            fix=f"e.g. --processes 1,{min(2, max_processes(machine.cpu_cores))}")
         default_precision = "fp32"
     else:
         visible = visible_gpus(machine)
@@ -214,6 +220,10 @@ def _bench(args: argparse.Namespace) -> int:
 
     machine = detect_machine()
     request = request_from_args(args, machine)
+    # Files are written after the whole bench has run: a bad path must fail now, not then.
+    for path, flag, example in ((args.csv, "--csv", "bench.csv"), (args.report, "--report", "report.md"),
+                                (args.plot, "--plot", "plot.png")):
+        flags.check_output_file(path, flag, example)
     if args.plot is not None:
         try:
             import matplotlib  # noqa: F401

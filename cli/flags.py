@@ -7,6 +7,7 @@ choose" (`advise launch --micro-batch 16` pins the micro-batch, the rules fill i
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from advisor import units
@@ -40,6 +41,7 @@ def _argparse_type(parse):
 positive_int = _argparse_type(units.positive_int)
 nonneg_int = _argparse_type(units.nonneg_int)
 positive_float = _argparse_type(units.positive_float)
+port = _argparse_type(units.port)
 shape = _argparse_type(units.shape)
 duration_hours = _argparse_type(units.duration_hours)
 
@@ -134,3 +136,35 @@ def home_dir(args: argparse.Namespace) -> Path:
     from advisor.paths import resolve_home
 
     return resolve_home(getattr(args, "home", None))
+
+
+def check_output_file(path: Path | None, flag: str, example: str = "out") -> None:
+    """A file flag (``--save-plan``, ``--csv``, ...) that can be written, checked before any work:
+    a bench that has run for an hour must not end in a traceback because its folder is missing."""
+    if path is None:
+        return
+    from advisor.errors import UserError
+
+    p = path.expanduser()
+    if p.is_dir():
+        raise UserError(f"{flag} names a directory, not a file", where=str(path), fix=f"give a file name, e.g. {flag} {p / example}")
+    parent = p.parent
+    if not parent.is_dir():
+        raise UserError(f"{flag}: the folder {parent} does not exist", where=str(path),
+                        fix=f"create it first (mkdir -p {parent}) or write into an existing folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UserError(f"{flag}: cannot write here (permission denied)", where=str(path),
+                        fix="write into a folder you own, e.g. the current one")
+
+
+def check_home_readable(home: Path) -> None:
+    """A home given to a reading command (``runs``, ``show``, ``logs``, ``cancel``) that is a file or
+    unreadable would otherwise read as "no runs recorded yet"; say what is wrong instead."""
+    from advisor.errors import UserError
+
+    if home.exists() and not home.is_dir():
+        raise UserError("the cardwise home is a file, not a directory", where=str(home),
+                        fix="pass the directory runs were recorded in with --home DIR (or set CARDWISE_HOME)")
+    if home.is_dir() and not os.access(home, os.R_OK | os.X_OK):
+        raise UserError("cannot read the cardwise home (permission denied)", where=str(home),
+                        fix="run as the user who owns it, or pass another home with --home DIR")

@@ -30,6 +30,14 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_hardware_flags(parser)
     flags.add_workload_flags(parser)
     g = parser.add_argument_group("launch")
+    # `advise submit` shares this parser but always refuses --dry-run, --emit, --probe and the
+    # multi-node flags (the service runs one-machine plans): they stay parsed there, so the
+    # refusal can say what to do instead, and out of its --help.
+    submit = name == "submit"
+
+    def shown(text: str) -> str:
+        return argparse.SUPPRESS if submit else text
+
     g.add_argument("--plan", type=Path, metavar="plan.json", help="launch a saved plan instead of planning from flags")
     g.add_argument("--recipe", metavar="NAME", help=f"built-in training loop: {', '.join(RECIPES)}")
     g.add_argument("--data", type=Path, metavar="FILE", help="(text, label) JSONL/CSV for --recipe text-classification")
@@ -38,20 +46,21 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
     g.add_argument("--cpu", action="store_true", help="run the ranks on CPU over gloo (no GPU needed)")
     g.add_argument("--processes", type=flags.positive_int, metavar="N", help="CPU processes per node (with --cpu)")
-    g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help="this machine's rank (multi-node)")
-    g.add_argument("--main-address", metavar="HOST", help="address of node 0, reachable from every node")
-    g.add_argument("--main-port", type=flags.positive_int, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
+    g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help=shown("this machine's rank (multi-node)"))
+    g.add_argument("--main-address", metavar="HOST", help=shown("address of node 0, reachable from every node"))
+    g.add_argument("--main-port", type=flags.port, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
     g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=3, metavar="N",
                    help="retries with half the micro-batch after a CUDA OOM (default 3)")
-    g.add_argument("--dry-run", action="store_true", help="print the Accelerate config and command; run nothing")
-    g.add_argument("--emit", choices=("slurm",), help="print an sbatch script for the plan instead of running it")
+    g.add_argument("--dry-run", action="store_true", help=shown("print the Accelerate config and command; run nothing"))
+    g.add_argument("--emit", choices=("slurm",), help=shown("print an sbatch script for the plan instead of running it"))
     g.add_argument("--save-plan", type=Path, metavar="plan.json", help="also write the plan to this file")
     g.add_argument("--probe", action="store_true",
-                   help="first run a few steps of the per-GPU configuration (advise probe), print them beside the "
-                        "estimate, store the factors, then launch")
-    from cli.probe_cmd import add_probe_flags
+                   help=shown("first run a few steps of the per-GPU configuration (advise probe), print them beside "
+                              "the estimate, store the factors, then launch"))
+    if not submit:
+        from cli.probe_cmd import add_probe_flags
 
-    add_probe_flags(parser)
+        add_probe_flags(parser)
     flags.add_home_flag(parser)
     flags.add_json_flag(parser)
     parser.add_argument("script", nargs="*", metavar="-- SCRIPT ARGS",
@@ -133,8 +142,13 @@ def run(args: argparse.Namespace) -> int:
         from advisor.errors import UserError
 
         raise UserError("--probe runs the model, --dry-run/--emit run nothing", fix="drop --probe, or drop --dry-run/--emit")
+    flags.check_output_file(args.save_plan, "--save-plan", "plan.json")
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
+    if plan.cpu and not (args.dry_run or args.emit):
+        from launcher.host_fit import check_host_fit
+
+        check_host_fit(plan)  # RAM and cores of this machine, before anything is recorded or started
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.save_plan:

@@ -64,7 +64,10 @@ def make_plan(args: argparse.Namespace):
     if args.cpu:
         from launcher.cpu_plan import cpu_plan
 
+        from launcher.host_fit import check_host_fit
+
         plan, notes = cpu_plan(req, processes=1)
+        check_host_fit(plan)  # the probe's child holds the whole training state in host RAM
         return plan, None, spec, notes
     from advisor.calibration import load_calibration
     from rules.api import plan as rules_plan

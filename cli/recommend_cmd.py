@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
-                                add_workload_flags)
+                       add_workload_flags, check_output_file)
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from cli.flags import home_dir, request_from_namespace
     from rules.api import recommend
 
+    check_output_file(args.save_plan, "--save-plan", "plan.json")
     # No GPU detected and none named: plan for advisor.hardware.ASSUMED_GPU, and say so.
     rec = recommend(request_from_namespace(args), calibration=load_calibration(home_dir(args)),
                     assume_if_none=True)

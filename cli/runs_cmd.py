@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from launcher.store import RunStore
 
     home = resolve_home(args.home)
+    flags.check_home_readable(home)  # a file or an unreadable folder is not "no runs recorded yet"
     if args.command == "show":
         if not store_path(home).exists():
             from advisor.errors import UserError

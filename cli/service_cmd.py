@@ -56,7 +56,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     if name == "submit":
         from cli.launch_cmd import add_parser as add_launch_parser
 
-        add_launch_parser(parser, "launch")
+        add_launch_parser(parser, "submit")
         parser.add_argument("--need-gib", type=flags.positive_float, metavar="GIB",
                             help="GPU memory per rank the run needs (default: cardwise's estimate for the plan)")
         return
@@ -136,13 +136,19 @@ def _submit(args: argparse.Namespace) -> int:
     from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
     from launcher.home import resolve_home
 
-    for flag, given in (("--dry-run", args.dry_run), ("--emit", args.emit)):
+    for flag, given in (("--dry-run", args.dry_run), ("--emit", args.emit), ("--probe", args.probe)):
         if given:
             raise UserError(f"{flag} is for `advise launch`; `advise submit` queues the run",
-                            fix=f"advise launch {flag} ... to see it without running it")
+                            fix=f"advise launch {flag} ... to see it without running it" if flag != "--probe" else
+                            "probe first with `advise probe` (same flags), then submit")
+    flags.check_output_file(args.save_plan, "--save-plan", "plan.json")
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
     options = options_from_flags(args, plan)
+    if plan.cpu:  # the service runs it on this machine
+        from launcher.host_fit import check_host_fit
+
+        check_host_fit(plan)
     if args.save_plan:
         plan.save(args.save_plan)
     rec, more = service.submit(resolve_home(args.home), plan, target, options, need_gib=args.need_gib)
@@ -164,6 +170,7 @@ def _cancel(args: argparse.Namespace) -> int:
     from launcher.store import RunStore
 
     home = resolve_home(args.home)
+    flags.check_home_readable(home)
     if not store_path(home).exists():
         raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
     store = RunStore.open(home)
@@ -202,6 +209,7 @@ def _logs(args: argparse.Namespace) -> int:
     from launcher.store import RunStore
 
     home = resolve_home(args.home)
+    flags.check_home_readable(home)
     if not store_path(home).exists():
         raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
     store = RunStore.open(home)

@@ -20,8 +20,27 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_home_flag(parser)
 
 
+def not_a_terminal() -> str | None:
+    """'stdin' or 'stdout' when that one is not a terminal, else None (tests replace this)."""
+    import sys
+
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        if stream is None or not stream.isatty():
+            return name
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from advisor.hardware import detect_machine
+
+    which = not_a_terminal()
+    if which is not None:
+        # Textual would write escape codes into the file or pipe and wait for keys that never come.
+        from advisor.errors import UserError
+
+        raise UserError(f"the wizard needs a terminal, and {which} is not one",
+                        fix="run it in a terminal; for the same answer in a file or pipe use "
+                            "`advise --model NAME [flags]` (add --json for data) and `advise launch ...`")
     from launcher.home import resolve_home
     from launcher.store import RunStore
 

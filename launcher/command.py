@@ -58,7 +58,14 @@ class Target(BaseModel):
                 from advisor.errors import unknown_name
 
                 raise unknown_name("recipe", recipe, RECIPES, "advise launch --help")
-            # with --recipe, anything after `--` goes to the recipe (e.g. `-- --pool 8 --log-every 1`)
+            # with --recipe, anything after `--` goes to the recipe (e.g. `-- --pool 8 --log-every 1`).
+            # Recipes take options only, so a first word that is not one is a script (or a typo)
+            # that would otherwise reach the recipe's parser in every rank.
+            if script_args and not script_args[0].startswith("-"):
+                raise UserError(f"--recipe {recipe} runs a built-in loop, and `{script_args[0]}` after -- "
+                                "is not a recipe option",
+                                fix=f"drop --recipe to run {script_args[0]}, or give only recipe options after -- "
+                                    "(e.g. -- --log-every 1)")
             return cls(kind="recipe", name=recipe, args=[*(recipe_args or []), *script_args])
         if not script_args:
             raise UserError("nothing to launch", fix="add --recipe synthetic, or `-- train.py ARGS...` after the flags")
@@ -90,8 +97,44 @@ def check_target(target: "Target", plan) -> None:
     if plan.config.lora_rank:
         raise UserError(f"recipe {target.name} trains all parameters, not LoRA adapters",
                         fix="drop --lora-rank, or launch your own script (e.g. with peft): advise launch ... -- train.py")
-    if target.name == "text-classification" and plan.model.name != "mini-transformer":
-        raise UserError("recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
+    if target.name == "text-classification":
+        if plan.model.name != "mini-transformer":
+            raise UserError("recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
+        _check_rows(target.args, plan)
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The last value of ``--name VALUE`` or ``--name=VALUE`` in a recipe's arguments."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a[len(name) + 1:]
+    return value
+
+
+def _check_rows(args: list[str], plan) -> None:
+    """The text-classification file, read as the recipe reads it, before any rank starts."""
+    from advisor.catalog import catalog_model
+    from launcher.recipes import text_rows
+
+    data = Path(_option(args, "--data") or text_rows.SAMPLE)
+    fix = ('give a JSONL file of {"text": ..., "label": ...} lines or a CSV with a text,label header '
+           f"({catalog_model('mini-transformer').arch.num_labels} distinct labels)")
+    try:
+        fraction = float(_option(args, "--eval-fraction") or text_rows.EVAL_FRACTION)
+    except ValueError:
+        raise UserError("--eval-fraction takes a number", fix="e.g. -- --eval-fraction 0.1") from None
+    try:
+        rows = text_rows.read_rows(data)
+        text_rows.label_names(rows, data, catalog_model("mini-transformer").arch.num_labels)
+    except ValueError as exc:
+        raise UserError(str(exc), fix=fix) from None
+    try:
+        text_rows.check_enough(rows, data, plan.config.micro_batch, plan.world_size, fraction)
+    except ValueError as exc:
+        raise UserError(str(exc), fix="add rows, or lower --micro-batch or --processes") from None
 
 
 class LaunchSpec(BaseModel):

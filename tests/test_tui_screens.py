@@ -203,6 +203,7 @@ def test_advise_wizard_command_exits_0_on_ctrl_q(monkeypatch, tmp_path):
 
     monkeypatch.setattr(CardwiseApp, "run", lambda self, **kw: original(self, headless=True, size=SIZE,
                                                                          auto_pilot=quit_from_workload))
+    monkeypatch.setattr("cli.wizard_cmd.not_a_terminal", lambda: None)  # headless: pytest's streams are no terminal
     assert main(["wizard", "--home", str(tmp_path / "home"), "--gpu", "h100", "--gpus", "2"]) == 0
     assert (tmp_path / "home" / "runs.sqlite").exists()
 

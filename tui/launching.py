@@ -54,6 +54,18 @@ def build_plan(choice: LaunchChoice, state: WizardState, view: RecView | None = 
     return cpu_plan(req, processes=choice.processes, max_steps=choice.max_steps)
 
 
+def check_fits(plan: Plan) -> None:
+    """Refuse a CPU plan this machine's RAM or cores cannot hold, as ``advise launch --cpu`` does.
+
+    The form's default (two processes) is no promise for every model: llama3-8b on CPU needs
+    ~150 GiB per process. Called from the launch worker, before any record or process: sizing a
+    ``--module`` model traces it, which must not freeze the screen."""
+    if plan.cpu:
+        from launcher.host_fit import check_host_fit
+
+        check_host_fit(plan)
+
+
 def _gpu_plan(state: WizardState, view: RecView | None, machine: Machine | None) -> Plan:
     if machine is None or not machine.has_gpu:
         raise UserError("no GPU on this machine", fix="launch on CPU processes (gloo) instead")

@@ -20,40 +20,17 @@ held-out accuracy in 200 steps (3 minutes on 2 cores); at 1e-3 this post-norm mo
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import random
 from pathlib import Path
 
 import torch
 
-SAMPLE = Path(__file__).with_name("data") / "sentiment_sample.jsonl"
+from launcher.recipes import text_rows
+from launcher.recipes.text_rows import SAMPLE
+
 PAD, CLS = 256, 257
 DEFAULT_SEQ = 128
 DEFAULT_STEPS = 100
-
-
-def read_rows(path: Path) -> list[tuple[str, str]]:
-    """(text, label) rows of a JSONL or CSV file; SystemExit naming the line on bad input."""
-    rows: list[tuple[str, str]] = []
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
-            raise SystemExit(f"{path}: a CSV file needs a header with 'text' and 'label' columns")
-        rows = [(r["text"], str(r["label"])) for r in reader]
-    else:
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                rows.append((str(obj["text"]), str(obj["label"])))
-            except (ValueError, KeyError, TypeError):
-                raise SystemExit(f"{path}:{i}: expected a JSON object with 'text' and 'label'") from None
-    if len(rows) < 4:
-        raise SystemExit(f"{path}: {len(rows)} rows; need at least 4 (text, label) rows")
-    return rows
 
 
 def encode(text: str, seq_len: int) -> torch.Tensor:
@@ -89,7 +66,7 @@ def accuracy(model, dataset: TextDataset, device, batch: int = 64) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.recipes.text_classification", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=SAMPLE, help="JSONL or CSV of (text, label); default: the shipped sample")
-    p.add_argument("--eval-fraction", type=float, default=0.1)
+    p.add_argument("--eval-fraction", type=float, default=text_rows.EVAL_FRACTION)
     p.add_argument("--steps", type=int, default=None, help=f"optimizer steps if the plan has none (default {DEFAULT_STEPS})")
     p.add_argument("--log-every", type=int, default=None)
     args = p.parse_args(argv)
@@ -107,17 +84,18 @@ def main(argv: list[str] | None = None) -> int:
                          "use --model mini-transformer")
     spec = catalog_model("mini-transformer")
     seq = min(plan.config.seq_len or DEFAULT_SEQ, spec.arch.max_seq)
-    rows = read_rows(args.data)
-    names = sorted({lab for _, lab in rows})
-    if len(names) != spec.arch.num_labels:
-        raise SystemExit(f"{args.data}: {len(names)} distinct labels ({', '.join(names[:5])}); "
-                         f"mini-transformer classifies {spec.arch.num_labels}")
+    # The launch checked the file already (launcher.command.check_target); read it again here
+    # for a plan.json launched by another route, failing with the same message.
+    try:
+        rows = text_rows.read_rows(args.data)
+        names = text_rows.label_names(rows, args.data, spec.arch.num_labels)
+        text_rows.check_enough(rows, args.data, plan.config.micro_batch, rt.world_size, args.eval_fraction)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     labels = {n: i for i, n in enumerate(names)}
     random.Random(0).shuffle(rows)  # the same split on every rank
-    n_eval = max(1, int(len(rows) * args.eval_fraction))
+    n_eval = text_rows.held_out(len(rows), args.eval_fraction)
     train, held_out = TextDataset(rows[n_eval:], labels, seq), TextDataset(rows[:n_eval], labels, seq)
-    if len(train) < plan.config.micro_batch * rt.world_size:
-        raise SystemExit(f"{args.data}: {len(train)} training rows, fewer than one micro-batch per rank")
 
     set_seed(0)
     model = build_trainable(spec)

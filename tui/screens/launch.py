@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from advisor.errors import UserError
+from launcher.host_fit import max_processes
 from tui import launching
 from tui.fields import ParserValidator, count_up_to, positive_int
 from tui.messages import RunFinished, RunSample, RunStarted
@@ -85,7 +86,7 @@ class LaunchScreen(StepScreen):
             yield Select(self._device_options(), value="gpu" if self.wizard.machine.has_gpu else "cpu", allow_blank=False, compact=True, id="device")
             yield Label("procs", classes="launch-small")
             yield Input(str(min(2, max(1, cores))), id="procs", compact=True, classes="launch-num",
-                        validators=[ParserValidator(count_up_to(max(1, cores) * 4), required=True)])
+                        validators=[ParserValidator(count_up_to(max_processes(cores)), required=True)])
             yield Label("micro", classes="launch-small")
             yield Input("", placeholder="4", id="micro", compact=True, classes="launch-num",
                         validators=[ParserValidator(positive_int)])
@@ -216,6 +217,7 @@ class LaunchScreen(StepScreen):
         store = self.wizard.store
         run_id = None
         try:
+            launching.check_fits(plan)  # RAM and cores, before the probe, the record or any process
             if probe:
                 result = launching.probe_first(plan, Path(store.path).parent, cancel=cancel,
                                                progress=lambda text: self.post_message(ProbeReport([f"probe: {text}"])))

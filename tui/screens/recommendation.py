@@ -267,6 +267,9 @@ class RecommendationScreen(StepScreen):
             except OSError as exc:
                 self.notify(f"cannot write {target}: {exc.strerror}", severity="error")
                 return
+            except UserError as exc:  # Plan.save names the file and the fix
+                self.notify(exc.message(), severity="error")
+                return
             self.notify(f"saved plan to {target}\nlaunch it with: advise launch --plan {target} --recipe synthetic",
                         title="plan saved", timeout=6)
 

@@ -1,0 +1,283 @@
+"""Every bad input of issue 13 ("refused too late, or not at all"), run through the real CLI.
+
+Each row is (argv, words the message must contain). A refusal is exit 2 with one message (the
+`error:` line and at most its `fix:`/`see` line), no traceback, and nothing started or recorded:
+``subprocess.Popen`` raises if anything tries to start a process, and the isolated home
+(tests/conftest.py) holds no run record afterwards. ``{d}`` in an argv is a folder of bad files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import re
+import subprocess
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from cli.main import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT2 = ROOT / "tests" / "data" / "hf" / "gpt2" / "config.json"
+MINI = ["--cpu", "--model", "mini-transformer"]
+TEXT = [*MINI, "--recipe", "text-classification", "--data"]
+
+
+@pytest.fixture
+def d(tmp_path) -> Path:
+    """A folder of bad inputs, named as the table uses them."""
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n\n  \n")
+    (tmp_path / "notjson.jsonl").write_text('{"text": "good", "label": "a"}\nthis is not JSON\n')
+    (tmp_path / "nolabel.jsonl").write_text('{"text": "a", "label": "x"}\n{"text": "b"}\n')
+    (tmp_path / "onelabel.jsonl").write_text("".join(json.dumps({"text": f"t{i}", "label": "x"}) + "\n" for i in range(8)))
+    (tmp_path / "few.jsonl").write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": "y"}\n')
+    (tmp_path / "noheader.csv").write_text("great,pos\nawful,neg\n")
+    (tmp_path / "emptylabel.csv").write_text("text,label\ngreat,pos\nawful,\n")
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"text": "caf\xe9", "label": "x"}\n')
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    cfg = json.loads(GPT2.read_text())
+    for name, key, value in (("nan", "resid_pdrop", "NaN"), ("inf", "n_embd", "Infinity"),
+                             ("ninf", "n_embd", "-Infinity"), ("huge", "n_embd", "1e308"),
+                             ("digits", "vocab_size", "9" * 400)):
+        text = json.dumps({**cfg, key: "@"}).replace('"@"', value)
+        (tmp_path / f"{name}.json").write_text(text)
+    (tmp_path / "deep.json").write_text('{"model_type": "gpt2", "x": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    (tmp_path / "deep40.json").write_text(json.dumps({**cfg, "x": json.loads("[" * 40 + "]" * 40)}))
+    (tmp_path / "home-file").write_text("not a directory\n")
+    return tmp_path
+
+
+@pytest.fixture
+def no_process(monkeypatch):
+    """Fail the test if anything starts a process; a machine with no GPU and 64 GiB available."""
+    import psutil
+
+    from advisor import hardware
+    from advisor.hardware import Machine
+
+    started: list = []
+
+    class NoPopen:
+        def __init__(self, *args, **kwargs):
+            started.append(args)
+            raise AssertionError(f"a process was started: {args!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", NoPopen)
+    monkeypatch.setattr(hardware, "detect_machine", lambda: Machine(nvml_error="no NVML in this test"))
+    mem = namedtuple("mem", "available total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: mem(64 * 2**30, 64 * 2**30))
+    return started
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``advise ARGV`` in this process: (exit status, stdout, stderr); argparse's exits count too."""
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_refused(rc: int, err: str, words: str) -> None:
+    assert rc == 2, err
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if not ln.startswith("advise: note:")]
+    assert len([ln for ln in lines if "error:" in ln]) == 1, err
+    assert len(lines) <= 2 and all(ln.startswith(("  fix:", "  see")) for ln in lines[1:]), err
+    assert words in err, err
+
+
+def assert_nothing_recorded(home: Path) -> None:
+    runs = home / "runs"
+    assert not runs.exists() or not any(runs.iterdir()), list(runs.iterdir())
+    if (home / "runs.sqlite").exists():
+        from launcher.store import RunStore
+
+        assert RunStore.open(home).list() == []
+
+
+REFUSED = [
+    # --- CPU launches this machine cannot hold (64 GiB available in the test, llama3-8b ~120 GiB a rank)
+    (["launch", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic"], "GiB of host RAM per CPU process"),
+    (["launch", "--cpu", "--processes", "2", "--model", "llama3-8b", "--recipe", "synthetic", "--max-steps", "5"],
+     "no number of CPU processes fits"),
+    (["launch", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
+    (["submit", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic"], "GiB of host RAM per CPU process"),
+    (["submit", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
+    (["bench", *MINI, "--processes", "1,100000"], "only wait on each other"),
+    (["probe", "--cpu", "--model", "llama3-8b"], "GiB of host RAM per CPU process"),
+    # --- --data files, read before any rank
+    (["launch", *TEXT, "{d}/empty.jsonl"], "the file is empty"),
+    (["launch", *TEXT, "{d}/blank.jsonl"], "the file is empty"),
+    (["launch", *TEXT, "{d}/notjson.jsonl"], "notjson.jsonl:2: expected a JSON object"),
+    (["launch", *TEXT, "{d}/nolabel.jsonl"], "nolabel.jsonl:2: a row without a label"),
+    (["launch", *TEXT, "{d}/onelabel.jsonl"], "1 distinct label(s)"),
+    (["launch", *TEXT, "{d}/few.jsonl"], "need at least 4"),
+    (["launch", *TEXT, "{d}/noheader.csv"], "header with 'text' and 'label'"),
+    (["launch", *TEXT, "{d}/emptylabel.csv"], "emptylabel.csv:3: a row without a label"),
+    (["launch", *TEXT, "{d}/latin1.jsonl"], "not a UTF-8 text file"),
+    (["launch", *TEXT, "{d}/missing.jsonl"], "data file not found"),
+    (["launch", *TEXT, "{d}/adir"], "data file not found"),
+    (["launch", *MINI, "--recipe", "text-classification", "--", "--data", "{d}/empty.jsonl"], "the file is empty"),
+    (["submit", *TEXT, "{d}/empty.jsonl"], "the file is empty"),
+    # --- a script after -- with a recipe
+    (["launch", *MINI, "--recipe", "synthetic", "--", "{d}/train.py", "--lr", "{{lr}}"], "is not a recipe option"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--", "train.py"], "is not a recipe option"),
+    # --- files written later, checked first
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--save-plan", "{d}/nope/plan.json"], "does not exist"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--save-plan", "{d}/adir"], "names a directory"),
+    (["submit", *MINI, "--recipe", "synthetic", "--save-plan", "{d}/adir"], "names a directory"),
+    (["--model", "gpt2", "--gpu", "h100", "--save-plan", "{d}/nope/plan.json"], "does not exist"),
+    (["bench", *MINI, "--csv", "{d}/adir"], "--csv names a directory"),
+    (["bench", *MINI, "--report", "{d}/nope/report.md"], "--report: the folder"),
+    (["bench", *MINI, "--plot", "{d}/adir"], "--plot names a directory"),
+    # --- numbers: ports, infinities, config.json
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "99999"], "1..65535"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "0"], "at least 1"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--base-lr", "inf"], "positive finite number"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--base-lr", "nan"], "positive finite number"),
+    (["--model", "gpt2", "--gpu", "h100", "--epochs", "inf"], "positive finite number"),
+    (["estimate", "--model", "gpt2", "--gpu", "h100", "--network-gbps", "nan"], "positive finite number"),
+    (["serve", "--cpu", "--poll", "inf"], "positive finite number"),
+    (["serve", "--cpu", "--grace", "nan"], "positive finite number"),
+    (["submit", *MINI, "--recipe", "synthetic", "--need-gib", "inf"], "positive finite number"),
+    (["estimate", "--hf-config", "{d}/nan.json", "--gpu", "h100"], "NaN is not a number"),
+    (["estimate", "--hf-config", "{d}/inf.json", "--gpu", "h100"], "Infinity is not a number"),
+    (["estimate", "--hf-config", "{d}/ninf.json", "--gpu", "h100"], "-Infinity is not a number"),
+    (["estimate", "--hf-config", "{d}/huge.json", "--gpu", "h100"], "out of range"),
+    (["estimate", "--hf-config", "{d}/digits.json", "--gpu", "h100"], "400 digits"),
+    (["estimate", "--hf-config", "{d}/deep.json", "--gpu", "h100"], "nested more than 32 levels"),
+    (["estimate", "--hf-config", "{d}/deep40.json", "--gpu", "h100"], "nested more than 32 levels"),
+    (["launch", "--cpu", "--hf-config", "{d}/inf.json", "--", "{d}/train.py"], "Infinity is not a number"),
+    # --- the wizard needs a terminal (stdin here is a StringIO)
+    (["wizard"], "the wizard needs a terminal"),
+    # --- a home that is a file
+    (["runs", "--home", "{d}/home-file"], "is a file, not a directory"),
+    (["show", "abc", "--home", "{d}/home-file"], "is a file, not a directory"),
+    (["logs", "abc", "--home", "{d}/home-file"], "is a file, not a directory"),
+    (["cancel", "abc", "--home", "{d}/home-file"], "is a file, not a directory"),
+    # --- flags the messages name exist; --plan takes a run directory (without a plan.json: said so)
+    (["--model", "gpt2", "--module", "x.py:f", "--gpu", "h100"], "got --model, --module"),
+    (["launch", "--plan", "{d}/adir", "--recipe", "synthetic", "--dry-run"], "a directory without a plan.json"),
+    (["submit", *MINI, "--recipe", "synthetic", "--dry-run"], "--dry-run is for `advise launch`"),
+    (["submit", *MINI, "--recipe", "synthetic", "--probe"], "--probe is for `advise launch`"),
+]
+
+
+@pytest.mark.parametrize("argv, words", REFUSED, ids=[" ".join(a)[:60] for a, _ in REFUSED])
+def test_refused_with_one_line_before_anything_starts(argv, words, d, no_process, capsys, monkeypatch, _isolated_home):
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
+    monkeypatch.chdir(d)
+    rc, _, err = run_cli([a.replace("{d}", str(d)).replace("{{lr}}", "{lr}") for a in argv], capsys)
+    assert_refused(rc, err, words)
+    assert "--name" not in err
+    assert no_process == []
+    assert_nothing_recorded(_isolated_home)
+
+
+def test_an_unreadable_home_is_said_so(d, no_process, capsys, monkeypatch):
+    import cli.flags
+
+    home = d / "locked"
+    home.mkdir()
+    real = cli.flags.os.access
+    # Tests may run as root, whom permissions do not stop: the check's own view is replaced.
+    monkeypatch.setattr(cli.flags.os, "access", lambda p, mode: False if Path(p) == home else real(p, mode))
+    rc, _, err = run_cli(["runs", "--home", str(home)], capsys)
+    assert_refused(rc, err, "cannot read the cardwise home")
+
+
+def test_the_wizard_screen_refuses_a_cpu_launch_that_does_not_fit(monkeypatch):
+    import psutil
+
+    from advisor.errors import UserError
+    from advisor.plan import ModelRef
+    from tui.launching import LaunchChoice, build_plan, check_fits
+    from tui.state import WizardState
+
+    mem = namedtuple("mem", "available total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: mem(64 * 2**30, 64 * 2**30))
+    state = WizardState()
+    state.model = ModelRef(name="llama3-8b")
+    plan, _ = build_plan(LaunchChoice(), state)  # the form's defaults: two CPU processes
+    with pytest.raises(UserError, match="GiB of host RAM per CPU process"):
+        check_fits(plan)
+    state.model = ModelRef(name="mini-transformer")
+    check_fits(build_plan(LaunchChoice(), state)[0])  # fits: no error
+
+
+def test_recipe_options_after_the_separator_stay_allowed(d, no_process, capsys):
+    rc, out, err = run_cli(["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--json", "--", "--log-every", "1"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["command"]["cmd"][-2:] == ["--log-every", "1"]
+
+
+def test_plan_accepts_a_run_directory(d, no_process, capsys):
+    rc, _, err = run_cli(["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--save-plan", str(d / "adir" / "plan.json")], capsys)
+    assert rc == 0, err
+    rc, out, err = run_cli(["launch", "--plan", str(d / "adir"), "--recipe", "synthetic", "--dry-run", "--json"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["plan"]["model"]["name"] == "mini-transformer"
+
+
+def test_submit_help_lists_no_flag_submit_refuses(capsys):
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--dry-run", "--emit", "--probe", "--node-rank", "--main-address"):
+        assert flag not in text
+    assert "--save-plan" in text and "--recipe" in text
+
+
+def test_no_flag_parses_bare_float_or_int():
+    """Every number flag goes through advisor.units (finite, positive, in range), never float()/int()."""
+    for name in COMMANDS:
+        for action in build_parser(name)._actions:
+            assert action.type not in (float, int), f"advise {name} {action.option_strings}: type={action.type}"
+
+
+def _flags_in_messages() -> set[tuple[str, str]]:
+    """(file, --flag) for every flag written in a UserError's text or fix under advisor/, cli/, launcher/, tui/."""
+    found = set()
+    for folder in ("advisor", "cli", "launcher", "tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "UserError":
+                    for part in ast.walk(node):
+                        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                            # after a lone `--` or a script name come the script's own flags (`-- train.py --lr {lr}`)
+                            ours = re.split(r"(?:^|[\s`])--(?:\s|$)|\.py\s", part.value)[0]
+                            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", ours):
+                                found.add((str(path.relative_to(ROOT)), flag))
+    return found
+
+
+def test_every_flag_an_error_names_exists():
+    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data"}  # recipes' own options
+    for name in COMMANDS:
+        for action in build_parser(name)._actions:
+            known.update(action.option_strings)
+    known.update("--no-" + f[2:] for f in list(known))  # BooleanOptionalAction's negatives
+    missing = {(where, flag) for where, flag in _flags_in_messages() if flag not in known}
+    assert not missing, missing
+
+
+def test_argparse_and_units_agree_on_ports():
+    from advisor import units
+
+    assert units.port("65535") == 65535
+    for bad in ("0", "65536", "99999", "-1", "http"):
+        with pytest.raises(ValueError):
+            units.port(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        from cli import flags
+
+        flags.port("99999")
