@@ -49,12 +49,38 @@ def _norm_bytes(a: TransformerArch, r: int, compiled: bool) -> float:
     return 4 * a.d_model + r * a.d_model + 4  # HF RMSNorm eager: fp32 upcast (pow, mul), y (weight mul), rstd
 
 
-def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = False, gelu_kept: float = 1.0) -> float:
+def compiled_math_attention_bytes(compute_bytes: int) -> int:
+    """Bytes kept per attention-probability element (per head, per query-key pair) by a compiled
+    training step whose SDPA runs the math path with dropout.
+
+    What AOTAutograd's min-cut partitioner saves for ``_scaled_dot_product_attention_math`` with
+    ``dropout_p > 0``: the softmax output and the dropped probabilities (both in the compute dtype)
+    and the bool dropout mask: 2c + 1 (without dropout: the softmax output alone). Checked against
+    the partitioner itself in tests/test_compiled_memory.py.
+    """
+    return 2 * compute_bytes + 1
+
+
+def compiled_attention_keeps_probs(a: TransformerArch) -> bool:
+    """Whether a compiled step keeps the s x s attention probabilities: bidirectional attention with
+    dropout. Under torch.compile (torch < 2.14), transformers never skips the attention mask
+    (masking_utils._ignore_bidirectional_mask_sdpa: dynamo reports is_exporting()), and the
+    compiled step of HF BERT (dropout 0.1) measured on the H200 keeps 5.2 bytes per probability
+    element per layer: the math path's 2c + 1 (benchmarks/results/h200-users.md, "compiled
+    memory"). Causal GPT-2 with the same dropout, compiled, keeps none (measured), nor does
+    nn.MultiheadAttention (traced --module models)."""
+    return not a.causal and a.attn_dropout > 0 and not a.patch_size
+
+
+def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = False, gelu_kept: float = 1.0,
+                            seq: int = 0) -> float:
     """Saved bytes per token of one layer.
 
     Compiled (inductor's min-cut partitioner recomputes cheap pointwise ops in backward): norms keep
     their input only, one fused bf16 copy feeds q/k/v and one the MLP, GELU keeps its input only
-    and SwiGLU its gate and up projections.
+    and SwiGLU its gate and up projections. With ``seq`` given and bidirectional attention with
+    dropout, the math path's probabilities, dropped probabilities and mask (per token: heads x seq
+    elements, ``compiled_math_attention_bytes`` each).
     """
     h, f = a.d_model, a.d_ff
     c = p.compute_bytes
@@ -63,7 +89,8 @@ def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = F
     norm = _norm_bytes(a, r, compiled)
     flash = 4 * c * h + 4 * a.n_heads  # q, k, v (after GQA repeat), out; fp32 log-sum-exp per head
     if compiled:
-        return 2 * norm + 2 * c * h + flash + (2 if swiglu else gelu_kept) * c * f
+        probs = a.n_heads * seq * compiled_math_attention_bytes(c) if seq and compiled_attention_keeps_probs(a) else 0.0
+        return 2 * norm + 2 * c * h + flash + (2 if swiglu else gelu_kept) * c * f + probs
     # Autocast casts an activation once per op: separate q/k/v projections make three bf16 copies
     # of the same normalised input, gate and up two (torch.amp keeps a cache for weights only).
     attn_in = (3 if p.autocast else 1) * c * h
@@ -107,7 +134,7 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
     if model.arch is not None and not (model.trace is not None and model.trace.layers and not config.compile):
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-        layer = transformer_layer_bytes(a, p, config.compile, gelu_kept) * tokens
+        layer = transformer_layer_bytes(a, p, config.compile, gelu_kept, seq=tokens) * tokens
         base, loss = transformer_base_bytes(a, p, config.compile)
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
         r = 2 if p is Precision.pure_bf16 else 4
@@ -140,7 +167,12 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
         seq = config.seq_len or model.default_seq_len
         tokens = model.arch.tokens(seq, config.image_size) if model.arch is not None else seq or t.ref_input[0]
         scale = tokens / t.ref_input[0]
-    compiled = compile_factor if config.compile else 1.0
+    # The compile factor (inductor recomputing pointwise ops: BN/activation outputs of CNNs) does not
+    # apply to token-scaled traces (attention models): what they save is mostly matmul inputs and
+    # fused-attention tensors, which the min-cut partitioner never recomputes (compute-intensive ops
+    # are banned from recomputation, torch/_functorch/partitioners.py). Measured on the H200:
+    # compiled nanoGPT and the nn.TransformerEncoder classifier keep what eager keeps (within 2%).
+    compiled = compile_factor if config.compile and t.scales_with != "tokens" else 1.0
     per = t.saved_bytes[key] * scale * compiled
     if t.saved_bytes_quadratic and t.scales_with == "tokens":  # math attention: s^2 probabilities
         ref = t.ref_input[0]

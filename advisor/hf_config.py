@@ -213,6 +213,11 @@ def _llama_like(cfg: _Config, model_type: str) -> tuple[dict, str, str]:
     return kw, cls, note
 
 
+def _dropout(cfg: _Config, key: str, default: float) -> float:
+    v = cfg.data.get(key, default)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v < 1.0 else default
+
+
 def _gpt2(cfg: _Config) -> tuple[dict, str, str]:
     n_layers, d_model, n_heads = _heads(cfg, "n_layer", "n_embd", "n_head")
     cls, head, note = _architecture(cfg, "gpt2", "GPT2LMHeadModel")
@@ -221,6 +226,7 @@ def _gpt2(cfg: _Config) -> tuple[dict, str, str]:
         vocab=cfg.int("vocab_size"), max_seq=cfg.int("n_positions", 1024),
         mlp="gelu", norm="layernorm", bias=True, positions="learned", causal=True,
         tie_embeddings=cfg.bool("tie_word_embeddings", True), head=head,
+        attn_dropout=_dropout(cfg, "attn_pdrop", 0.1),  # GPT2Config default
     )
     return kw, cls, note
 
@@ -238,6 +244,7 @@ def _bert(cfg: _Config) -> tuple[dict, str, str]:
         type_vocab=cfg.int("type_vocab_size", 2),
         mlp="gelu", norm="layernorm", bias=True, positions="learned", causal=False,
         tie_embeddings=cfg.bool("tie_word_embeddings", True), head=head,
+        attn_dropout=_dropout(cfg, "attention_probs_dropout_prob", 0.1),  # BertConfig default
     )
     if head == "cls":
         kw["num_labels"] = cfg.num_labels()

@@ -39,6 +39,8 @@ class TransformerArch(BaseModel):
     positions: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = False
     causal: bool = True
+    # Dropout on the attention probabilities in training (HF attention_probs_dropout_prob / attn_pdrop).
+    attn_dropout: float = 0.0
     head: Head = "lm"
     num_labels: int = 2
     type_vocab: int = 0  # BERT token types
