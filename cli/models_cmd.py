@@ -47,10 +47,9 @@ def model_row(spec) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     if args.hf_config:
-        from advisor.plan import ModelRef
-        from advisor.sources import resolve_model
+        from advisor.hf_config import spec_from_hf_config
 
-        spec = resolve_model(ModelRef(hf_config=args.hf_config))  # the transformers class when installed
+        spec = spec_from_hf_config(args.hf_config)
         if args.json:
             out = model_row(spec)
             out["arch"] = spec.arch.model_dump(mode="json") if spec.arch else None
