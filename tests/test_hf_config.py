@@ -220,11 +220,12 @@ def test_resolve_model_dispatch(monkeypatch):
     assert resolve_model(ModelRef(hf_config=str(HF / "Qwen2.5-7B" / "config.json"))).params == 7_615_616_512
     calls = []
     fake = types.ModuleType("advisor.tracer")
-    fake.trace_module_spec = lambda spec, shape, dtype: calls.append((spec, shape, dtype)) or "traced"
+    fake.trace_module_spec = lambda spec, shape, dtype, loss: calls.append((spec, shape, dtype, loss)) or "traced"
     monkeypatch.setitem(sys.modules, "advisor.tracer", fake)
     ref = ModelRef(module="net.py:build", input_shape=(3, 32, 32), input_dtype="bfloat16")
     assert resolve_model(ref) == "traced"
-    assert calls == [("net.py:build", (3, 32, 32), "bfloat16")]
+    assert resolve_model(ref.model_copy(update={"loss": "mse"})) == "traced"
+    assert calls == [("net.py:build", (3, 32, 32), "bfloat16", "ce"), ("net.py:build", (3, 32, 32), "bfloat16", "mse")]
     with pytest.raises(UserError):
         resolve_model(ModelRef(name="llama3-8"))
 
