@@ -100,7 +100,7 @@ class Shim:
             return
         from launcher.records import write_json_atomic
 
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):  # never let bookkeeping change the launcher's status
             write_json_atomic(self.exit_file, {"returncode": rc, "stopped": self.stop_at is not None,
                                                "ended": time.time(), "pid": self.child.pid})
 

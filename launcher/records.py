@@ -216,6 +216,7 @@ def launch_outcome(rc: int, log_path: Path, *, cancelled: bool, wall: float = 0.
 
 def write_json_atomic(path: Path, data: dict) -> None:
     """Readers see no file or the whole file (rename), never half of it; 0600 like the rest."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
