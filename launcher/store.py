@@ -12,6 +12,8 @@ from several processes at once, so:
   hold command lines and environments.
 - The schema is versioned with ``PRAGMA user_version``; a new column is one more entry in
   ``_MIGRATIONS``.
+- Nothing is trusted before ``launcher.store_safety`` checked it (owner, mode, links, a 0-byte or
+  corrupt file); readers open it read-only. The record model lives in ``launcher.records``.
 """
 
 from __future__ import annotations
