@@ -108,6 +108,8 @@ class Shim:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m launcher.pdeathsig")
     parser.add_argument("--pdeathsig", action="store_true", help="SIGTERM ourselves when the parent dies")
+    parser.add_argument("--parent", type=int, help="the parent's pid: if it died before we armed PR_SET_PDEATHSIG, "
+                                                   "start nothing (our ppid is then already someone else)")
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("--exit-file")
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -119,7 +121,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, shim.on_signal)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    parent = os.getppid()
+    parent = args.parent or os.getppid()  # read here, after Python started, it may already be the reaper's
     if args.pdeathsig and _prctl(PR_SET_PDEATHSIG, signal.SIGTERM) and os.getppid() != parent:
         return 128 + signal.SIGTERM  # the parent died before prctl took effect: start nothing
     return shim.run()

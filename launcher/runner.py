@@ -96,7 +96,8 @@ class Launch:
             # Through the shim (launcher.pdeathsig): it stops the whole tree when told to or when this
             # process dies (SIGKILL included), and writes exit.json whoever is left to read it.
             cmd = [sys.executable, "-m", "launcher.pdeathsig", "--grace", f"{self.grace_s:g}",
-                   "--exit-file", str(self.exit_path), *(["--pdeathsig"] if self.die_with_parent else []),
+                   "--exit-file", str(self.exit_path),
+                   *(["--pdeathsig", "--parent", str(os.getpid())] if self.die_with_parent else []),
                    "--", *self.spec.cmd]
             self.proc = subprocess.Popen(cmd, env=env, cwd=self.spec.cwd,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
