@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from cli import flags
@@ -59,6 +60,8 @@ def _detail(rec) -> str:
              f"  run dir:  {rec.run_dir or '-'}"]
     if rec.error:
         lines.append(f"  error:    {rec.error}")
+    if rec.metrics is not None and rec.metrics.bad_rows:
+        lines.append(f"  metrics:  {rec.metrics.bad_rows} malformed row(s) of metrics.jsonl skipped")
     if rec.gpus is not None:
         lines.append(f"  gpus:     {','.join(map(str, rec.gpus))}")
     if rec.command:
@@ -84,21 +87,37 @@ def _detail(rec) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    from launcher.home import resolve_home, store_path
+def open_for_reading(home):
+    """The home's store read-only (None when there is none yet), after the home's checks. Reading
+    never needs write access: a corrupt, busy or read-only store is still listed or refused in one line."""
+    from launcher.home import check_home, store_path
     from launcher.store import RunStore
 
-    home = resolve_home(args.home)
     flags.check_home_readable(home)  # a file or an unreadable folder is not "no runs recorded yet"
-    if args.command == "show":
-        if not store_path(home).exists():
-            from advisor.errors import UserError
+    if not home.exists():
+        return None
+    check_home(home)
+    if not os.path.lexists(store_path(home)):
+        return None
+    return RunStore.open(home, readonly=True)
 
+
+def run(args: argparse.Namespace) -> int:
+    from advisor.errors import UserError
+    from launcher.home import resolve_home
+    from launcher.settle import settle, settle_one
+
+    home = resolve_home(args.home)
+    store = open_for_reading(home)
+    if args.command == "show":
+        if store is None:
             raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
-        rec = RunStore.open(home).get(args.id)
+        rec = settle_one(store.settler(), store.get(args.id))
         print(rec.model_dump_json(indent=2) if args.json else _detail(rec))
         return 0
-    records = RunStore.open(home).list(status=args.status, limit=args.limit) if store_path(home).exists() else []
+    records = [] if store is None else settle(store.settler(), store.list(status=args.status, limit=args.limit))
+    if args.status:  # settling may have moved a run out of the statuses asked for
+        records = [r for r in records if r.status in args.status]
     if args.json:
         print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
     else:

@@ -59,6 +59,9 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
         add_launch_parser(parser, "submit")
         parser.add_argument("--need-gib", type=flags.positive_float, metavar="GIB",
                             help="GPU memory per rank the run needs (default: cardwise's estimate for the plan)")
+        parser.add_argument("--env", action="append", default=[], metavar="NAME",
+                            help="pass this shell's value of NAME to the run (repeatable); the run starts in this "
+                                 "directory with the service's environment otherwise")
         return
     parser.add_argument("id", metavar="ID", help="run id (a unique prefix is enough)")
     if name == "cancel":
@@ -151,7 +154,8 @@ def _submit(args: argparse.Namespace) -> int:
         check_host_fit(plan)
     if args.save_plan:
         plan.save(args.save_plan)
-    rec, more = service.submit(resolve_home(args.home), plan, target, options, need_gib=args.need_gib)
+    rec, more = service.submit(resolve_home(args.home), plan, target, options, need_gib=args.need_gib,
+                               env_names=args.env)
     for note in [*notes, *more]:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.json:
@@ -205,15 +209,15 @@ def _log_paths(rec, attempt: int | None) -> list[tuple[object, Path]]:
 
 def _logs(args: argparse.Namespace) -> int:
     from advisor.errors import UserError
-    from launcher.home import resolve_home, store_path
-    from launcher.store import RunStore
+    from cli.runs_cmd import open_for_reading
+    from launcher.home import resolve_home
+    from launcher.settle import settle_one
 
     home = resolve_home(args.home)
-    flags.check_home_readable(home)
-    if not store_path(home).exists():
+    store = open_for_reading(home)
+    if store is None:
         raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
-    store = RunStore.open(home)
-    rec = store.get(args.id)
+    rec = settle_one(store.settler(), store.get(args.id))
     if not args.follow:
         paths = _log_paths(rec, args.attempt)
         if not paths:
@@ -243,10 +247,12 @@ def _follow(store, run_id: str, only: int | None, poll_s: float = 0.25) -> int:
     """Print the run's logs as they grow; move on to each new attempt; stop when the run ended."""
     import os
 
+    from launcher.settle import settle_one
+
     current, f, key = None, None, None
     try:
         while True:
-            rec = store.get(run_id)
+            rec = settle_one(store.settler(), store.get(run_id))  # a run whose launcher died ends the follow
             paths = _log_paths(rec, only)
             if paths:
                 a, path = paths[-1]

@@ -39,6 +39,7 @@ ENV_RUN_DIR = "CARDWISE_RUN_DIR"
 ENV_METRICS = "CARDWISE_METRICS"  # path of metrics.jsonl
 ENV_ATTEMPT = "CARDWISE_ATTEMPT"
 ENV_MAX_STEPS = "CARDWISE_MAX_STEPS"
+LOOPBACK = "127.0.0.1"
 
 
 class Target(BaseModel):
@@ -206,7 +207,8 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
     cmd = [python or sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_path)]
     multi = plan.world_size > 1 or plan.config.strategy.value == "fsdp"
     if multi and plan.nodes == 1:
-        cmd += ["--main_process_port", str(main_port or free_port())]
+        # One machine: the ranks meet on the loopback (MASTER_ADDR), not on a public address.
+        cmd += ["--main_process_ip", LOOPBACK, "--main_process_port", str(main_port or free_port())]
     if multi and log_dir is not None:
         # torchrun writes LOG_DIR/<run>/attempt_0/<local_rank>/{stdout,stderr}.log and still
         # prints every line prefixed with its rank ("[default1]:"), which the launcher log keeps.
@@ -235,5 +237,11 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
         # torchrun would force 1 thread per rank; share the cores out instead.
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // plan.processes_per_node))
+    if multi and plan.nodes == 1:
+        # gloo's and NCCL's bootstrap sockets bind the interface named here: keep them on the loopback
+        # unless the user chose one. (torch's TCPStore server has no bind option: see docs/service.md.)
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if name not in os.environ:
+                env[name] = "lo"
     env.update(extra_env or {})
     return LaunchSpec(cmd=cmd, env=env, cwd=None)

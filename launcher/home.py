@@ -5,7 +5,8 @@ directory (``platformdirs.user_data_dir("cardwise")``, e.g. ``~/.local/share/car
 
 Directories we create are mode 0700 and the store file 0600: run records hold command lines and
 environment variables, which can carry paths and tokens other users of a shared box should not
-read. A directory the user already owns keeps the mode they gave it.
+read. A directory the user already owns keeps the mode they gave it, as long as it is theirs and
+nobody else can write it (``launcher.store_safety``): otherwise every command refuses the home.
 """
 
 from __future__ import annotations
@@ -32,14 +33,30 @@ def _mkdir_private(path: Path) -> None:
                         fix="pass a writable directory with --home DIR or set CARDWISE_HOME") from None
 
 
+def check_home(home: Path) -> Path:
+    """An existing home (and its ``runs/``) that is the caller's and writable by nobody else;
+    UserError otherwise (a missing home included: readers have nothing to read)."""
+    from launcher.store_safety import check_dir
+
+    if not home.exists():
+        raise UserError("no cardwise home here", where=str(home), fix="`advise runs --home DIR` to look elsewhere")
+    if not home.is_dir():
+        raise UserError("the cardwise home is not a directory", where=str(home),
+                        fix="pass a directory with --home DIR or set CARDWISE_HOME")
+    check_dir(home)
+    if (home / RUNS_DIR).exists():
+        check_dir(home / RUNS_DIR, "the home's runs/ folder")
+    return home
+
+
 def ensure_home(home: Path) -> Path:
-    """Create the home and its ``runs/`` folder if needed; return the home."""
+    """Create the home and its ``runs/`` folder if needed, check them (``check_home``); return the home."""
     if home.exists() and not home.is_dir():
         raise UserError("the cardwise home is not a directory", where=str(home),
                         fix="pass a directory with --home DIR or set CARDWISE_HOME")
     _mkdir_private(home)
     _mkdir_private(home / RUNS_DIR)
-    return home
+    return check_home(home)
 
 
 def store_path(home: Path) -> Path:

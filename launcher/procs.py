@@ -147,3 +147,19 @@ def signal_group(pgid: int | None, sig: int) -> None:
     if pgid:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
+
+
+def owner_identity() -> dict[str, float]:
+    """This process as a run record's owner: pid plus creation time (a reused pid has another)."""
+    return {"pid": os.getpid(), "created": psutil.Process().create_time()}
+
+
+def owner_alive(owner: dict | None) -> bool | None:
+    """Whether the process a record names as its owner still runs; None when the record names none."""
+    if not owner or not owner.get("pid"):
+        return None
+    try:
+        p = psutil.Process(int(owner["pid"]))
+        return abs(p.create_time() - float(owner.get("created") or 0)) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, TypeError, ValueError):
+        return False

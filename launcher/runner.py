@@ -28,17 +28,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 import psutil
 from pydantic import BaseModel
 
 from launcher import procs
 from launcher.command import LaunchSpec
-from launcher.run_logs import exit_text, failing_rank, rank_logs, read_tail
+from launcher.pdeathsig import ENV_LAUNCH_ID  # marks every process of one launch (see Launch._sweep)
+from launcher.records import EXIT_NAME, Outcome, launch_outcome, read_json
+from launcher.run_logs import rank_logs
 
 _PR_SET_CHILD_SUBREAPER = 36
-ENV_LAUNCH_ID = "CARDWISE_LAUNCH_ID"  # marks every process of one launch (see Launch._sweep)
+_SHIM_MARGIN_S = 8.0  # the shim's own sweep after its grace: wait this much longer before SIGKILL
 
 
 def become_subreaper() -> bool:
@@ -49,17 +51,6 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-class Outcome(BaseModel):
-    """How one launch ended."""
-
-    status: Literal["succeeded", "failed", "cancelled"]
-    exit_code: int | None = None  # the failing rank's exit code when known, else the launcher's
-    launcher_exit: int | None = None  # Popen returncode of `accelerate launch` (negative: signal)
-    failed_rank: int | None = None
-    error: str | None = None
-    wall_s: float = 0.0
 
 
 class Launch:
@@ -83,7 +74,10 @@ class Launch:
         self._cancelled = False
         self._t0 = 0.0
         self._echo_thread: threading.Thread | None = None
+        self._external: threading.Event | None = None
+        self._muted = False
         self.token = secrets.token_hex(8)
+        self.exit_path = self.log_path.with_name(EXIT_NAME)
 
     @property
     def pid(self) -> int | None:
@@ -99,8 +93,12 @@ class Launch:
         log = open(self.log_path, "ab", buffering=0)
         try:
             env = {**self.spec.full_env(), ENV_LAUNCH_ID: self.token}
-            # Through the pdeathsig shim: a SIGKILLed runner must not leave the launch running.
-            cmd = [sys.executable, "-m", "launcher.pdeathsig", *self.spec.cmd] if self.die_with_parent else list(self.spec.cmd)
+            # Through the shim (launcher.pdeathsig): it stops the whole tree when told to or when this
+            # process dies (SIGKILL included), and writes exit.json whoever is left to read it.
+            cmd = [sys.executable, "-m", "launcher.pdeathsig", "--grace", f"{self.grace_s:g}",
+                   "--exit-file", str(self.exit_path),
+                   *(["--pdeathsig", "--parent", str(os.getpid())] if self.die_with_parent else []),
+                   "--", *self.spec.cmd]
             self.proc = subprocess.Popen(cmd, env=env, cwd=self.spec.cwd,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True)
@@ -127,6 +125,7 @@ class Launch:
 
     def wait(self, cancel: threading.Event | None = None, poll_s: float = 0.2) -> Outcome:
         assert self.proc is not None, "start() first"
+        self._external = cancel
         try:
             while self.proc.poll() is None:
                 self._snapshot()
@@ -145,7 +144,11 @@ class Launch:
             self.proc.wait()
             if self._echo_thread is not None:
                 self._echo_thread.join(timeout=2)
-        return self._outcome(self.proc.returncode, time.monotonic() - self._t0)
+        rc = self.proc.returncode
+        done = read_json(self.exit_path)  # the launcher's own status, as the shim saw it
+        if done is not None and isinstance(done.get("returncode"), int):
+            rc = done["returncode"]
+        return launch_outcome(rc, self.log_path, cancelled=self._cancelled, wall=time.monotonic() - self._t0)
 
     # ---------------------------------------------------------------- internals
     def _snapshot(self) -> None:
@@ -174,9 +177,11 @@ class Launch:
                 continue
 
     def _stop(self) -> None:
-        """SIGTERM the launcher's group, wait up to grace_s (or until kill_now), then SIGKILL it."""
-        procs.signal_group(self.pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
+        """SIGTERM the shim (never the group: one SIGTERM must reach the launcher, see
+        launcher.pdeathsig), wait for it to stop the tree (or until kill_now), then SIGKILL the group."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)  # our unreaped child: its pid cannot be reused
+        deadline = time.monotonic() + self.grace_s + _SHIM_MARGIN_S
         while self.proc.poll() is None and time.monotonic() < deadline and not self._force.is_set():
             self._snapshot()
             # The launcher may be waiting for a rank's child that died re-parented to us: reap it,
@@ -204,38 +209,33 @@ class Launch:
                 return
             procs.stop_processes(mine, min(self.grace_s, procs.KILL_WAIT_S))
 
+    def _stopping(self) -> bool:
+        return self._cancel.is_set() or (self._external is not None and self._external.is_set())
+
+    def _echo(self, text: str) -> None:
+        """Echo the launcher log, except torch-elastic's chatter once a stop was asked for
+        (``launcher.log`` and the rank logs keep every line)."""
+        if self._stopping():
+            if self._muted:
+                return
+            self._muted = True
+            text = f"advise: stopping the run; the rest of its output is in {self.log_path}\n"
+        with contextlib.suppress(ValueError, OSError):
+            self.echo.write(text)
+            self.echo.flush()
+
     def _tail(self) -> None:
         with open(self.log_path, "r", errors="replace") as f:
             while True:
                 line = f.readline()
                 if line:
-                    with contextlib.suppress(ValueError, OSError):
-                        self.echo.write(line)
-                        self.echo.flush()
+                    self._echo(line)
                     continue
                 if self.proc.poll() is not None:
-                    rest = f.read()
-                    if rest:
-                        with contextlib.suppress(ValueError, OSError):
-                            self.echo.write(rest)
-                            self.echo.flush()
+                    for rest in f.readlines():
+                        self._echo(rest)
                     return
                 time.sleep(0.1)
-
-    def _outcome(self, rc: int, wall: float) -> Outcome:
-        if rc == 0 and not self._cancelled:
-            return Outcome(status="succeeded", exit_code=0, launcher_exit=0, wall_s=wall)
-        text = read_tail(self.log_path)
-        signalled = rc in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
-        if self._cancelled or (signalled and "Root Cause" not in text):
-            # Stopped by us, or by someone signalling the run's group (`kill -TERM -PGID`, the service).
-            who = "cancelled" if self._cancelled else f"stopped by signal ({exit_text(rc)})"
-            return Outcome(status="cancelled", exit_code=rc, launcher_exit=rc, error=who, wall_s=wall)
-        rank, code = failing_rank(text)
-        exit_code = code if code is not None else rc
-        where = f"rank {rank}" if rank is not None else "the launcher"
-        return Outcome(status="failed", exit_code=exit_code, launcher_exit=rc, failed_rank=rank,
-                       error=f"{where} exited with {exit_text(exit_code)}", wall_s=wall)
 
 
 @contextlib.contextmanager
@@ -274,6 +274,7 @@ class RunOptions(BaseModel):
     gpus: list[int] | None = None  # pinned GPU indices (queue service)
     grace_s: float = 10.0
     extra_env: dict[str, str] = {}
+    cwd: str | None = None  # the ranks' working directory (a queued run: the submitter's); None = ours
     # The launch gets SIGTERM if this process dies without cleaning up (SIGKILL). The queue service
     # turns it off: its policy is to find and stop leftovers when it restarts (docs/service.md).
     die_with_parent: bool = True
@@ -298,6 +299,8 @@ def write_attempt_files(plan, target, run_dir: Path, attempt: int, options: RunO
     spec = build_launch_spec(plan, target, config_path=cfg_path, plan_path=plan_path, run_dir=Path(run_dir),
                              log_dir=adir / "ranks", main_port=options.main_port if plan.nodes == 1 else None,
                              attempt=attempt, max_steps=options.max_steps, extra_env=options.extra_env)
+    if options.cwd:
+        spec = spec.model_copy(update={"cwd": options.cwd})
     (adir / "command.json").write_text(json.dumps({**spec.model_dump(), "shell": spec.shell_line()}, indent=2) + "\n")
     for name in ("plan.json", "accelerate_config.yaml", "command.json"):
         shutil.copyfile(adir / name, Path(run_dir) / name)
@@ -317,7 +320,8 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
     If the store says the run was cancelled meanwhile (``advise cancel``), that status stands.
     """
     from launcher import oom
-    from launcher.store import Attempt, MetricsSummary
+    from launcher.settle import record_end
+    from launcher.store import Attempt
 
     options = options or RunOptions()
     run_dir = Path(run_dir)
@@ -326,8 +330,9 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
         rec = store.transition(run_id, "running", expect=["queued"], run_dir=str(run_dir))
     if rec is None or rec.status != "running":
         return store.get(run_id)  # cancelled (or finished) before it started
+    store.update(run_id, owner=procs.owner_identity())  # a read that finds us gone settles the record
     cancel = cancel or threading.Event()
-    current, attempt_no, launch = plan, 0, None
+    current, attempt_no, launch, adir = plan, 0, None, None
     final: dict = {"status": "failed", "exit_code": None, "error": "internal error in the launcher"}
     try:
         while True:
@@ -366,15 +371,11 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
     except BaseException as exc:  # recorded as failed (or cancelled on Ctrl-C), then re-raised
         interrupted = isinstance(exc, KeyboardInterrupt)
         final = {"status": "cancelled" if interrupted else "failed", "exit_code": None,
-                 "error": "interrupted" if interrupted else (str(exc).splitlines() or [type(exc).__name__])[0]}
+                 "error": None if interrupted else (str(exc).splitlines() or [type(exc).__name__])[0]}
         raise
     finally:
         if launch is not None and launch.proc is not None and launch.proc.poll() is None:
             launch.kill_now()
             launch.wait()
-        metrics = MetricsSummary.from_jsonl(run_dir / "metrics.jsonl", attempt=attempt_no)
-        done = store.transition(run_id, final["status"], expect=["running"], metrics=metrics,
-                                exit_code=final["exit_code"], error=final["error"])
-        if done is None:  # moved by someone else (advise cancel): keep their status, add what we know
-            done = store.update(run_id, metrics=metrics, exit_code=final["exit_code"], pid=None, pgid=None)
+        done = record_end(store, run_id, run_dir, adir, attempt_no, final)
     return done

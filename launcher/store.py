@@ -12,10 +12,13 @@ from several processes at once, so:
   hold command lines and environments.
 - The schema is versioned with ``PRAGMA user_version``; a new column is one more entry in
   ``_MIGRATIONS``.
+- Nothing is trusted before ``launcher.store_safety`` checked it (owner, mode, links, a 0-byte or
+  corrupt file); readers open it read-only. The record model lives in ``launcher.records``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -24,138 +27,18 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from advisor.errors import UserError
+from launcher import store_safety
+from launcher.records import (ALLOWED, STATUSES, TERMINAL, Attempt, MetricsSummary, RunRecord,  # noqa: F401
+                              Status)  # re-exported: the store's callers import the records from here
 
-Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-
-# Which status may follow which. running -> queued lets the service requeue a run whose
-# service died under it (counted in service_attempts); terminal states are final.
-ALLOWED: dict[str, frozenset[str]] = {
-    "queued": frozenset({"running", "cancelled", "failed"}),
-    "running": frozenset({"succeeded", "failed", "cancelled", "queued"}),
-}
-
-
-class Attempt(BaseModel):
-    """One launch of the run's command; OOM recovery adds one per retry."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    n: int = Field(description="1-based attempt number")
-    micro_batch: int
-    grad_accum: int
-    status: Literal["running", "succeeded", "failed", "oom", "cancelled"] = "running"
-    exit_code: int | None = None
-    started: float | None = None
-    ended: float | None = None
-    log_dir: str | None = Field(None, description="this attempt's logs (launcher.log, ranks/)")
-    error: str | None = None
-
-
-class MetricsSummary(BaseModel):
-    """What the final attempt's ``metrics.jsonl`` says, over rank 0's rows (all ranks for peak)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    steps: int = 0
-    first_loss: float | None = None
-    last_loss: float | None = None
-    samples_per_s: float | None = Field(None, description="steady-state mean over all ranks")
-    tokens_per_s: float | None = None
-    peak_gib: float | None = Field(None, description="max over ranks of torch.cuda.max_memory_allocated")
-    ranks: int = 0
-    wall_s: float | None = None
-
-    @classmethod
-    def from_jsonl(cls, path: Path, attempt: int | None = None) -> "MetricsSummary | None":
-        """Summarise ``metrics.jsonl`` rows (launcher.runtime writes them) of one attempt.
-
-        Throughput is steady state: each rank's first logged interval (warm-up, compile,
-        allocator growth) is dropped when it has more, the median of the rest is taken, and the
-        ranks' medians are summed (rows are per rank, in local samples).
-        """
-        rows = []
-        try:
-            with open(path) as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                    except ValueError:
-                        continue  # a line cut short by a kill
-                    if attempt is None or row.get("attempt", attempt) == attempt:
-                        rows.append(row)
-        except OSError:
-            return None
-        rows = [r for r in rows if "step" in r]
-        if not rows:
-            return None
-        by_rank: dict[int, list[dict]] = {}
-        for r in rows:
-            by_rank.setdefault(int(r.get("rank", 0)), []).append(r)
-        lead = sorted(by_rank[min(by_rank)], key=lambda r: r["step"])
-
-        def steady(key: str) -> float | None:
-            total, seen = 0.0, False
-            for rank_rows in by_rank.values():
-                vals = [r[key] for r in sorted(rank_rows, key=lambda r: r["step"]) if r.get(key) is not None]
-                if len(vals) > 1:
-                    vals = vals[1:]
-                if vals:
-                    vals.sort()
-                    total += vals[len(vals) // 2]
-                    seen = True
-            return total if seen else None
-
-        peaks = [r["peak_gib"] for r in rows if r.get("peak_gib") is not None]
-        times = [r["time"] for r in rows if r.get("time") is not None]
-        return cls(steps=int(lead[-1]["step"]), first_loss=lead[0].get("loss"), last_loss=lead[-1].get("loss"),
-                   samples_per_s=steady("samples_per_s"), tokens_per_s=steady("tokens_per_s"),
-                   peak_gib=max(peaks) if peaks else None, ranks=len(by_rank),
-                   wall_s=(max(times) - min(times)) if len(times) > 1 else None)
-
-
-class RunRecord(BaseModel):
-    """One row of the store, as the CLI (--json), the TUI and the service see it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    status: Status
-    label: str = Field("", description="what runs: model and recipe or script, for listings")
-    created: float
-    started: float | None = None
-    ended: float | None = None
-    plan: dict[str, Any] | None = Field(None, description="the Plan as JSON (advisor.plan.Plan)")
-    command: dict[str, Any] | None = Field(None, description="{'cmd': [...], 'env': {...}} of the last attempt")
-    run_dir: str | None = None
-    attempts: list[Attempt] = Field(default_factory=list)
-    exit_code: int | None = None
-    metrics: MetricsSummary | None = None
-    gpus: list[int] | None = Field(None, description="GPU indices assigned (queue service)")
-    pid: int | None = Field(None, description="pid of the launcher process while running")
-    pgid: int | None = Field(None, description="its process group (== session), to signal all ranks")
-    service_attempts: int = Field(0, description="times the queue service started this run")
-    error: str | None = Field(None, description="one line saying why it failed or was cancelled")
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL
-
-    def plan_model(self):
-        from advisor.plan import Plan
-
-        return None if self.plan is None else Plan.model_validate(self.plan)
-
-
-_JSON_COLUMNS = ("plan", "command", "attempts", "metrics", "gpus")
+_JSON_COLUMNS = ("plan", "command", "attempts", "metrics", "gpus", "owner")
 _COLUMNS = ("id", "status", "label", "created", "started", "ended", "plan", "command", "run_dir",
-            "attempts", "exit_code", "metrics", "gpus", "pid", "pgid", "service_attempts", "error")
+            "attempts", "exit_code", "metrics", "gpus", "pid", "pgid", "service_attempts", "error", "owner")
 
 _MIGRATIONS: list[str] = [
     """
@@ -180,6 +63,7 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX runs_status_created ON runs (status, created);
     """,
+    "ALTER TABLE runs ADD COLUMN owner TEXT",
 ]
 
 
@@ -189,45 +73,74 @@ def new_run_id() -> str:
 
 
 class RunStore:
-    """Run records in ``path``. Cheap to construct; every call opens its own connection."""
+    """Run records in ``path``. Cheap to construct; every call opens its own connection.
 
-    def __init__(self, path: Path):
+    ``readonly``: never write, never create (``advise runs/show/logs``: they work on a store
+    another process holds locked, or on a read-only disk). Opening checks the files first
+    (``launcher.store_safety``: owner, mode, links, emptiness) and SQLite's ``quick_check``.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly
+        self.busy_s = 30.0
         self._init()
 
     @classmethod
-    def open(cls, home: Path) -> "RunStore":
-        from launcher.home import ensure_home, store_path
+    def open(cls, home: Path, *, readonly: bool = False) -> "RunStore":
+        from launcher.home import check_home, ensure_home, store_path
 
-        return cls(store_path(ensure_home(home)))
+        return cls(store_path(check_home(home) if readonly else ensure_home(home)), readonly=readonly)
 
     # ------------------------------------------------------------------ plumbing
     def _init(self) -> None:
-        if not self.path.exists():
+        exists = store_safety.check_store_files(self.path)
+        if not exists:
+            if self.readonly:
+                raise UserError("no run store here yet", where=str(self.path), fix="`advise runs --home DIR` to look elsewhere")
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            # Create the file 0600 ourselves: sqlite3 would create it with the umask's mode.
-            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-        with self._conn() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("BEGIN IMMEDIATE")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            for i, sql in enumerate(_MIGRATIONS[version:], start=version + 1):
-                _run_script(db, sql)
-                db.execute(f"PRAGMA user_version = {i}")
-            db.execute("COMMIT")
+            store_safety.create_store(self.path, _migrate)
+        try:
+            with self._conn() as db:
+                check = db.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise store_safety.corrupt(self.path, f"quick_check: {check}")
+                if not self.readonly:
+                    _migrate(db)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: sqlite3.Error) -> UserError:
+        if store_safety.is_corruption(exc):
+            return store_safety.corrupt(self.path, str(exc))
+        if "locked" in str(exc) or "busy" in str(exc):
+            return UserError(f"the run store is busy: {exc} (held by another process for over 30 s)",
+                             where=str(self.path), fix="try again; `advise serve` holds it only for moments")
+        return UserError(f"cannot use the run store: {exc}", where=str(self.path),
+                         fix="check the --home directory is yours and writable, or use another --home")
 
     @contextmanager
     def _conn(self) -> Iterator[sqlite3.Connection]:
         try:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            if self.readonly:
+                db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=self.busy_s, isolation_level=None)
+            else:
+                db = sqlite3.connect(self.path, timeout=self.busy_s, isolation_level=None)
         except sqlite3.Error as exc:
-            raise UserError(f"cannot open the run store: {exc}", where=str(self.path),
-                            fix="check the --home directory is writable") from None
+            raise self._error(exc) from None
         try:
             db.row_factory = sqlite3.Row
-            db.execute("PRAGMA busy_timeout = 30000")
-            db.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a power cut loses the last commit at worst
+            db.execute(f"PRAGMA busy_timeout = {int(self.busy_s * 1000)}")
+            if not self.readonly:
+                db.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a power cut loses the last commit at worst
             yield db
+        except sqlite3.DatabaseError as exc:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            if store_safety.is_corruption(exc):
+                raise store_safety.corrupt(self.path, str(exc)) from None
+            raise
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
@@ -235,8 +148,21 @@ class RunStore:
         finally:
             db.close()
 
+    def settler(self) -> "RunStore":
+        """This (checked) store for the small writes of a read that settles records: writable, and
+        waiting at most 2 s for a busy writer, so ``advise runs`` never hangs (the next read retries)."""
+        other = object.__new__(RunStore)
+        other.path, other.readonly, other.busy_s = self.path, False, 2.0
+        return other
+
+    def data_version(self) -> "ChangeWatch":
+        """A watch that says cheaply whether any process committed to the store since last asked."""
+        return ChangeWatch(self.path)
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise PermissionError(f"{self.path} is open read-only")
         with self._conn() as db:
             db.execute("BEGIN IMMEDIATE")  # take the write lock now: read-check-write is atomic
             yield db
@@ -401,6 +327,37 @@ class RunStore:
     def delete(self, run_id: str) -> bool:
         with self._write() as db:
             return db.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 1
+
+
+class ChangeWatch:
+    """``PRAGMA data_version`` on one long-lived connection: it changes when any *other* connection
+    commits, and every writer here uses its own connection, so one integer query tells the queue
+    service whether re-reading the queue can change anything."""
+
+    def __init__(self, path: Path):
+        # read-write mode although it never writes: a read-only connection cannot create the WAL's
+        # -shm file, which disappears whenever the last other connection closes
+        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._seen: int | None = None
+
+    def changed(self) -> bool:
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        changed, self._seen = version != self._seen, version
+        return changed
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """WAL, then the schema migrations not applied yet, in one write transaction."""
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN IMMEDIATE")
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    for i, sql in enumerate(_MIGRATIONS[version:], start=version + 1):
+        _run_script(db, sql)
+        db.execute(f"PRAGMA user_version = {i}")
+    db.execute("COMMIT")
 
 
 def _run_script(db: sqlite3.Connection, sql: str) -> None:

@@ -3,11 +3,15 @@
 The kernel drops the lock when the process dies, even by SIGKILL, so a stale lock never blocks
 a restart; the descriptor is close-on-exec, so runs never inherit it. The file holds the pid,
 so a second ``advise serve`` (and ``advise cancel``) can name the holder.
+
+The lock file is opened with ``O_NOFOLLOW`` and checked (owner, mode) before it is truncated: a
+``service.lock`` planted as a symbolic link would otherwise have the service empty its target.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -27,7 +31,7 @@ class ServiceLock:
         self.fd: int | None = None
 
     def acquire(self) -> "ServiceLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_lock(self.path, os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + _LOCK_RETRY_S
         while True:
             try:
@@ -61,9 +65,26 @@ class ServiceLock:
         self.release()
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    """Open the lock file without following a link, and only if it is the caller's alone."""
+    from launcher.store_safety import check_file
+
+    check_file(path, "the service lock")
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # made a link between the check and the open
+            check_file(path, "the service lock")
+        raise
+    check_file(path, "the service lock")  # created now, or replaced in between: look again
+    return fd
+
+
 def _lock_pid(path: Path) -> int | None:
     try:
-        text = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            text = f.read().strip()
         return int(text) if text else None
     except (OSError, ValueError):
         return None
@@ -73,7 +94,7 @@ def service_pid(home: Path) -> int | None:
     """The pid of the service holding ``home``'s lock (0 if unknown), or None when none runs."""
     path = Path(home) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = _open_lock(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:

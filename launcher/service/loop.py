@@ -1,7 +1,9 @@
 """The scheduling loop: ``Service.serve`` locks the home, reconciles, then places and runs.
 
-Each pass (``step``) reads the queue from the store, asks ``launcher.placement`` which queued
-runs start on which free devices, and executes each started run in a thread through
+Each pass (``step``) asks the store whether anything was committed since the last pass (``PRAGMA
+data_version``, one integer); only then does it re-read the queue (records, submissions, plans:
+the expensive part with thousands queued), otherwise it reuses the last one. Placement runs again
+only when the queue or the devices changed. Then it asks ``launcher.placement`` which queued runs start on which free devices, and executes each started run in a thread through
 ``launcher.runner.execute``. A record moved away from ``running`` by someone else (``advise
 cancel``) stops its run. Graceful stop requeues what runs (see ``launcher.service``).
 """
@@ -18,16 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import UserError
-from launcher import placement
+from launcher import placement, store_safety
 from launcher.runner import RunOptions
 from launcher.service.lock import ServiceLock
 from launcher.service.reconcile import DEFAULT_GRACE_S, DEFAULT_MAX_STARTS, ENV_SERVICE_HOME, reconcile
 from launcher.service.submission import Submission, load_submission
 from launcher.store import RunRecord, RunStore
+from launcher.store_safety import StoreCorrupt
 
 log = logging.getLogger("cardwise.service")
 
 DEFAULT_POLL_S = 1.0
+BACKUP_EVERY_S = 3600.0
 
 
 @dataclass
@@ -99,6 +103,10 @@ class Service:
         self.force = threading.Event()
         self._waiting: dict[str, str] = {}
         self._lock = ServiceLock(self.home)
+        self._watch = self.store.data_version()
+        self._queue_cache: list[tuple[RunRecord, Submission]] | None = None
+        self._last_pass: tuple | None = None  # (devices, held, running) placement last saw
+        self._backup_due = 0.0
 
     # ------------------------------------------------------------ inventory
     @property
@@ -133,8 +141,11 @@ class Service:
             log.info("serving %s from %s (poll %.1fs)", self.describe(), self.home, self.poll_s)
             try:
                 while not stop.is_set():
+                    self._backup()
                     try:
                         self.step()
+                    except StoreCorrupt:
+                        raise  # exit 2: the systemd unit must not restart into the same corrupt store
                     except Exception:  # a busy store or a bad record must not end the service
                         log.exception("scheduling pass failed; trying again")
                     stop.wait(self.poll_s)
@@ -151,8 +162,11 @@ class Service:
             log.info("stopping %d running run(s); they go back to the queue", len(runs))
         for run in runs:
             run.stopping = True
-            run.requeued = self.store.transition(run.id, "queued", expect=["running"],
-                                                 error="requeued: the service was stopped while it ran") is not None
+            try:
+                run.requeued = self.store.transition(run.id, "queued", expect=["running"],
+                                                     error="requeued: the service was stopped while it ran") is not None
+            except Exception as exc:  # the runs still stop; the next start's reconcile requeues them
+                log.error("run %s: cannot requeue it now (%s)", run.id, exc)
             run.cancel.set()
         while any(r.thread is not None and r.thread.is_alive() for r in runs):
             if self.force.is_set():
@@ -162,15 +176,30 @@ class Service:
             time.sleep(0.1)
         for run in runs:
             if run.requeued:
-                self.store.update(run.id, exit_code=None, metrics=None, pid=None, pgid=None)
+                with contextlib.suppress(Exception):
+                    self.store.update(run.id, exit_code=None, metrics=None, pid=None, pgid=None)
                 log.info("run %s requeued", run.id)
         self.active.clear()
+        self._watch.close()
+
+    def _backup(self) -> None:
+        """Refresh ``runs.sqlite.bak`` at start and hourly: what the fix of a lost store restores."""
+        if time.monotonic() < self._backup_due:
+            return
+        self._backup_due = time.monotonic() + BACKUP_EVERY_S
+        try:
+            store_safety.backup(self.store.path)
+        except Exception as exc:
+            log.warning("could not back up the run store: %s", exc)
 
     # ------------------------------------------------------------ one pass
     def step(self) -> None:
         self._reap()
-        self._watch_cancels()
-        queue = self._queue()
+        changed = self._watch.changed()
+        if changed:
+            self._watch_cancels()
+            self._queue_cache = self._queue()
+        queue = self._queue_cache or []
         if not queue:
             return
         if self.max_runs is not None and len(self.active) >= self.max_runs:
@@ -180,6 +209,10 @@ class Service:
             log.warning("no device visible right now (NVML?); not placing anything this pass")
             return
         held = [d for r in self.active.values() for d in r.devices]
+        seen = (tuple(d.model_dump_json() for d in devices), tuple(held), len(self.active))
+        if not changed and seen == self._last_pass:
+            return  # same queue, same devices: placement would decide the same
+        self._last_pass = seen
         reqs = [placement.Request(id=rec.id, devices=sub.devices, kind=sub.kind, need_gib=sub.need_gib)
                 for rec, sub in queue]
         dec = placement.schedule(reqs, devices, held, bypassed=self.bypassed, max_bypass=self.max_bypass,
@@ -213,9 +246,16 @@ class Service:
         return out
 
     def _reap(self) -> None:
+        from launcher.settle import settle_one
+
         for rid, run in list(self.active.items()):
             if run.thread is not None and not run.thread.is_alive():
                 del self.active[rid]
+                # Its end could not be written (store busy or full): record it from outcome.json now.
+                with contextlib.suppress(Exception):
+                    rec = self.store.get(rid)
+                    if rec.status == "running" and not run.requeued:
+                        settle_one(self.store, rec)
 
     def _watch_cancels(self) -> None:
         for run in self.active.values():

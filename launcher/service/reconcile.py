@@ -83,17 +83,39 @@ def cancel(store: RunStore, home: Path, run_id: str, *, grace_s: float = DEFAULT
 
 # ====================================================================== reconcile
 class ReconcileReport(BaseModel):
+    finished: list[str] = Field(default_factory=list, description="ended while the service was down: recorded")
     requeued: list[str] = Field(default_factory=list)
     failed: list[str] = Field(default_factory=list)
     stopped: int = Field(0, description="processes of earlier service runs stopped")
     survivors: list[int] = Field(default_factory=list, description="pids that did not die even of SIGKILL")
 
 
+def _finished_while_down(store: RunStore, records: list[RunRecord], report: ReconcileReport) -> list[RunRecord]:
+    """Record the runs whose run directory says they ended on their own (the shim's exit file, not
+    stopped; or the runner's verdict): those are never run again. Returns the records left."""
+    from launcher.settle import pending_end, settle_one
+
+    left = []
+    for rec in records:
+        if rec.status == "running" and pending_end(rec, owner_gone=True) is not None:
+            done = settle_one(store, rec, owner_gone=True)  # we hold the lock: its service is gone
+            if done.status != "running":
+                report.finished.append(rec.id)
+                log.info("reconcile: run %s finished while the service was down: %s", rec.id, done.status)
+                continue
+        left.append(rec)
+    return left
+
+
 def reconcile(store: RunStore, home: Path, *, max_starts: int = DEFAULT_MAX_STARTS,
               grace_s: float = DEFAULT_GRACE_S) -> ReconcileReport:
-    """Make the store true again after a service died (call holding the lock, before placing)."""
+    """Make the store true again after a service died (call holding the lock, before placing).
+
+    Runs that finished while the service was down are recorded from their run directory first,
+    before anything is stopped, and once more after: one that ended between the two looks (its
+    exit file says it was not stopped) is recorded, not requeued. Only the rest are requeued."""
     report = ReconcileReport()
-    records = [r for r in store.list() if is_service_run(r)]
+    records = _finished_while_down(store, [r for r in store.list() if is_service_run(r)], report)
     leftovers = {p.pid: p for p in procs.tagged_processes(**{ENV_SERVICE_HOME: os.path.realpath(home)})}
     for rec in records:
         if rec.status == "running" or rec.pgid:
@@ -106,6 +128,7 @@ def reconcile(store: RunStore, home: Path, *, max_starts: int = DEFAULT_MAX_STAR
     report.stopped = len(leftovers) - len(left)
     report.survivors = sorted(p.pid for p in left)
     stuck_dirs = {(procs.environ(p) or {}).get(ENV_RUN_DIR) for p in left}
+    records = _finished_while_down(store, [store.get(r.id) for r in records], report)
     now = time.time()
     for rec in records:
         if rec.status != "running":

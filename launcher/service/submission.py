@@ -8,6 +8,7 @@ when its run directory holds this file; foreground ``advise launch`` records nev
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Literal
@@ -105,9 +106,32 @@ def memory_need_gib(plan) -> tuple[float | None, list[str]]:
     return need, []
 
 
+_RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")  # the service's to set: it places the run
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def submitter_env(names: list[str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """``NAME=value`` from the submitter's environment for each name it asked to pass on."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise UserError(f"--env {name!r} is not an environment variable name", fix="--env HF_HOME (a name, no value)")
+        if name in _RESERVED_ENV or name.startswith("CARDWISE_"):
+            raise UserError(f"--env {name}: the service sets this variable itself", fix=f"drop --env {name}")
+        if name not in environ:
+            raise UserError(f"--env {name}: not set in this shell", fix=f"export {name}=... first, or drop --env {name}")
+        out[name] = environ[name]
+    return out
+
+
 def submit(home: Path, plan, target: Target, options: RunOptions, *, label: str | None = None,
-           need_gib: float | None = None) -> tuple[RunRecord, list[str]]:
-    """Validate and queue a run; return its record and notes. The plan is final from here on."""
+           need_gib: float | None = None, cwd: str | None = None,
+           env_names: list[str] = ()) -> tuple[RunRecord, list[str]]:
+    """Validate and queue a run; return its record and notes. The plan is final from here on.
+
+    The run will start in ``cwd`` (default: the submitter's working directory) with the
+    submitter's values of ``env_names`` added to the service's environment (docs/service.md)."""
     from launcher.accelerate_config import accelerate_config
     from launcher.home import make_run_dir
     from launcher.home import run_dir as run_dir_of
@@ -119,6 +143,8 @@ def submit(home: Path, plan, target: Target, options: RunOptions, *, label: str 
     if options.main_address or options.machine_rank:
         raise UserError("--node-rank/--main-address are for multi-node launches", fix="drop them for `advise submit`")
     accelerate_config(plan)  # the same checks the launch would make, now rather than in the queue
+    options = options.model_copy(update={"cwd": cwd or os.getcwd(),
+                                         "extra_env": {**options.extra_env, **submitter_env(list(env_names))}})
     notes: list[str] = []
     source = "none"
     if plan.cpu:

@@ -1,0 +1,175 @@
+"""Faults with real processes on CPU: kill -9 of a foreground launch (x20), Ctrl-C, a run that
+finishes while the service is down, malformed metrics, and where the ranks listen.
+
+Survivors are found by an environment tag each trial's whole process tree inherits
+(``launcher.procs.tagged_processes``): re-parenting and new sessions do not hide them.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launcher import procs
+from launcher.store import RunStore
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+SLEEPER = Path(__file__).with_name("scripts") / "sleeper.py"
+TINY = ["--model", "mini-transformer", "--seq-len", "16", "--micro-batch", "2"]
+TAG = "CARDWISE_TEST_TRIAL"
+
+
+def wait_for(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_launch(home: Path, token: str, *argv: str, json_out: bool = True) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), TAG: token}
+    return subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", *TINY, "--home", str(home),
+                             *(["--json"] if json_out else []), *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def ranks_up(home: Path, n: int) -> bool:
+    return len(glob.glob(str(home / "runs" / "*" / "pids-*"))) >= n
+
+
+def test_kill_9_of_a_foreground_launch_leaves_no_process_x20(tmp_path):
+    """Killed at every stage: while Python starts, while torch imports, with ranks running."""
+    survivors = {}
+    for trial in range(20):
+        home, token = tmp_path / f"t{trial}", secrets.token_hex(6)
+        p = start_launch(home, token, "--processes", "2", "--", str(SLEEPER))
+        try:
+            if trial % 2:  # odd trials: ranks up and sleeping
+                wait_for(lambda: ranks_up(home, 2) or p.poll() is not None, 120, "the ranks")
+            else:  # even trials: somewhere in the start-up (0.5 s to 5 s in)
+                time.sleep(0.5 + 0.25 * trial)
+            os.kill(p.pid, signal.SIGKILL)
+        finally:
+            p.kill()
+            p.communicate()
+        deadline = time.monotonic() + 60  # the shim's grace (10 s) and sweep, on a loaded machine
+        while (left := procs.tagged_processes(**{TAG: token})) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if left:
+            survivors[trial] = [(q.pid, " ".join(q.cmdline()[:4])) for q in left if procs.alive(q)]
+            procs.stop_processes(left, 1)
+        if (home / "runs.sqlite").exists():  # and the record does not stay `running` forever
+            recs = RunStore.open(home).list()
+            from launcher.settle import settle
+
+            assert all(r.status != "running" for r in settle(RunStore.open(home), recs)), recs
+    assert not survivors
+
+
+def test_ctrl_c_is_reported_plainly_and_ranks_listen_on_the_loopback(tmp_path):
+    token = secrets.token_hex(6)
+    p = start_launch(tmp_path, token, "--processes", "2", "--", str(SLEEPER), json_out=False)
+    try:
+        wait_for(lambda: ranks_up(tmp_path, 2) or p.poll() is not None, 120, "the ranks")
+        tree = procs.tagged_processes(**{TAG: token})
+        ranks = [q for q in tree if (procs.environ(q) or {}).get("RANK") is not None]
+        listening = {(c.laddr.ip, c.laddr.port) for q in tree for c in _listeners(q)}
+        port = int(json.loads(next((tmp_path / "runs").glob("*/command.json")).read_text())["cmd"][
+            json.loads(next((tmp_path / "runs").glob("*/command.json")).read_text())["cmd"].index("--main_process_port") + 1])
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130
+    assert "cancelled" in out and "error:" not in out, out
+    for chatter in ("torch.distributed.elastic", "SignalException", "Traceback", "closing signal"):
+        assert chatter not in out and chatter not in err, (out, err)
+    assert ranks and all(procs.environ(q) is None or procs.environ(q).get("MASTER_ADDR") == "127.0.0.1" for q in ranks)
+    # Everything but torch's rendezvous store (TCPStore binds the wildcard address; no option) is on lo.
+    public = {(ip, pt) for ip, pt in listening if pt != port and ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")}
+    assert not public, (listening, port)
+
+
+def _listeners(q: psutil.Process):
+    try:
+        return [c for c in q.net_connections("inet") if c.status == psutil.CONN_LISTEN]
+    except psutil.Error:
+        return []
+
+
+FINISHER = r'''
+import json, os, sys, time
+marks = sys.argv[1]
+open(os.path.join(marks, f"started-{os.getpid()}"), "w").close()
+time.sleep(4)
+with open(os.environ["CARDWISE_METRICS"], "a") as f:
+    f.write(json.dumps({"step": 1, "rank": 0, "loss": 1.5, "attempt": int(os.environ.get("CARDWISE_ATTEMPT", 1))}) + "\n")
+    f.write("[not, a, row]\n")
+    f.write('{"step": "two", "rank": 0}\n')
+open(os.path.join(marks, f"done-{os.getpid()}"), "w").close()
+'''
+
+
+def test_a_run_finished_while_the_service_was_down_runs_once_and_succeeds(tmp_path):
+    home, marks = tmp_path / "home", tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "finisher.py"
+    script.write_text(FINISHER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def advise(command, *argv):
+        return subprocess.run([sys.executable, "-m", "cli.main", command, "--home", str(home), *argv],
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    res = advise("submit", "--cpu", "--processes", "1", *TINY, "--json", "--", str(script), str(marks))
+    assert res.returncode == 0, res.stderr
+    rid = json.loads(res.stdout)["id"]
+    serve = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--cpu", "--home", str(home), "--poll", "0.2"],
+                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve1.log", "w"), env=env)
+    try:
+        wait_for(lambda: list(marks.glob("started-*")), 120, "the run to start")
+    finally:
+        serve.kill()  # the service dies; its run goes on and finishes alone
+        serve.wait()
+    wait_for(lambda: list(marks.glob("done-*")) and list((home / "runs" / rid).glob("attempt-*/exit.json")), 60,
+             "the run to finish")
+    serve = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--cpu", "--home", str(home), "--poll", "0.2"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        rec = wait_for(lambda: (r := RunStore.open(home).get(rid)).terminal and r, 60, "the run to be recorded")
+        time.sleep(1.0)  # a service that wrongly requeued it would have started it again by now
+    finally:
+        serve.terminate()
+        serve.wait(60)
+    assert rec.status == "succeeded" and rec.service_attempts == 1, rec
+    assert len(list(marks.glob("started-*"))) == 1 and len(list(marks.glob("done-*"))) == 1
+    assert rec.metrics.steps == 1 and rec.metrics.bad_rows == 2
+
+
+def test_malformed_metrics_do_not_fail_a_foreground_run(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "finisher.py"
+    script.write_text(FINISHER.replace("time.sleep(4)", "pass"))
+    p = start_launch(tmp_path / "home", "x", "--processes", "1", "--", str(script), str(marks))
+    out, err = p.communicate(timeout=300)
+    rec = json.loads(out)
+    assert p.returncode == 0 and rec["status"] == "succeeded", err[-2000:]
+    assert rec["metrics"]["bad_rows"] == 2 and rec["metrics"]["steps"] == 1
