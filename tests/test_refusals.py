@@ -261,7 +261,8 @@ def _flags_in_messages() -> set[tuple[str, str]]:
 
 
 def test_every_flag_an_error_names_exists():
-    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data"}  # recipes' own options
+    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data",  # recipes' own options
+             "--time", "--partition"}  # sbatch's, in `--emit slurm` messages
     for name in COMMANDS:
         for action in build_parser(name)._actions:
             known.update(action.option_strings)
