@@ -53,6 +53,9 @@ DEFAULT = RESULTS / "h200-reference.jsonl"
 HOSTBOUND = RESULTS / "h200-hostbound.jsonl"
 BENCH_CSV = RESULTS / "h200-1gpu.csv"
 BEFORE = RESULTS / "h200-estimator-before.json"
+# Every row (catalog and users') predicted by the estimator at the start of the refit (commit 6e16ead,
+# its packaged calibration): `python benchmarks/fit_calibration.py --snapshot-before` wrote it.
+BEFORE_REFIT = RESULTS / "h200-estimator-before-refit.json"
 REPORT = RESULTS / "h200-estimator.md"
 _CONFIG_KEYS = ("model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt", "channels_last")
 GRID_P = (0.0, 3.0, 4.0, 6.0)  # host/device combination: 0 = max
@@ -112,11 +115,18 @@ def all_rows() -> tuple[dict, list[dict]]:
     return header, rows
 
 
+def model_source(r: dict) -> str:
+    """How a user names the row's model: catalog, hf-config or module."""
+    return r.get("model_source", "catalog")
+
+
 def spec_of(r: dict):
     return r["spec"] if "spec" in r else catalog_model(r["model"])
 
 
 def config_of(r: dict) -> TrainConfig:
+    if "config" in r:  # users' rows: the configuration advise estimate chose from the row's flags
+        return r["config"]
     return TrainConfig(micro_batch=r["micro_batch"], seq_len=r["seq_len"], image_size=r["image_size"],
                        precision=r["precision"], compile=r["compile"], grad_ckpt=r["grad_ckpt"],
                        channels_last=r["channels_last"])
@@ -260,6 +270,7 @@ def _repeats(rows: list[dict]) -> list[str]:
 
 def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -> str:
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
+    refit0 = json.loads(BEFORE_REFIT.read_text()) if BEFORE_REFIT.exists() else {}
     lines = [
         "# Estimator vs measurement on one H200",
         "",
@@ -280,8 +291,15 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     ]
     errs: dict[str, tuple[list, list]] = {"fit": ([], []), "holdout": ([], [])}
     fam: dict[str, tuple[list, list]] = {}
+    src: dict[str, tuple[list, list]] = {}
     for r in rows:
         e = predict(r, cal, hw)
+        if "request" in r and r["split"] == "holdout":  # users' rows: the fast path is advise estimate's
+            from users import predict_request
+
+            cli = predict_request(r["request"], cal)
+            assert abs(cli.throughput.samples_per_s / e.throughput.samples_per_s - 1) < 1e-9, r["id"]
+            assert abs(cli.memory.peak_gib / e.memory.peak_gib - 1) < 1e-9, r["id"]
         t = e.throughput
         me = e.memory.peak_gib / r["peak_gib"] - 1
         te = t.samples_per_s / r["samples_per_s"] - 1
@@ -290,6 +308,10 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
             errs[r["split"]][0].append(abs(me))
             errs[r["split"]][1].append(abs(te))
         if r["split"] == "holdout":
+            g = src.setdefault(model_source(r), ([], []))
+            g[1].append(abs(te))
+            if r["id"] in refit0:
+                g[0].append(abs(refit0[r["id"]] / r["samples_per_s"] - 1))
             f = fam.setdefault(family_of(r), ([], []))
             f[1].append(abs(te))
             if be is not None:
@@ -302,6 +324,15 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     for split, (m, t) in errs.items():
         if m:
             lines.append(f"| {split} | {len(m)} | {_stats(m)} | {_stats(t)} |")
+    lines += ["", "Throughput on the holdout rows per model source, before the refit (commit 6e16ead, "
+              f"`{BEFORE_REFIT.name}`) and after (abs error, median | worst):", "",
+              "| source | n | before median | before worst | after median | after worst |", "|---|---:|---:|---:|---:|---:|"]
+    allb, alla = [], []
+    for s_, (b, a) in sorted(src.items()):
+        allb += b
+        alla += a
+        lines.append(f"| {s_} | {len(a)} | {_stats(b)} | {_stats(a)} |")
+    lines.append(f"| all | {len(alla)} | {_stats(allb)} | {_stats(alla)} |")
     lines += ["", "Throughput on the holdout rows per family, before and after (abs error, median | worst):", "",
               "| family | n | before median | before worst | after median | after worst |", "|---|---:|---:|---:|---:|---:|"]
     allb, alla = [], []
@@ -321,9 +352,21 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     return "\n".join(lines)
 
 
+def snapshot_before(rows: list[dict], hw: HardwareSpec) -> None:
+    """Predictions of the estimator as it stands (packaged calibration, no fit) for every row."""
+    from advisor.calibration import default_calibration
+
+    cal = default_calibration()
+    BEFORE_REFIT.write_text(json.dumps({r["id"]: round(predict(r, cal, hw).throughput.samples_per_s, 3)
+                                        for r in rows}, indent=0, sort_keys=True) + "\n")
+
+
 def main() -> None:
     header, rows = all_rows()
     hw = HardwareSpec(gpu=get_gpu(header.get("device", "H200")))
+    if "--snapshot-before" in sys.argv:
+        snapshot_before(rows, hw)
+        return
     cal = fit(rows, hw)
     PACKAGED.write_text(json.dumps(cal.model_dump(), indent=1) + "\n")
     REPORT.write_text(report(header, rows, cal, hw))

@@ -1,54 +1,91 @@
 """Users' models measured on the H200 (issue 16): rows for benchmarks/fit_calibration.py.
 
-Read-only from the checkout where they are measured (``CARDWISE_USERS_ROWS`` overrides the path):
-each row names its model as cardwise would be told (``module`` FILE.py:FACTORY with
-``input_shape``/``input_dtype``, or ``hf_config`` PATH) and is predicted from a spec traced
-exactly as ``advise estimate --module/--hf-config`` traces it. Absent file: no rows.
+Rows come from ``benchmarks/results/h200-users.jsonl`` (``measure_users_models.py``; override the
+path with ``CARDWISE_USERS_ROWS``). Each row's ``cardwise_flags`` is the exact ``advise estimate``
+line for that configuration; it is parsed by the CLI's own parser (``cli.main.build_parser``) and
+turned into a ``Request`` by ``cli.flags.request_from_namespace``, with ``--gpu H200`` added, so a
+row is predicted by ``advisor.exact.estimate_request`` exactly as ``advise estimate ... --gpu H200``
+predicts it (``predict_request``). Paths in the flags are relative to the checkout root.
+
+For the fit's grid (hundreds of calibrations), ``user_rows`` also carries the resolved spec and the
+``TrainConfig`` that ``estimate_request`` chose, so ``advisor.estimate.estimate`` on them gives the
+same numbers without re-tracing; ``fit_calibration.report`` checks they agree.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 from functools import lru_cache
 from pathlib import Path
 
-USERS = Path(os.environ.get("CARDWISE_USERS_ROWS", "/work/main/benchmarks/results/h200-users.jsonl"))
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+USERS = Path(os.environ.get("CARDWISE_USERS_ROWS", ROOT / "benchmarks" / "results" / "h200-users.jsonl"))
+GPU = "H200"  # every row was measured on one H200 (the file's header lines)
+
+
+def _absolute(argv: list[str], base: Path) -> list[str]:
+    """``--module FILE.py:F`` / ``--hf-config PATH`` relative to the checkout, made absolute."""
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a in ("--module", "--hf-config"):
+            p = out[i + 1]
+            path = p.split(":", 1)[0]
+            if (path.endswith(".py") or path.endswith(".json")) and not Path(path).is_absolute():
+                out[i + 1] = str(base / p)
+    return out
+
+
+def request_of(flags: str, base: Path = ROOT):
+    """The ``Request`` that ``advise estimate FLAGS --gpu H200`` builds."""
+    from cli.flags import request_from_namespace
+    from cli.main import build_parser
+
+    args = build_parser("estimate").parse_args(_absolute(shlex.split(flags), base) + ["--gpu", GPU])
+    return request_from_namespace(args)
 
 
 @lru_cache(maxsize=None)
-def _spec(module: str | None, hf_config: str | None, shape: tuple[int, ...] | None, dtype: str):
-    if hf_config:
-        from advisor.hf_config import spec_from_hf_config
+def _spec(ref_json: str):
+    from advisor.plan import ModelRef
+    from advisor.sources import resolve_model
 
-        return spec_from_hf_config(hf_config)
-    from advisor.tracer import trace_module_spec
-
-    return trace_module_spec(module, shape, dtype)
+    return resolve_model(ModelRef.model_validate_json(ref_json))
 
 
-def _resolve(path: str, base: Path) -> str:
-    """A path in a row, relative to the checkout that measured it."""
-    p = Path(path.split(":", 1)[0])
-    if p.is_absolute() or not p.suffix:
-        return path
-    return str(base / path)
+def predict_request(req, calibration=None):
+    """``advise estimate``'s Estimate for ``req`` (the real CLI path), with the model resolved once."""
+    from unittest import mock
+
+    import advisor.exact as exact
+
+    with mock.patch.object(exact, "resolve_model", lambda ref: _spec(ref.model_dump_json())):
+        est, _ = exact.estimate_request(req, calibration=calibration)
+    return est
+
+
+def source_of(flags: str) -> str:
+    return "hf-config" if "--hf-config" in flags else "module" if "--module" in flags else "catalog"
 
 
 def user_rows(path: Path = USERS) -> list[dict]:
+    """Measured rows with a fit/holdout split, each with ``request``, ``spec`` and ``config``."""
     if not path.exists():
         return []
     base = path.resolve().parents[2]  # <checkout>/benchmarks/results/FILE
     rows = []
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        if r.get("kind") == "header" or "error" in r or r.get("split") not in ("fit", "holdout"):
+        if r.get("kind") == "header" or "error" in r or r.get("oom") or r.get("split") not in ("fit", "holdout"):
             continue
-        module = _resolve(r["module"], base) if r.get("module") else None
-        hf = _resolve(r["hf_config"], base) if r.get("hf_config") else None
-        shape = tuple(r["input_shape"]) if r.get("input_shape") else None
-        spec = _spec(module, hf, shape, r.get("input_dtype", "float32"))
-        rows.append({"seq_len": None, "image_size": None, "grad_ckpt": False, "channels_last": False,
-                     "compile": False, **r, "spec": spec, "model": r.get("model", spec.name),
-                     "source": path.name, "cudnn_tf32": True})
+        req = request_of(r["cardwise_flags"], base)
+        est = predict_request(req)
+        rows.append({**r, "grad_ckpt": bool(req.grad_ckpt), "channels_last": bool(req.channels_last),
+                     "request": req, "spec": _spec(req.model.model_dump_json()), "config": est.config,
+                     "source": path.name, "model_source": source_of(r["cardwise_flags"]), "cudnn_tf32": True})
     return rows
