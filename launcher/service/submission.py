@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.errors import UserError
+from advisor.paths import write_private_atomic
 from launcher import placement
 from launcher.command import Target
 from launcher.runner import RunOptions
@@ -63,15 +64,6 @@ def load_submission(run_dir: str | os.PathLike | None) -> Submission | None:
 
 def is_service_run(rec: RunRecord) -> bool:
     return bool(rec.run_dir) and submission_path(rec.run_dir).is_file()
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (0600) atomically: readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def memory_need_gib(plan) -> tuple[float | None, list[str]]:
@@ -162,9 +154,9 @@ def submit(home: Path, plan, target: Target, options: RunOptions, *, label: str 
         if not run_dir_of(home, rid).exists():
             break
     rdir = make_run_dir(home, rid)
-    _write_private(rdir / "plan.json", plan.model_dump_json(indent=2) + "\n")
+    write_private_atomic(rdir / "plan.json", plan.model_dump_json(indent=2) + "\n")
     # The record appears last: a service never sees a queued record without its submission.
-    _write_private(submission_path(rdir), sub.model_dump_json(indent=2) + "\n")
+    write_private_atomic(submission_path(rdir), sub.model_dump_json(indent=2) + "\n")
     rec = store.create(run_id=rid, label=label or f"{plan.model.label()} · {target.label()}",
                        plan=plan.model_dump(mode="json"), run_dir=rdir)
     return rec, notes
