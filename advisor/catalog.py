@@ -98,6 +98,11 @@ def transformers_model(name: str) -> ModelSpec | None:
     return ModelSpec(**entry) if entry else None
 
 
+def has_transformers_class(name: str) -> bool:
+    """Whether ``transformers_model(name)`` has a precomputed trace (a dict lookup, no spec built)."""
+    return f"hf:{name.lower().strip()}" in _traced()
+
+
 def hf_equivalent(name: str) -> dict | None:
     """The Hugging Face ``config.json`` (as a dict) of the class a user's script most likely runs
     for catalog model ``name``: GPT-2 -> GPT2LMHeadModel, BERT -> BertForMaskedLM, Llama ->

@@ -16,23 +16,14 @@ from advisor.errors import UserError
 from advisor.estimate import Estimate, estimate
 from advisor.hardware import Machine, detect_machine, resolve_hardware
 from advisor.request import Request
-from advisor.sources import resolve_model
+from advisor.sources import as_script_runs_it, resolve_model
 
 
 def estimate_request(req: Request, *, machine: Machine | None = None,
                      calibration: Calibration | None = None) -> tuple[Estimate, list[str]]:
     """(Estimate, defaults applied) for ``req``. UserError for a request that names no configuration."""
-    applied: list[str] = []
-    ref = req.model
-    if ref.name and ref.implementation is None:
-        # A user's script most likely loads the transformers class (issue: "estimate the code that
-        # will run"); cardwise's recipes run its own implementation (--implementation cardwise).
-        from advisor.catalog import transformers_model
-
-        if transformers_model(ref.name) is not None:
-            ref = ref.model_copy(update={"implementation": "transformers"})
-            applied.append("implementation: the transformers class a script loads (--implementation cardwise for "
-                           "cardwise's recipes)")
+    ref, note = as_script_runs_it(req.model)
+    applied: list[str] = [note] if note else []
     spec = resolve_model(ref)
     if machine is None:
         # A named GPU needs no NVML (only the CPU core count).

@@ -41,3 +41,20 @@ def resolve_model(ref: "ModelRef") -> ModelSpec:
     from advisor.errors import UserError
 
     raise UserError("no model given", fix="--model NAME | --hf-config PATH/config.json | --module FILE.py:FACTORY")
+
+
+def as_script_runs_it(ref: "ModelRef") -> tuple["ModelRef", str | None]:
+    """``ref`` as a user's script most likely runs it, and the note that says so (None: unchanged).
+
+    A catalog model with no ``--implementation`` chosen is estimated as its transformers class when
+    cardwise knows one (the issue: "estimate the code that will run"); cardwise's recipes run its own
+    implementation, so ``advise`` and recipe launches do not call this."""
+    if not ref.name or ref.implementation is not None:
+        return ref, None
+    from advisor.catalog import has_transformers_class
+
+    if not has_transformers_class(ref.name):
+        return ref, None
+    return (ref.model_copy(update={"implementation": "transformers"}),
+            "estimated as the transformers class a script loads (--implementation cardwise for cardwise's own model)")
+

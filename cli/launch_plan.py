@@ -48,16 +48,13 @@ def plan_from_flags(args: argparse.Namespace):
     from advisor.calibration import load_calibration
     from rules.api import plan
 
+    from advisor.sources import as_script_runs_it
+
     req = flags.request_from_namespace(args)
     notes = []
-    if args.script and not args.recipe and req.model.name and req.model.implementation is None:
-        # A user's script most likely loads the transformers class of a catalog model: plan for that code.
-        from advisor.catalog import transformers_model
-
-        if transformers_model(req.model.name) is not None:
-            req = req.model_copy(update={"model": req.model.model_copy(update={"implementation": "transformers"})})
-            notes.append("planned for the transformers class your script most likely loads "
-                         "(--implementation cardwise if it runs cardwise's own model)")
+    if args.script and not args.recipe:  # a user's script: plan for the code it most likely loads
+        ref, note = as_script_runs_it(req.model)
+        req, notes = req.model_copy(update={"model": ref}), [note] if note else []
     return plan(req, calibration=load_calibration(flags.home_dir(args))), notes
 
 
