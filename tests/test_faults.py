@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from launcher import procs
+from waiting import wait_for
 from launcher.store import RunStore
 
 pytestmark = pytest.mark.slow
@@ -30,15 +31,6 @@ SLEEPER = Path(__file__).with_name("scripts") / "sleeper.py"
 TINY = ["--model", "mini-transformer", "--seq-len", "16", "--micro-batch", "2"]
 TAG = "CARDWISE_TEST_TRIAL"
 
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def start_launch(home: Path, token: str, *argv: str, json_out: bool = True) -> subprocess.Popen:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from launcher.service import ENV_SERVICE_HOME, SUBMISSION_NAME, Submission, reconcile, service_pid
+from waiting import wait_for
 from launcher.store import Attempt, RunStore
 
 pytestmark = pytest.mark.slow
@@ -92,15 +93,6 @@ def serving(home: Path, *argv: str):
             proc.wait(60)
         log.close()
 
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def alive(pid: int) -> bool:
