@@ -28,8 +28,10 @@ def parse_duration_hours(text: str) -> float:
     return total
 
 
-def format_hours(h: float) -> str:
-    """A duration for people: '40 s', '12 min', '5.1 h', '4.3 days'."""
+def format_hours(h: float | None) -> str:
+    """A duration for people: '40 s', '12 min', '5.1 h', '4.3 days'; '-' for an unknown one (no dataset size)."""
+    if h is None:
+        return "-"
     if h < 1 / 60:
         return f"{h * 3600:.0f} s"
     if h < 1:

@@ -54,7 +54,8 @@ def render(est, applied: list[str], console=None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from cli.recommend_cmd import hours, memory_bar
+    from advisor.units import format_hours
+    from cli.recommend_cmd import memory_bar
 
     console = console or Console(width=max(100, Console().width))
     m, t, c, hw = est.memory, est.throughput, est.config, est.hardware
@@ -92,7 +93,7 @@ def render(est, applied: list[str], console=None) -> None:
     if t.host_bound:
         thr.add_row("bound by", "kernel launches (host)")
     if est.time_to_train_h is not None:
-        thr.add_row("time to train", hours(est.time_to_train_h))
+        thr.add_row("time to train", format_hours(est.time_to_train_h))
     console.print(thr)
     for n in est.notes:
         console.print(Text(f"note: {n}", style="dim"))

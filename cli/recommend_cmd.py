@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from advisor.units import format_hours
 from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
                        add_workload_flags, check_output_file)
 
@@ -100,13 +101,6 @@ def memory_bar(memory, width: int = 56):
     return out
 
 
-def hours(h: float | None) -> str:
-    """``advisor.units.format_hours``, with "-" for an unknown time (no dataset size given)."""
-    from advisor.units import format_hours
-
-    return "-" if h is None else format_hours(h)
-
-
 def _tree(rec):
     """The decision tree of rules/data/tree.toml with the path taken highlighted."""
     from rich.text import Text
@@ -170,7 +164,7 @@ def render_report(rec, console=None) -> None:
     if rec.plan.dataset_size:
         shape.append(f"{rec.plan.dataset_size:,} samples x {rec.plan.epochs:g} epochs")
     if r.deadline_h:
-        shape.append(f"deadline {hours(r.deadline_h)}")
+        shape.append(f"deadline {format_hours(r.deadline_h)}")
     head.add_row("workload", ", ".join(shape) or "-")
     console.print(Panel(head, title="[bold]cardwise[/bold]", title_align="left"))
 
@@ -189,7 +183,7 @@ def render_report(rec, console=None) -> None:
                 t.add_row(str(row.gpus), row.strategy, f"{row.micro_batch} x {row.grad_accum}", str(row.global_batch),
                           f"{row.device_gib:.1f}", f"{row.samples_per_s:,.1f}",
                           f"{row.speedup:.2f}x" if row.speedup else "-",
-                          f"{row.scaling_efficiency:.0%}" if row.gpus > 1 else "-", hours(row.time_to_train_h),
+                          f"{row.scaling_efficiency:.0%}" if row.gpus > 1 else "-", format_hours(row.time_to_train_h),
                           style=style)
             else:
                 t.add_row(str(row.gpus), row.strategy, "-", "-", f"{row.device_gib:.1f}" if row.device_gib else "-",
@@ -219,7 +213,7 @@ def render_report(rec, console=None) -> None:
     speed = f"{tp.samples_per_s:,.1f} samples/s" + (f", {tp.tokens_per_s:,.0f} tokens/s" if tp.tokens_per_s else "") + \
         f", {tp.step_s:.3g} s per step, MFU {tp.mfu:.0%}"
     kv.add_row("speed", speed)
-    kv.add_row("time to train", hours(r.time_to_train_h) + ("" if r.time_to_train_h is not None else " (give --dataset-size and --epochs)"))
+    kv.add_row("time to train", format_hours(r.time_to_train_h) + ("" if r.time_to_train_h is not None else " (give --dataset-size and --epochs)"))
     console.print(Panel(kv, title="recommendation", title_align="left", border_style="green" if r.fits else "red"))
 
     if rec.warnings:

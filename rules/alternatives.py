@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from advisor.config import Optimizer, Precision, Strategy
-from rules.engine import _hours
+from advisor.units import format_hours
 from rules.recommend import Alternative, Cost
 from rules.planner import Choice, Infeasible
 from rules.tree import TreeContext
@@ -45,7 +45,7 @@ _COMPROMISES: list[tuple[str, dict, str, str, str]] = [
 def _speed(ch: Choice) -> str:
     t = ch.time_h
     s = f"{ch.estimate.throughput.samples_per_s:,.2f} samples/s"
-    return s + (f", {_hours(t)} to train" if t is not None else "")
+    return s + (f", {format_hours(t)} to train" if t is not None else "")
 
 
 def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
@@ -137,7 +137,7 @@ def from_measures(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
         out.append(Alternative(
             name=m.name, kind=kind, summary=m.summary, fits=m.fits, gpus=m.gpus, strategy=m.strategy,
             peak_gib=m.peak_gib, device_gib=m.device_gib, samples_per_s=m.samples_per_s, time_to_train_h=m.time_h,
-            meets_deadline=m.meets, cost=Cost(speed=f"{_hours(m.time_h)} to train" if m.time_h else ""),
+            meets_deadline=m.meets, cost=Cost(speed=f"{format_hours(m.time_h)} to train" if m.time_h else ""),
             source=m.source, command=command))
     return out
 

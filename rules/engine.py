@@ -228,15 +228,11 @@ class _FactFormatter(string.Formatter):
         if format_spec == "pct":
             return f"{value * 100:.0f}%"
         if format_spec == "h":
-            return _hours(value)
+            return format_hours(value)
         try:
             return format(value, format_spec)
         except (TypeError, ValueError):
             return str(value)
-
-
-def _hours(h: float) -> str:
-    return format_hours(h)
 
 
 def render(template: str, facts) -> str:

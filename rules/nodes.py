@@ -13,7 +13,7 @@ from typing import Callable
 
 from advisor.config import Precision, Strategy, TrainConfig
 from advisor.estimate import Estimate
-from rules.engine import _hours
+from advisor.units import format_hours
 from rules.planner import Choice, Infeasible
 from rules.tree import Answer, Measure, Step, TreeContext, load_tree
 
@@ -50,7 +50,7 @@ def _mem_text(e: Estimate) -> str:
 
 def _time_text(e: Estimate) -> str:
     t = e.time_to_train_h
-    return f"{_hours(t)} to train" if t is not None else f"{e.throughput.samples_per_s:,.1f} samples/s"
+    return f"{format_hours(t)} to train" if t is not None else f"{e.throughput.samples_per_s:,.1f} samples/s"
 
 
 def node_A(ctx: TreeContext) -> Answer:
@@ -61,7 +61,7 @@ def node_A(ctx: TreeContext) -> Answer:
     if ctx.req.dataset_size:
         work.append(f"{ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs")
     if ctx.deadline:
-        work.append(f"deadline {_hours(ctx.deadline)}")
+        work.append(f"deadline {format_hours(ctx.deadline)}")
     return Answer("start", f"{p.model.name} ({p.model.params / 1e6:,.0f}M parameters, {p.model.family}) on "
                   f"{hw.total_gpus}x {hw.gpu.name} ({hw.gpu.memory_gib:.0f} GiB, {where})"
                   + (f"; {', '.join(work)}" if work else "; no dataset size or deadline given"),
@@ -112,10 +112,10 @@ def _pick_by_deadline(ctx: TreeContext, rows: list[Choice]) -> tuple[Choice, str
         return rows[-1], "no deadline: all GPUs at hand (the fastest; sharding over more GPUs also leaves more headroom)"
     for ch in rows:
         if ch.time_h is not None and ch.time_h <= ctx.deadline:
-            return ch, f"the fewest GPUs that meet the {_hours(ctx.deadline)} deadline"
+            return ch, f"the fewest GPUs that meet the {format_hours(ctx.deadline)} deadline"
     ctx.deadline_missed = True
     best = max(rows, key=lambda c: c.estimate.throughput.samples_per_s)
-    return best, f"no count at hand meets the {_hours(ctx.deadline)} deadline; the fastest is taken"
+    return best, f"no count at hand meets the {format_hours(ctx.deadline)} deadline; the fastest is taken"
 
 
 def _rows_text(rows: list[Choice | Infeasible]) -> str:
@@ -123,7 +123,7 @@ def _rows_text(rows: list[Choice | Infeasible]) -> str:
     for r in rows:
         if isinstance(r, Choice):
             t = r.time_h
-            out.append(f"{r.gpus}: {_hours(t) if t is not None else f'{r.estimate.throughput.samples_per_s:,.0f}/s'}"
+            out.append(f"{r.gpus}: {format_hours(t) if t is not None else f'{r.estimate.throughput.samples_per_s:,.0f}/s'}"
                        f" ({r.estimate.throughput.scaling_efficiency:.0%} eff.)")
         else:
             out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split'}")
@@ -159,14 +159,14 @@ def node_D(ctx: TreeContext) -> Answer:
     ch = ctx.one
     t = ch.time_h
     if ctx.deadline is None:
-        return Answer("yes", "yes: no deadline given" + (f" (one GPU: {_hours(t)})" if t is not None else ""),
+        return Answer("yes", "yes: no deadline given" + (f" (one GPU: {format_hours(t)})" if t is not None else ""),
                       "Without a deadline one GPU is enough when the model fits on it.")
     if t <= ctx.deadline:
-        return Answer("yes", f"yes: {_hours(t)} on one GPU <= deadline {_hours(ctx.deadline)}",
+        return Answer("yes", f"yes: {format_hours(t)} on one GPU <= deadline {format_hours(ctx.deadline)}",
                       f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s x {ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs"
                       + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
                       {"time_to_train_h": t})
-    return Answer("no", f"no: {_hours(t)} on one GPU > deadline {_hours(ctx.deadline)} (over by {_hours(t - ctx.deadline)}, "
+    return Answer("no", f"no: {format_hours(t)} on one GPU > deadline {format_hours(ctx.deadline)} (over by {format_hours(t - ctx.deadline)}, "
                   f"{(t - ctx.deadline) / ctx.deadline:.0%})",
                   f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s with the standard setup"
                   + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
@@ -214,9 +214,9 @@ def node_H(ctx: TreeContext) -> Answer:
     deadline_measures(ctx, ch)
     miss = ch.time_h - ctx.deadline
     closing = [m for m in ctx.measures if m.meets]
-    close = ("; would close it: " + ", ".join(f"{m.name} ({_hours(m.time_h)})" for m in closing)) if closing else \
+    close = ("; would close it: " + ", ".join(f"{m.name} ({format_hours(m.time_h)})" for m in closing)) if closing else \
         "; no single measure closes it"
-    return Answer("faster", f"missed by {_hours(miss)} ({miss / ctx.deadline:.0%}): {_hours(ch.time_h)} vs {_hours(ctx.deadline)}{close}",
+    return Answer("faster", f"missed by {format_hours(miss)} ({miss / ctx.deadline:.0%}): {format_hours(ch.time_h)} vs {format_hours(ctx.deadline)}{close}",
                   "Estimated: " + "; ".join(f"{m.name}: {m.summary}" for m in ctx.measures), {"missed_h": miss})
 
 
@@ -246,15 +246,15 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
         amp = Precision.bf16 if p.hw.gpu.supports_bf16 else Precision.fp16
         alt = p.search(ch.gpus, ch.strategy, base=p.base.model_copy(update={"precision": amp}))
         if isinstance(alt, Choice):
-            meas(f"AMP ({amp.value})", f"{amp.value} autocast: {_hours(alt.time_h)} ({t0 / alt.time_h:.1f}x faster)",
+            meas(f"AMP ({amp.value})", f"{amp.value} autocast: {format_hours(alt.time_h)} ({t0 / alt.time_h:.1f}x faster)",
                  ["--precision", amp.value], alt, "Micikevicius et al. 2018")
     if not cfg.compile:
         alt = variant({"compile": True})
-        meas("torch.compile", f"{_hours(alt.time_h)} ({(1 - alt.time_h / t0):.0%} less, plus a few minutes of compiling)",
+        meas("torch.compile", f"{format_hours(alt.time_h)} ({(1 - alt.time_h / t0):.0%} less, plus a few minutes of compiling)",
              ["--compile"], alt, "PyTorch 2 torch.compile (inductor)")
     if p.model.family == "cnn" and not cfg.channels_last:
         alt = variant({"channels_last": True})
-        meas("channels_last", f"{_hours(alt.time_h)}", ["--channels-last"], alt,
+        meas("channels_last", f"{format_hours(alt.time_h)}", ["--channels-last"], alt,
              "PyTorch channels_last tutorial (22% on ResNet-50 with AMP on V100)")
     # smaller models of the same family from the catalog
     if p.model.source == "catalog":
@@ -269,7 +269,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
         for m in sorted(smaller, key=lambda m: -m.params)[:2]:
             alt = p.search(ch.gpus, ch.strategy, base=cfg.model_copy(update={"micro_batch": 1, "grad_accum": 1}), model=m)
             if isinstance(alt, Choice):
-                meas(f"smaller model: {m.name}", f"{m.params / 1e6:,.0f}M parameters: {_hours(alt.time_h)}",
+                meas(f"smaller model: {m.name}", f"{m.params / 1e6:,.0f}M parameters: {format_hours(alt.time_h)}",
                      ["--model", m.name], alt, model=m.name)
     # more GPUs of this kind (hypothetical beyond what is at hand)
     for n in p.counts(hypothetical_max=64):
@@ -277,7 +277,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
             continue
         alt = p.best_multi(n, hypothetical=True)
         if isinstance(alt, Choice) and alt.time_h is not None and alt.time_h <= dl:
-            meas(f"{n} GPUs", f"{alt.strategy.value.upper()} on {n}x {p.hw.gpu.name}: {_hours(alt.time_h)}",
+            meas(f"{n} GPUs", f"{alt.strategy.value.upper()} on {n}x {p.hw.gpu.name}: {format_hours(alt.time_h)}",
                  ["--gpus", str(n)], alt, hypothetical=n > p.available)
             break
     # less work

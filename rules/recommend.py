@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from advisor.estimate import Estimate
 from advisor.plan import Plan
-from rules.engine import RuleTrace, _hours
+from advisor.units import format_hours
+from rules.engine import RuleTrace
 
 
 class RecommendationCore(BaseModel):
@@ -171,7 +172,7 @@ class Recommendation(BaseModel):
     # ---- readable forms (notebooks, print)
     def __repr__(self) -> str:
         r = self.recommendation
-        t = f", {_hours(r.time_to_train_h)}" if r.time_to_train_h is not None else ""
+        t = f", {format_hours(r.time_to_train_h)}" if r.time_to_train_h is not None else ""
         fit = "fits" if r.fits else "DOES NOT FIT"
         return (f"Recommendation({r.strategy} on {r.gpus}x {r.gpu}, micro-batch {r.micro_batch} x accum {r.grad_accum} "
                 f"= {r.global_batch}, {r.precision}, {fit}{t}; path {'>'.join(self.path)})")
@@ -204,7 +205,7 @@ def render_text(rec: Recommendation) -> str:
     lines.append(f"  memory: peak {m.peak_gib:.1f} GiB allocated, ~{m.device_gib:.1f} GiB in nvidia-smi, of {m.gpu_memory_gib:.0f} GiB per GPU")
     speed = f"  speed: {t.samples_per_s:,.1f} samples/s, {t.step_s:.3g} s/step, MFU {t.mfu:.0%}"
     if r.time_to_train_h is not None:
-        speed += f", time to train {_hours(r.time_to_train_h)}"
+        speed += f", time to train {format_hours(r.time_to_train_h)}"
     lines.append(speed)
     if rec.warnings:
         lines.append("")

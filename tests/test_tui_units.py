@@ -10,6 +10,7 @@ import json
 import pytest
 
 from advisor.plan import ModelRef
+from advisor.units import format_hours
 from tui import compute, demo
 from tui.fields import ParserValidator, count_up_to, duration_hours, positive_int
 from tui.monitor import LineSink, MetricsTail, split_rank
@@ -107,7 +108,7 @@ def test_memory_bar_marks_capacity_and_overflow():
 def test_helpers_format_counts_and_hours():
     assert compute.human_count(8_030_261_248) == "8.03B"
     assert compute.human_count(124_439_808) == "124M"
-    assert compute.hours_text(None) == "-" and compute.hours_text(0.5) == "30 min" and compute.hours_text(72) == "3.0 days"
+    assert format_hours(None) == "-" and format_hours(0.5) == "30 min" and format_hours(72) == "3.0 days"
 
 
 def test_catalog_rows_have_sizes():

@@ -110,10 +110,3 @@ def tree_nodes() -> list[TreeNode]:
     from rules.api import load_tree
 
     return list(load_tree().values())
-
-
-# ---------------------------------------------------------------- formatting
-def hours_text(h: float | None) -> str:
-    from advisor.units import format_hours
-
-    return "-" if h is None else format_hours(h)

@@ -18,6 +18,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from advisor.errors import UserError
+from advisor.units import format_hours
 from tui import compute
 from tui.messages import RecommendationReady
 from tui.screens.base import StepScreen
@@ -54,7 +55,7 @@ def speed_text(rec: Recommendation) -> str:
         parts[0] += f" ({t.tokens_per_s:,.0f} tokens/s)"
     parts.append(f"step {t.step_s:.3g} s")
     parts.append(f"MFU {t.mfu:.0%}")
-    parts.append(f"time to train [b]{compute.hours_text(rec.estimate.time_to_train_h)}[/b]")
+    parts.append(f"time to train [b]{format_hours(rec.estimate.time_to_train_h)}[/b]")
     return " · ".join(parts)
 
 
@@ -83,7 +84,7 @@ def _alt_line(a: Alternative) -> str:
     if a.samples_per_s is not None:
         nums.append(f"{a.samples_per_s:,.1f} samples/s")
     if a.time_to_train_h is not None:
-        nums.append(f"time to train {compute.hours_text(a.time_to_train_h)}")
+        nums.append(f"time to train {format_hours(a.time_to_train_h)}")
     costs = [f"{k.replace('_', ' ')}: {v}" for k, v in a.cost.model_dump().items() if v]
     out += f"\n  [dim]{' · '.join(nums)}[/dim]"
     if costs:
@@ -112,7 +113,7 @@ def scaling_cells(row: ScalingRow) -> tuple[str, ...]:
     accum = f"{row.micro_batch}x{row.grad_accum}" if row.micro_batch else "-"
     speed = " ".join(x for x in (_num(row.speedup, "{:.2f}x", ""), _num(row.scaling_efficiency, "{:.0%}", "")) if x)
     return (gpus, row.strategy, accum, _num(row.samples_per_s, "{:,.1f}"), speed or "-",
-            compute.hours_text(row.time_to_train_h), _num(row.peak_gib, "{:.1f}"), "yes")
+            format_hours(row.time_to_train_h), _num(row.peak_gib, "{:.1f}"), "yes")
 
 
 SCALING_COLUMNS = ("GPUs", "strategy", "micro", "samples/s", "speedup eff", "time", "peak GiB", "fits")

@@ -19,6 +19,7 @@ from textual.widgets import Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from advisor.errors import UserError
+from advisor.units import format_hours
 from tui import compute
 from tui.fields import FieldSpec, duration_hours, positive_float, positive_int, text
 from tui.messages import PreviewReady
@@ -51,7 +52,7 @@ def preview_text(rec: Recommendation) -> str:
     return (f"[b]{r.strategy}[/b] on {r.gpus} GPU(s) · micro-batch {r.micro_batch} x {r.grad_accum} accum"
             f" = global {r.global_batch} · {r.precision}\n"
             f"peak {e.memory.peak_gib:.1f} GiB of {e.hardware.memory_gib:.0f} GiB per GPU: {fits} · "
-            f"{e.throughput.samples_per_s:,.1f} samples/s · time to train {compute.hours_text(e.time_to_train_h)}\n"
+            f"{e.throughput.samples_per_s:,.1f} samples/s · time to train {format_hours(e.time_to_train_h)}\n"
             + (f"[dim]{note}[/dim]" if note else "[dim]ctrl+n: the full recommendation[/dim]"))
 
 
