@@ -304,6 +304,10 @@ def test_bad_hardware_and_model_sources_are_flagged_not_raised(store, tmp_path):
                 await pilot.press("enter")
                 await wait_for(pilot, lambda: app.current_mode == "workload")
                 assert app.state.model.hf_config == str(hf)
+                # let the workload screen finish mounting (its Select fills its label after compose)
+                # before the app shuts down, or Textual updates a label that is not there yet
+                await wait_for(pilot, lambda: bool(app.screen.query("#lr-scaling SelectCurrent #label")))
+                await pilot.pause()
 
     run(flow())
 
