@@ -8,8 +8,8 @@ It builds the model the plan names, from any source:
 - ``--hf-config``: transformers' class for that config when transformers is installed (what a
   user's script runs), else cardwise's transformer of the same shape, and the result says which;
 - ``--module FILE.py:FACTORY``: the factory's module on random inputs of ``--input-shape``; its
-  loss is the output when that is a scalar, else the fp32 mean of the output (the tracer's
-  assumption, so that measured and estimated are the same training step).
+  loss is ``--loss`` (default cross-entropy over the last dimension), applied by the tracer's own
+  ``apply_loss``, so that measured and estimated are the same training step.
 
 Training goes through ``launcher.runtime.Runtime`` like every launch (pure-bf16 cast,
 channels_last, checkpointing, Accelerate's autocast, compile, the plan's optimizer), with data
@@ -92,7 +92,7 @@ def _hf(plan, spec, device):
 
 
 def _module(plan, spec, device):
-    from advisor.tracer import load_factory
+    from advisor.tracer import apply_loss, load_factory
 
     ref, c = plan.model, plan.config
     model = load_factory(ref.module)()
@@ -111,9 +111,10 @@ def _module(plan, spec, device):
             x = x.contiguous(memory_format=torch.channels_last)
         pool.append((x,))
 
+    loss = ref.loss or "ce"  # the loss the estimate traced (advisor.tracer.apply_loss), so both measure one step
+
     def loss_fn(m, batch):
-        out = m(*batch)
-        return out if out.dim() == 0 else out.float().mean()
+        return apply_loss(m(*batch), loss)
 
     return model, pool, loss_fn, f"{type(model).__name__} from {ref.module}"
 
