@@ -77,19 +77,9 @@ def memory_need_gib(plan) -> tuple[float | None, list[str]]:
         from advisor.gpus import get_gpu
         from advisor.hardware import HardwareSpec
 
-        ref = plan.model
-        if ref.name:
-            from advisor.catalog import catalog_model
+        from advisor.sources import resolve_model
 
-            spec = catalog_model(ref.name)
-        elif ref.hf_config:
-            from advisor.hf_config import spec_from_hf_config
-
-            spec = spec_from_hf_config(ref.hf_config)
-        else:
-            from advisor.tracer import trace_module_spec
-
-            spec = trace_module_spec(ref.module, ref.input_shape, ref.input_dtype)
+        spec = resolve_model(plan.model)  # the same code the plan was estimated for (implementation, loss)
         hw = HardwareSpec(gpu=get_gpu(plan.gpu), gpus_per_node=plan.processes_per_node, nodes=plan.nodes)
         need = estimate(spec, plan.config, hw).memory.device_gib
     except Exception as exc:  # the run can still be placed: on idle GPUs
