@@ -66,6 +66,11 @@ class TrainConfig(BaseModel):
     grad_ckpt: bool = False
     strategy: Strategy = Strategy.single
     lora_rank: int | None = Field(None, description="LoRA rank on attention/MLP projections; None = full fine-tune")
+    optimizer_in_backward: bool = Field(
+        False, description="each parameter's optimizer step runs in a hook as soon as its gradient is ready, so no "
+        "full gradient buffer lives at once (needs grad_accum 1)")
+    cpu_offload: bool = Field(
+        False, description="FSDP CPU offload: parameters, gradients and optimizer states live in host memory")
 
     @model_validator(mode="after")
     def _positive(self) -> "TrainConfig":

@@ -22,7 +22,7 @@ from advisor.plan import ModelRef
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "compile",
-               "channels_last", "grad_ckpt", "strategy", "lora_rank")
+               "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload")
 
 # field -> (flag, how it is written). "value": --flag VALUE; "toggle": --flag / --no-flag
 # (BooleanOptionalAction); "switch": --flag when true; "hours": --flag <hours>h.
@@ -35,6 +35,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "precision": ("--precision", "value"), "optimizer": ("--optimizer", "value"),
     "compile": ("--compile", "toggle"), "channels_last": ("--channels-last", "toggle"),
     "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
+    "optimizer_in_backward": ("--optimizer-in-backward", "toggle"), "cpu_offload": ("--cpu-offload", "toggle"),
     "dataset_size": ("--dataset-size", "value"), "epochs": ("--epochs", "value"),
     "deadline_h": ("--deadline", "hours"), "base_lr": ("--base-lr", "value"),
     "base_batch": ("--base-batch", "value"), "lr_scaling": ("--lr-scaling", "value"), "task": ("--task", "value"),
@@ -68,6 +69,8 @@ class Request(BaseModel):
     grad_ckpt: bool | None = None
     strategy: Strategy | None = None
     lora_rank: int | None = Field(None, ge=1)
+    optimizer_in_backward: bool | None = None
+    cpu_offload: bool | None = None
     # workload
     batch_size: int | None = Field(None, ge=1, description="global batch, pinned")
     dataset_size: int | None = Field(None, ge=1)
