@@ -243,6 +243,22 @@ def test_a_gpu_factor_changes_that_model_on_that_gpu_only(tmp_path):
     assert any("not applied" in n for n in est.notes)
 
 
+def test_a_zoo_factor_is_not_applied_to_the_transformers_class_of_the_same_name(tmp_path):
+    # Seen on the H200: `advise probe --model gpt2` ran the zoo, and `advise estimate --model gpt2`
+    # (which estimates transformers' GPT2LMHeadModel) took its factor.
+    from advisor.catalog import transformers_model
+    from advisor.probe_factors import model_identity
+
+    zoo, hf = catalog_model("gpt2"), transformers_model("gpt2")
+    assert model_identity(zoo) != model_identity(hf)
+    config = TrainConfig(micro_batch=8, seq_len=1024, precision=Precision.bf16)
+    h200 = resolve_hardware(_no_gpu(), gpu="h200")
+    save_model_factor(tmp_path, _factor(factor_key(model_identity(zoo), "H200", config), 1.5, 0.5))
+    cal = load_calibration(tmp_path)
+    assert estimate(hf, config, h200, calibration=cal) == estimate(hf, config, h200, calibration=default_calibration())
+    assert estimate(zoo, config, h200, calibration=cal) != estimate(zoo, config, h200, calibration=default_calibration())
+
+
 def test_probe_factor_replaces_the_bench_factor(tmp_path):
     from launcher import calibrate
 
