@@ -196,10 +196,10 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
          bandwidth_gbps=4800, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4, fp16_tflops=989.4, fp8_tflops=1978.9,
          compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
          source=f"{_H200} (SXM): H100 SXM compute, 141 GB HBM3e (143,771 MiB in nvidia-smi), 4.8 TB/s"),
-    _gpu(name="B200", aliases=("NVIDIA B200", "B200-SXM", "B200-180GB"), memory_gib=178.4,
+    _gpu(name="B200", aliases=("NVIDIA B200", "B200-SXM", "B200-180GB"), memory_gib=179.0,
          bandwidth_gbps=8000, fp32_tflops=75, tf32_tflops=1125, bf16_tflops=2250, fp16_tflops=2250, fp8_tflops=4500,
          compute_capability=(10, 0), nvlink_gbps=1800, pcie_gbps=128,
-         source=f"{_B200}: 600 FP32 / 18 PF TF32 / 36 PF BF16 / 72 PF FP8 with sparsity per 8 GPUs (dense per GPU: 75, 1,125, 2,250, 4,500), 1,440 GB (180 GB per GPU, ~178 GiB usable), 64 TB/s (8 TB/s per GPU), NVLink 1.8 TB/s"),
+         source=f"{_B200}: 600 FP32 / 18 PF TF32 / 36 PF BF16 / 72 PF FP8 with sparsity per 8 GPUs (dense per GPU: 75, 1,125, 2,250, 4,500), 1,440 GB (180 GB per GPU; the nvidia-smi total is not verified here, 179 GiB assumed), 64 TB/s (8 TB/s per GPU), NVLink 1.8 TB/s"),
 )
 # fmt: on
 
