@@ -90,7 +90,7 @@ def estimate(
         memory=mem,
         throughput=thr,
         time_to_train_h=ttt,
-        notes=mem.notes + thr.notes,
+        notes=mem.notes + thr.notes + _precision_notes(config, hardware),
         calibration=_bench_used(model, config, hardware, cal) if thr.calibrated else [],
     )
     if cal.model_factors:  # measured by `advise probe` for this very model (advisor.probe_factors)
@@ -98,6 +98,15 @@ def estimate(
 
         est = apply_model_factors(est, model, hardware, cal)
     return est
+
+
+def _precision_notes(config: TrainConfig, hardware: HardwareSpec) -> list[str]:
+    gpu = hardware.gpu
+    if config.precision.value in ("bf16", "pure-bf16") and not gpu.supports_bf16:
+        return [f"{gpu.name} has no bf16 tensor cores (compute capability {gpu.compute_capability[0]}."
+                f"{gpu.compute_capability[1]} < 8.0): bf16 is estimated at the fp32 rate; "
+                "--precision fp16 (with a GradScaler) uses its tensor cores"]
+    return []
 
 
 def _bench_used(model: ModelSpec, config: TrainConfig, hardware: HardwareSpec, cal: Calibration) -> list[CalibrationUsed]:

@@ -62,10 +62,11 @@ class GpuSpec(BaseModel):
     def peak_tflops(self, precision: str) -> float:
         """Dense matmul peak for a precision name (fp32, tf32, bf16, fp16, pure-bf16, fp8).
 
-        Before Ampere there is no bf16: mixed precision is fp16 with a GradScaler (rules/data/
-        precision.toml), so bf16 names resolve to the fp16 tensor rate there."""
+        Before Ampere there are no bf16 tensor cores: mixed precision there is fp16 with a GradScaler
+        (rules/data/precision.toml); a bf16 run asked for anyway gets no tensor cores (cuBLAS's bf16
+        GEMMs need compute capability 8.0), so it is estimated at the fp32 rate."""
         if precision in ("bf16", "pure-bf16"):
-            return self.bf16_tflops if self.supports_bf16 else self.fp16_tflops
+            return self.bf16_tflops if self.supports_bf16 else self.fp32_tflops
         if precision == "fp16":
             return self.fp16_tflops
         if precision == "fp8":
@@ -93,7 +94,9 @@ class GpuSpec(BaseModel):
 
     def tensor_work(self, precision: str, conv: bool) -> bool:
         """Whether a precision's matmuls (conv=False) or convolutions (conv=True) use tensor cores here."""
-        if precision in ("bf16", "fp16", "pure-bf16", "fp8"):
+        if precision in ("bf16", "pure-bf16"):
+            return self.supports_bf16
+        if precision in ("fp16", "fp8"):
             return True
         return self.tensor_tf32 and (conv or precision == "tf32")
 

@@ -38,9 +38,19 @@ def test_tf32_is_its_own_rate_from_ampere_and_fp32_before():
     assert a100.matmul_flops("tf32") == 156e12 and a100.matmul_flops("fp32") == 19.5e12
     assert a100.conv_flops("fp32") == 156e12  # cuDNN allow_tf32 is on by default (DESIGN.md's fp32)
     assert v100.matmul_flops("tf32") == v100.matmul_flops("fp32") == v100.conv_flops("fp32") == 15.7e12
-    # no bf16 before Ampere: mixed precision is fp16 (with a GradScaler), at the fp16 tensor rate
-    assert not v100.supports_bf16 and v100.matmul_flops("bf16") == v100.matmul_flops("fp16") == 125e12
+    # no bf16 before Ampere: mixed precision is fp16 (with a GradScaler) on tensor cores; bf16 gets none
+    assert not v100.supports_bf16 and v100.matmul_flops("fp16") == 125e12 and v100.matmul_flops("bf16") == 15.7e12
+    assert gpu_perf.work_kind(v100, "bf16", conv=False) == "simt"
     assert get_gpu("H100").peak_tflops("fp8") > get_gpu("H100").peak_tflops("bf16")
+
+
+def test_bf16_before_ampere_is_estimated_slow_and_says_why():
+    spec, v100 = catalog_model("gpt2"), HardwareSpec(gpu=get_gpu("V100"))
+    bf16 = estimate(spec, TrainConfig(micro_batch=8, seq_len=1024, precision="bf16"), v100)
+    fp16 = estimate(spec, TrainConfig(micro_batch=8, seq_len=1024, precision="fp16"), v100)
+    assert bf16.throughput.samples_per_s < fp16.throughput.samples_per_s / 2
+    assert any("no bf16 tensor cores" in n and "--precision fp16" in n for n in bf16.notes)
+    assert not any("bf16" in n for n in fp16.notes)
 
 
 def test_work_kinds_name_the_units_that_run_the_work():
