@@ -169,10 +169,14 @@ def bench_model_factors(samples) -> dict[str, ModelFactor]:
 
 
 def gpu_kind_part(cal, device: str, family: str) -> float:
-    """A GPU kind's own share of the estimator's error: the geometric mean of the ``advise bench``
-    factors measured on it for model families other than ``family`` (1.0 when there are none)."""
-    vals = [v for k, v in cal.measured.items()
-            if k.split("|")[0] == device and k.split("|")[1:2] != [family] and v > 0]
+    """A GPU kind's own share of the estimator's error: the geometric mean of the single-GPU
+    ``advise bench`` factors measured on it for model families other than ``family`` (1.0 when there
+    are none; multi-GPU factors also carry the links, not only the GPU kind)."""
+    vals = []
+    for k, v in cal.measured.items():
+        parts = k.split("|")
+        if len(parts) == 4 and parts[0] == device and parts[1] != family and parts[3] == "single" and v > 0:
+            vals.append(v)
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 1.0
 
 

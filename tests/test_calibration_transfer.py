@@ -56,6 +56,9 @@ def test_the_gpu_kind_part_is_divided_out_and_this_kinds_multiplied_in(tmp_path)
     for gpu, g in part.items():  # advise bench on other families shows each kind's own part
         _bench(tmp_path, gpu, "cnn", "resnet50", g)
         _bench(tmp_path, gpu, "vit", "vit-b-16", g)
+    calibrate.update_calibration(tmp_path, [calibrate.CalibrationSample(  # a DDP factor also carries links: not used
+        key=calibrate.calibration_key("H200", "cnn", "bf16", "ddp"), sample_id="resnet50|bf16|8", model="resnet50",
+        variant="bf16", devices=8, measured_samples_per_s=30.0, estimated_samples_per_s=100.0, ratio=0.3)])
     _probe(tmp_path, "H200", throughput=model_part * part["H200"])
     cal = load_calibration(tmp_path)
     truth = _sps(A100) * model_part * part["A100-SXM-80GB"]
