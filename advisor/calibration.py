@@ -13,9 +13,11 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.probe_factors import ModelFactor, with_model_factors
+from advisor.probe_factors import ModelFactor, bench_model_factors, with_model_factors
 
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
 
@@ -87,6 +89,42 @@ class Calibration(BaseModel):
 
 
 
+class CalibrationUsed(BaseModel):
+    """Which measured calibration an estimate applied, in its report (``Estimate.calibration``).
+
+    A factor measured on one GPU kind reaches another through its model-specific part: the
+    measuring GPU kind's own error (``gpu_factor_removed``: ``advise bench`` factors of other model
+    families on that GPU kind, 1.0 when none) is divided out, and this GPU kind's multiplied in
+    (``gpu_factor_applied``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Literal["advise probe", "advise bench"]
+    scope: Literal["model", "family"] = Field(description="this very model, or its family on this GPU kind")
+    model: str = Field(description="model identity (model:NAME, hf-config:PATH, module:SPEC) or family")
+    variant: str = Field(description="precision[+compile][+channels-last]")
+    measured_on: str = Field(description="GPU kind the factor was measured on")
+    applied_to: str = Field(description="GPU kind of this estimate")
+    how: Literal["direct", "transferred"]
+    throughput_factor: float | None = Field(None, description="what samples/s was multiplied by")
+    memory_factor: float | None = Field(None, description="what the peak memory was multiplied by")
+    gpu_factor_removed: float = 1.0
+    gpu_factor_applied: float = 1.0
+    date: str | None = None
+
+    def summary(self) -> str:
+        """One line for the text reports: what, measured where, direct or transferred."""
+        what = f"{self.source} ({self.scope} {self.model}, {self.variant})"
+        where = (f"measured on {self.measured_on}" if self.how == "direct"
+                 else f"measured on {self.measured_on}, transferred to {self.applied_to}")
+        f = []
+        if self.throughput_factor:
+            f.append(f"throughput x{self.throughput_factor:.2f}")
+        if self.memory_factor:
+            f.append(f"memory x{self.memory_factor:.2f}")
+        return f"{what}: {where}" + (f"; {', '.join(f)}" if f else "") + (f" ({self.date})" if self.date else "")
+
+
 def calibration_key(gpu: str, family: str, precision: str, mode: str, *, compile: bool = False,
                     channels_last: bool = False) -> str:
     """Key of a measured factor: GPU kind, model family, precision with its variant, mode.
@@ -112,13 +150,21 @@ def load_calibration(home: Path | None) -> Calibration:
     cal = default_calibration()
     if home is None:
         return cal
-    cal = with_model_factors(cal, Path(home))  # `advise probe`'s per-model factors
     path = Path(home) / "calibration.json"
-    if not path.exists():
-        return cal
-    try:
-        measured = json.loads(path.read_text()).get("measured", {})
-    except (OSError, ValueError):
+    data = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+    if not isinstance(data, dict):
+        data = {}
+    # `advise bench`'s per-model samples first: another GPU kind can take their model-specific part;
+    # `advise probe`'s per-model factors (more specific) override the same key.
+    cal = cal.model_copy(update={"model_factors": {**cal.model_factors, **bench_model_factors(data.get("samples"))}})
+    cal = with_model_factors(cal, Path(home))
+    measured = data.get("measured", {})
+    if not measured or not isinstance(measured, dict):
         return cal
     return cal.model_copy(update={"measured": {**cal.measured, **measured},
                                   "source": f"{cal.source} + measured on this machine ({path})"})

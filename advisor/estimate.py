@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.calibration import Calibration, default_calibration
+from advisor.calibration import Calibration, CalibrationUsed, calibration_key, default_calibration
 from advisor.config import Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
@@ -53,6 +53,8 @@ class Estimate(BaseModel):
     throughput: ThroughputEstimate
     time_to_train_h: float | None = Field(None, description="hours for dataset_size x epochs, if given")
     notes: list[str] = Field(default_factory=list, description="assumptions the numbers rest on")
+    calibration: list[CalibrationUsed] = Field(
+        default_factory=list, description="measured calibration applied (advise bench / advise probe): none = packaged constants only")
 
 
 def estimate(
@@ -88,13 +90,35 @@ def estimate(
         memory=mem,
         throughput=thr,
         time_to_train_h=ttt,
-        notes=mem.notes + thr.notes,
+        notes=mem.notes + thr.notes + _precision_notes(config, hardware),
+        calibration=_bench_used(model, config, hardware, cal) if thr.calibrated else [],
     )
     if cal.model_factors:  # measured by `advise probe` for this very model (advisor.probe_factors)
         from advisor.probe_factors import apply_model_factors
 
         est = apply_model_factors(est, model, hardware, cal)
     return est
+
+
+def _precision_notes(config: TrainConfig, hardware: HardwareSpec) -> list[str]:
+    gpu = hardware.gpu
+    if config.precision.value in ("bf16", "pure-bf16") and not gpu.supports_bf16:
+        return [f"{gpu.name} has no bf16 tensor cores (compute capability {gpu.compute_capability[0]}."
+                f"{gpu.compute_capability[1]} < 8.0): bf16 is estimated at the fp32 rate; "
+                "--precision fp16 (with a GradScaler) uses its tensor cores"]
+    return []
+
+
+def _bench_used(model: ModelSpec, config: TrainConfig, hardware: HardwareSpec, cal: Calibration) -> list[CalibrationUsed]:
+    """The ``advise bench`` family factor advisor.throughput applied (measured on this GPU kind)."""
+    gpu = hardware.gpu.name
+    key = calibration_key(gpu, model.family, config.precision.value, config.strategy.value,
+                          compile=config.compile, channels_last=config.channels_last)
+    factor = cal.measured.get(key)
+    if not factor:
+        return []
+    return [CalibrationUsed(source="advise bench", scope="family", model=model.family, variant=key.split("|")[2],
+                            measured_on=gpu, applied_to=gpu, how="direct", throughput_factor=factor)]
 
 
 def one_gpu_throughput(model: ModelSpec, config: TrainConfig, hardware: HardwareSpec, cal: Calibration) -> ThroughputEstimate:

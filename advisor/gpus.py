@@ -31,6 +31,7 @@ class GpuSpec(BaseModel):
     tf32_tflops: float = Field(description="dense TF32 tensor cores; equals fp32 where there are none")
     bf16_tflops: float = Field(description="dense BF16 tensor cores with fp32 accumulate; 0 = no bf16")
     fp16_tflops: float = Field(description="dense FP16 tensor cores with fp32 accumulate")
+    fp8_tflops: float = Field(0.0, description="dense FP8 tensor cores; 0 = no FP8 (before Ada/Hopper)")
     compute_capability: tuple[int, int]
     nvlink_gbps: float = Field(0.0, description="NVLink per GPU, bidirectional GB/s; 0 = none")
     pcie_gbps: float = Field(description="PCIe x16 bidirectional GB/s (gen3 32, gen4 64, gen5 128)")
@@ -41,90 +42,167 @@ class GpuSpec(BaseModel):
         # bf16 tensor cores arrived with Ampere (compute capability 8.0).
         return self.compute_capability >= (8, 0) and self.bf16_tflops > 0
 
+    @property
+    def tensor_tf32(self) -> bool:
+        """TF32 tensor cores arrived with Ampere (8.0): before it, tf32 is the fp32 rate."""
+        return self.compute_capability >= (8, 0)
+
+    @property
+    def arch(self) -> str:
+        """Architecture name (Volta, Turing, Ampere, Ada, Hopper, Blackwell) from the compute capability."""
+        from advisor.gpu_perf import arch_of
+
+        return arch_of(self.compute_capability)
+
+    @property
+    def mem_bw(self) -> float:
+        """Datasheet memory bandwidth, bytes/s."""
+        return self.bandwidth_gbps * 1e9
+
     def peak_tflops(self, precision: str) -> float:
-        """Dense matmul peak for a precision name (fp32, tf32, bf16, fp16, pure-bf16)."""
+        """Dense matmul peak for a precision name (fp32, tf32, bf16, fp16, pure-bf16, fp8).
+
+        Before Ampere there are no bf16 tensor cores: mixed precision there is fp16 with a GradScaler
+        (rules/data/precision.toml); a bf16 run asked for anyway gets no tensor cores (cuBLAS's bf16
+        GEMMs need compute capability 8.0), so it is estimated at the fp32 rate."""
         if precision in ("bf16", "pure-bf16"):
-            return self.bf16_tflops if self.supports_bf16 else self.fp16_tflops
+            return self.bf16_tflops if self.supports_bf16 else self.fp32_tflops
         if precision == "fp16":
             return self.fp16_tflops
+        if precision == "fp8":
+            return self.fp8_tflops or self.bf16_tflops or self.fp16_tflops
         if precision == "tf32":
-            return self.tf32_tflops
+            return self.tf32_tflops if self.tensor_tf32 else self.fp32_tflops
         return self.fp32_tflops
+
+    def matmul_flops(self, precision: str) -> float:
+        """Dense peak of linear layers / matmuls, FLOP/s, under DESIGN.md's precision names
+        (fp32: fp32 matmuls on CUDA cores; tf32: TF32 tensor cores from Ampere on)."""
+        return self.peak_tflops(precision) * 1e12
+
+    def conv_flops(self, precision: str) -> float:
+        """Dense peak of cuDNN convolutions, FLOP/s: fp32 runs them as TF32 where there are TF32
+        tensor cores (torch.backends.cudnn.allow_tf32 defaults to True), else at the fp32 rate."""
+        return self.peak_tflops("tf32" if precision == "fp32" else precision) * 1e12
+
+    def fraction_vs_h200(self, kind: str) -> float:
+        """Achievable fraction of this GPU's peak for a work kind (matmul, conv, simt, bandwidth)
+        over the H200's, which the packaged efficiencies were fit on (advisor.gpu_perf)."""
+        from advisor.gpu_perf import fraction_vs_reference
+
+        return fraction_vs_reference(self.compute_capability, kind)
+
+    def tensor_work(self, precision: str, conv: bool) -> bool:
+        """Whether a precision's matmuls (conv=False) or convolutions (conv=True) use tensor cores here."""
+        if precision in ("bf16", "pure-bf16"):
+            return self.supports_bf16
+        if precision in ("fp16", "fp8"):
+            return True
+        return self.tensor_tf32 and (conv or precision == "tf32")
 
 
 def _gpu(**kw) -> GpuSpec:
     return GpuSpec(**kw)
 
 
+# Datasheets (dense rates; where a sheet gives "with sparsity" the dense figure is half):
+_V100 = "NVIDIA V100 datasheet, images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
+_T4 = "NVIDIA T4 datasheet, nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"
+_TURING = "NVIDIA Quadro RTX 8000 datasheet and Turing whitepaper, images.nvidia.com/aem-dam/en-zz/Solutions/design-visualization/technologies/turing-architecture/NVIDIA-Turing-Architecture-Whitepaper.pdf"
+_A10 = "NVIDIA A10 datasheet, nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/nvidia-a10-datasheet.pdf"
+_A10G = "AWS EC2 G5 documentation (A10G), aws.amazon.com/ec2/instance-types/g5/"
+_GA102 = "NVIDIA Ampere GA102 whitepaper, nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+_A6000 = "NVIDIA RTX A6000 datasheet, nvidia.com/content/dam/en-zz/Solutions/design-visualization/quadro-product-literature/proviz-print-nvidia-rtx-a6000-datasheet-us-nvidia-1454980-r9-web.pdf"
+_A100 = "NVIDIA A100 datasheet, nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+_ADA = "NVIDIA Ada Lovelace whitepaper, images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+_L4 = "NVIDIA L4 datasheet, resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
+_L40S = "NVIDIA L40S datasheet, resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
+_RTX6000ADA = "NVIDIA RTX 6000 Ada datasheet, nvidia.com/content/dam/en-zz/Solutions/design-visualization/rtx-6000/proviz-print-rtx6000-datasheet-web-2504660.pdf"
+_H100 = "NVIDIA H100 datasheet, resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+_H200 = "NVIDIA H200 datasheet, nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
+_B200 = "NVIDIA DGX B200 datasheet (per GPU = system / 8), resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet"
+
 # fmt: off
 GPU_TABLE: tuple[GpuSpec, ...] = (
     _gpu(name="V100-SXM2-16GB", aliases=("V100", "Tesla V100-SXM2-16GB", "V100-16GB"), memory_gib=15.78,
          bandwidth_gbps=900, fp32_tflops=15.7, tf32_tflops=15.7, bf16_tflops=0, fp16_tflops=125,
          compute_capability=(7, 0), nvlink_gbps=300, pcie_gbps=32,
-         source="NVIDIA V100 datasheet (2020): 15.7 FP32, 125 tensor TFLOPS, 900 GB/s, NVLink 300 GB/s"),
+         source=f"{_V100}: 15.7 FP32, 125 FP16 tensor, no TF32/BF16, 900 GB/s, NVLink 300 GB/s"),
     _gpu(name="V100-SXM2-32GB", aliases=("Tesla V100-SXM2-32GB", "V100-32GB", "V100S"), memory_gib=31.75,
          bandwidth_gbps=900, fp32_tflops=15.7, tf32_tflops=15.7, bf16_tflops=0, fp16_tflops=125,
          compute_capability=(7, 0), nvlink_gbps=300, pcie_gbps=32,
-         source="NVIDIA V100 datasheet (2020)"),
+         source=f"{_V100}: as the 16 GB part, 32 GB HBM2"),
     _gpu(name="T4", aliases=("Tesla T4",), memory_gib=15.0, bandwidth_gbps=320, fp32_tflops=8.1,
          tf32_tflops=8.1, bf16_tflops=0, fp16_tflops=65, compute_capability=(7, 5), pcie_gbps=32,
-         source="NVIDIA T4 datasheet: 8.1 FP32, 65 FP16 tensor TFLOPS, 320 GB/s"),
+         source=f"{_T4}: 8.1 FP32, 65 FP16 tensor (mixed precision), 320 GB/s, 70 W"),
+    _gpu(name="RTX-8000", aliases=("Quadro RTX 8000", "NVIDIA Quadro RTX 8000", "RTX 8000"), memory_gib=47.99,
+         bandwidth_gbps=672, fp32_tflops=16.3, tf32_tflops=16.3, bf16_tflops=0, fp16_tflops=130.5,
+         compute_capability=(7, 5), nvlink_gbps=100, pcie_gbps=32,
+         source=f"{_TURING}: 16.3 FP32, 130.5 FP16 tensor (full-rate FP32 accumulate on Quadro), 672 GB/s, NVLink bridge 100 GB/s"),
     _gpu(name="A10", aliases=("NVIDIA A10",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
          tf32_tflops=62.5, bf16_tflops=125, fp16_tflops=125, compute_capability=(8, 6), pcie_gbps=64,
-         source="NVIDIA A10 datasheet: 31.2 FP32, 62.5 TF32, 125 BF16 (dense), 600 GB/s"),
+         source=f"{_A10}: 31.2 FP32, 62.5 TF32 / 125 BF16 dense (125/250 with sparsity), 600 GB/s, 150 W"),
     _gpu(name="A10G", aliases=("NVIDIA A10G",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
          tf32_tflops=35.0, bf16_tflops=70, fp16_tflops=70, compute_capability=(8, 6), pcie_gbps=64,
-         source="AWS G5 documentation (A10G): 31.2 FP32, ~70 dense FP16/BF16 tensor TFLOPS, 600 GB/s"),
+         source=f"{_A10G}: 31.2 FP32, ~70 dense FP16/BF16 tensor TFLOPS, 600 GB/s"),
     _gpu(name="L4", aliases=("NVIDIA L4",), memory_gib=22.49, bandwidth_gbps=300, fp32_tflops=30.3,
-         tf32_tflops=60, bf16_tflops=121, fp16_tflops=121, compute_capability=(8, 9), pcie_gbps=64,
-         source="NVIDIA L4 datasheet: 30.3 FP32, 120 TF32 / 242 BF16 with sparsity (halved here), 300 GB/s"),
+         tf32_tflops=60, bf16_tflops=121, fp16_tflops=121, fp8_tflops=242.5, compute_capability=(8, 9), pcie_gbps=64,
+         source=f"{_L4}: 30.3 FP32, 120 TF32 / 242 BF16 / 485 FP8 with sparsity (halved here), 300 GB/s, 72 W"),
     _gpu(name="L40S", aliases=("NVIDIA L40S",), memory_gib=44.99, bandwidth_gbps=864, fp32_tflops=91.6,
-         tf32_tflops=183, bf16_tflops=362, fp16_tflops=362, compute_capability=(8, 9), pcie_gbps=64,
-         source="NVIDIA L40S datasheet: 91.6 FP32, 366 TF32 / 733 BF16 with sparsity (halved here), 864 GB/s"),
+         tf32_tflops=183, bf16_tflops=362, fp16_tflops=362, fp8_tflops=733, compute_capability=(8, 9), pcie_gbps=64,
+         source=f"{_L40S}: 91.6 FP32, 366 TF32 / 733 BF16 / 1,466 FP8 with sparsity (halved here), 864 GB/s"),
+    _gpu(name="RTX-6000-Ada", aliases=("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada", "6000 Ada"), memory_gib=47.99,
+         bandwidth_gbps=960, fp32_tflops=91.1, tf32_tflops=182.1, bf16_tflops=364.2, fp16_tflops=364.2, fp8_tflops=728.5,
+         compute_capability=(8, 9), pcie_gbps=64,
+         source=f"{_RTX6000ADA}: 91.1 FP32, 1,457 FP8 TFLOPS with sparsity (dense FP8 728.5, BF16 364.2, TF32 182.1), 960 GB/s"),
     _gpu(name="RTX-3090", aliases=("NVIDIA GeForce RTX 3090", "3090", "RTX 3090"), memory_gib=24.0,
          bandwidth_gbps=936, fp32_tflops=35.6, tf32_tflops=35.6, bf16_tflops=71, fp16_tflops=71,
          compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
-         source="NVIDIA Ampere GA102 whitepaper: 35.6 FP32/TF32, 71 FP16 tensor with FP32 accumulate"),
+         source=f"{_GA102}: 35.6 FP32, 35.6 TF32 / 71 FP16-BF16 tensor dense with FP32 accumulate (GeForce half rate), 936 GB/s"),
     _gpu(name="RTX-4090", aliases=("NVIDIA GeForce RTX 4090", "4090", "RTX 4090"), memory_gib=23.99,
-         bandwidth_gbps=1008, fp32_tflops=82.6, tf32_tflops=82.6, bf16_tflops=165.2, fp16_tflops=165.2,
+         bandwidth_gbps=1008, fp32_tflops=82.6, tf32_tflops=82.6, bf16_tflops=165.2, fp16_tflops=165.2, fp8_tflops=330.3,
          compute_capability=(8, 9), pcie_gbps=64,
-         source="NVIDIA Ada Lovelace whitepaper: 82.6 FP32, 165.2 FP16/BF16 tensor with FP32 accumulate"),
+         source=f"{_ADA}: 82.6 FP32, 82.6 TF32 / 165.2 FP16-BF16 / 330.3 FP8 tensor dense with FP32 accumulate, 1,008 GB/s"),
     _gpu(name="RTX-A6000", aliases=("NVIDIA RTX A6000", "A6000"), memory_gib=47.99, bandwidth_gbps=768,
          fp32_tflops=38.7, tf32_tflops=77.4, bf16_tflops=154.8, fp16_tflops=154.8,
          compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
-         source="NVIDIA RTX A6000 datasheet: 38.7 FP32, 309.7 tensor TFLOPS with sparsity (halved here)"),
+         source=f"{_A6000}: 38.7 FP32, 309.7 tensor TFLOPS with sparsity (154.8 dense FP16/BF16, 77.4 TF32), 768 GB/s"),
     _gpu(name="A100-SXM-40GB", aliases=("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "A100-40GB", "A100 40GB"),
          memory_gib=40.0, bandwidth_gbps=1555, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
          fp16_tflops=312, compute_capability=(8, 0), nvlink_gbps=600, pcie_gbps=64,
-         source="NVIDIA A100 datasheet: 19.5 FP32, 156 TF32, 312 BF16, 1,555 GB/s, NVLink 600 GB/s"),
+         source=f"{_A100}: 19.5 FP32, 156 TF32, 312 BF16/FP16 dense, 1,555 GB/s, NVLink 600 GB/s"),
     _gpu(name="A100-SXM-80GB", aliases=("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "A100-80GB", "A100", "A100 80GB"),
          memory_gib=80.0, bandwidth_gbps=2039, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
          fp16_tflops=312, compute_capability=(8, 0), nvlink_gbps=600, pcie_gbps=64,
-         source="NVIDIA A100 datasheet: 19.5 FP32, 156 TF32, 312 BF16, 2,039 GB/s, NVLink 600 GB/s"),
+         source=f"{_A100}: 19.5 FP32, 156 TF32, 312 BF16/FP16 dense, 2,039 GB/s, NVLink 600 GB/s"),
     _gpu(name="A100-PCIE-40GB", aliases=("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"), memory_gib=40.0,
          bandwidth_gbps=1555, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312, fp16_tflops=312,
          compute_capability=(8, 0), pcie_gbps=64,
-         source="NVIDIA A100 datasheet (PCIe): 1,555 GB/s, PCIe gen4 64 GB/s"),
+         source=f"{_A100} (PCIe 40GB): 19.5 FP32, 156 TF32, 312 BF16, 1,555 GB/s, PCIe gen4 64 GB/s"),
     _gpu(name="A100-PCIE-80GB", aliases=("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB", "A100 80GB PCIe"),
          memory_gib=80.0, bandwidth_gbps=1935, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
          fp16_tflops=312, compute_capability=(8, 0), pcie_gbps=64,
-         source="NVIDIA A100 datasheet (PCIe 80GB): 1,935 GB/s, PCIe gen4 64 GB/s"),
+         source=f"{_A100} (PCIe 80GB): 19.5 FP32, 156 TF32, 312 BF16, 1,935 GB/s, PCIe gen4 64 GB/s"),
     _gpu(name="H100-SXM", aliases=("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB", "H100", "H100 SXM"),
          memory_gib=79.65, bandwidth_gbps=3350, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4,
-         fp16_tflops=989.4, compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
-         source="NVIDIA H100 datasheet (SXM): 67 FP32, 989 TF32 / 1,979 BF16 with sparsity (halved), 3.35 TB/s, NVLink 900 GB/s"),
+         fp16_tflops=989.4, fp8_tflops=1978.9, compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
+         source=f"{_H100} (SXM): 67 FP32, 989 TF32 / 1,979 BF16 / 3,958 FP8 with sparsity (halved), 3.35 TB/s, NVLink 900 GB/s"),
     _gpu(name="H100-PCIE", aliases=("NVIDIA H100 PCIe", "H100 PCIe", "H100-PCIe-80GB"), memory_gib=79.65,
-         bandwidth_gbps=2000, fp32_tflops=51, tf32_tflops=378, bf16_tflops=756, fp16_tflops=756,
+         bandwidth_gbps=2000, fp32_tflops=51, tf32_tflops=378, bf16_tflops=756, fp16_tflops=756, fp8_tflops=1513,
          compute_capability=(9, 0), pcie_gbps=128,
-         source="NVIDIA H100 datasheet (PCIe): 51 FP32, 756 BF16 dense, 2 TB/s, PCIe gen5 128 GB/s"),
+         source=f"{_H100} (PCIe): 51 FP32, 756 TF32 / 1,513 BF16 / 3,026 FP8 with sparsity (halved), 2 TB/s, PCIe gen5 128 GB/s"),
     _gpu(name="H100-NVL", aliases=("NVIDIA H100 NVL", "H100 NVL"), memory_gib=93.58,
-         bandwidth_gbps=3900, fp32_tflops=60, tf32_tflops=417.5, bf16_tflops=835.5, fp16_tflops=835.5,
+         bandwidth_gbps=3900, fp32_tflops=60, tf32_tflops=417.5, bf16_tflops=835.5, fp16_tflops=835.5, fp8_tflops=1670.5,
          compute_capability=(9, 0), nvlink_gbps=600, pcie_gbps=128,
-         source="NVIDIA H100 datasheet (NVL): 60 FP32, 835 TF32 / 1,671 BF16 with sparsity (halved), 3.9 TB/s, NVLink bridge 600 GB/s"),
+         source=f"{_H100} (NVL): 60 FP32, 835 TF32 / 1,671 BF16 / 3,341 FP8 with sparsity (halved), 3.9 TB/s, NVLink bridge 600 GB/s"),
     _gpu(name="H200", aliases=("NVIDIA H200", "H200-SXM", "H200-SXM-141GB"), memory_gib=140.4,
-         bandwidth_gbps=4800, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4, fp16_tflops=989.4,
+         bandwidth_gbps=4800, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4, fp16_tflops=989.4, fp8_tflops=1978.9,
          compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
-         source="NVIDIA H200 datasheet (SXM): H100 SXM compute, 141 GB HBM3e (143,771 MiB in nvidia-smi), 4.8 TB/s"),
+         source=f"{_H200} (SXM): H100 SXM compute, 141 GB HBM3e (143,771 MiB in nvidia-smi), 4.8 TB/s"),
+    _gpu(name="B200", aliases=("NVIDIA B200", "B200-SXM", "B200-180GB"), memory_gib=179.0,
+         bandwidth_gbps=8000, fp32_tflops=75, tf32_tflops=1125, bf16_tflops=2250, fp16_tflops=2250, fp8_tflops=4500,
+         compute_capability=(10, 0), nvlink_gbps=1800, pcie_gbps=128,
+         source=f"{_B200}: 600 FP32 / 18 PF TF32 / 36 PF BF16 / 72 PF FP8 with sparsity per 8 GPUs (dense per GPU: 75, 1,125, 2,250, 4,500), 1,440 GB (180 GB per GPU; the nvidia-smi total is not verified here, 179 GiB assumed), 64 TB/s (8 TB/s per GPU), NVLink 1.8 TB/s"),
 )
 # fmt: on
 

@@ -22,13 +22,25 @@ and a probe factor replaces ``advise bench``'s family factor for that model (it 
 
 Applied to single-device and DDP estimates (each GPU runs one whole replica, as probed) at any
 micro-batch or sequence length of that model; not to FSDP, whose sharded memory was not probed.
+
+Across GPU kinds (issue 14): with no factor for this GPU kind, the newest factor of the same model
+and variant measured on another GPU kind transfers through its model-specific part. A measured
+ratio is (model part) x (GPU-kind part); the GPU-kind part of a kind is what ``advise bench``
+measured there for *other* model families (the geometric mean of their factors; 1.0 when none),
+so the transferred factor is ratio / part(measured on) x part(this kind). ``advise bench``'s own
+per-model samples (``HOME/calibration.json``) transfer the same way (``origin="bench"``); on
+their own GPU kind its family factor already applies. Memory factors transfer as they are (peak
+memory depends on the model and configuration, not the GPU kind). Every estimate names what it
+used in ``Estimate.calibration`` (``advisor.calibration.CalibrationUsed``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,10 +63,11 @@ class ModelFactor(BaseModel):
     estimated_peak_gib: float | None = Field(None, description="uncalibrated estimate")
     measured_samples_per_s: float | None = None
     estimated_samples_per_s: float | None = Field(None, description="uncalibrated estimate")
-    micro_batch: int
+    micro_batch: int | None = None
     seq_len: int | None = None
     image_size: int | None = None
     when: float = Field(default_factory=time.time)
+    origin: Literal["probe", "bench"] = Field("probe", description="advise probe, or an advise bench per-model sample")
 
     @property
     def date(self) -> str:
@@ -133,39 +146,109 @@ def with_model_factors(cal, home: Path | None):
                                   "source": f"{cal.source} + advise probe factors ({factors_path(home)})"})
 
 
+def bench_model_factors(samples) -> dict[str, ModelFactor]:
+    """``advise bench``'s single-GPU per-model samples (``calibration.json``'s ``samples``) as
+    factors another GPU kind can transfer; unreadable entries are skipped (estimates stay usable)."""
+    out: dict[str, ModelFactor] = {}
+    if not isinstance(samples, dict):
+        return out
+    for key, by_id in samples.items():
+        parts = str(key).split("|")
+        if len(parts) != 4 or parts[0] == "cpu" or parts[3] != "single" or not isinstance(by_id, dict):
+            continue
+        for s in by_id.values():
+            try:
+                ratio, model, variant = float(s["ratio"]), str(s["model"]), str(s["variant"])
+                when = float(s.get("when") or 0.0)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if s.get("devices") != 1 or not (ratio > 0 and math.isfinite(ratio)):
+                continue
+            identity = "model:" + model
+            k = f"{identity}|{parts[0]}|{variant}"
+            if k not in out or out[k].when < when:
+                out[k] = ModelFactor(key=k, model=identity, device=parts[0], variant=variant, throughput=ratio,
+                                     measured_samples_per_s=s.get("measured_samples_per_s"),
+                                     estimated_samples_per_s=s.get("estimated_samples_per_s"), when=when, origin="bench")
+    return out
+
+
+def gpu_kind_part(cal, device: str, family: str) -> float:
+    """A GPU kind's own share of the estimator's error: the geometric mean of the single-GPU
+    ``advise bench`` factors measured on it for model families other than ``family`` (1.0 when there
+    are none; multi-GPU factors also carry the links, not only the GPU kind)."""
+    vals = []
+    for k, v in cal.measured.items():
+        parts = k.split("|")
+        if len(parts) == 4 and parts[0] == device and parts[1] != family and parts[3] == "single" and v > 0:
+            vals.append(v)
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 1.0
+
+
+def find_factor(cal, identity: str, device: str, config) -> tuple[ModelFactor, str] | None:
+    """(factor, "direct" | "transferred") for this model on this GPU kind, or None."""
+    direct = cal.model_factors.get(factor_key(identity, device, config))
+    if direct is not None and direct.origin == "probe":
+        return direct, "direct"
+    variant = variant_of(config)
+    others = [f for f in cal.model_factors.values()
+              if f.model == identity and f.variant == variant and f.device not in (device, "cpu")]
+    if not others:
+        return None
+    # a probe's factor before a bench sample, then the newest
+    return max(others, key=lambda f: (f.origin == "probe", f.when)), "transferred"
+
+
 # ---------------------------------------------------------------- applying
 def apply_model_factors(est, model, hardware, cal):
-    """``est`` (an ``advisor.estimate.Estimate``) with this model's probe factors applied, named in its notes."""
-    from advisor.calibration import calibration_key
+    """``est`` (an ``advisor.estimate.Estimate``) with this model's measured factors applied (measured on
+    this GPU kind, or transferred from another), named in its notes and ``calibration``."""
+    from advisor.calibration import CalibrationUsed, calibration_key
     from advisor.config import Strategy
 
     config = est.config
-    f = cal.model_factors.get(factor_key(model_identity(model), hardware.gpu.name, config))
-    if f is None:
+    device = hardware.gpu.name
+    found = find_factor(cal, model_identity(model), device, config)
+    if found is None:
         return est
+    f, how = found
+    tool = "advise probe" if f.origin == "probe" else "advise bench"
     if config.strategy is Strategy.fsdp:
         return est.model_copy(update={"notes": est.notes + [
-            f"advise probe factors for this model ({f.date}) not applied: the probe ran it unsharded, FSDP shards it"]})
+            f"{tool} factors for this model ({f.date}) not applied: the probe ran it unsharded, FSDP shards it"]})
     mem, thr, notes = est.memory, est.throughput, list(est.notes)
-    when = f"from advise probe on {f.date}"
+    when = f"from {tool} on {f.date}" + (f" on {f.device}, transferred to {device}" if how == "transferred" else "")
     if f.memory:
         peak = mem.peak_gib * f.memory
-        device = peak * cal.allocator_reserve + cal.cuda_context_gib
+        dev = peak * cal.allocator_reserve + cal.cuda_context_gib
         mem = mem.model_copy(update={
-            "peak_gib": peak, "device_gib": device, "fits": device <= mem.gpu_memory_gib * cal.fit_fraction,
+            "peak_gib": peak, "device_gib": dev, "fits": dev <= mem.gpu_memory_gib * cal.fit_fraction,
             "detail": {**mem.detail, "probe_memory_factor": f.memory}})
         notes.append(f"memory x{f.memory:.2f} {when}")
     ttt = est.time_to_train_h
+    removed = applied = 1.0
+    factor = None
     if f.throughput:
-        bench = cal.measured.get(calibration_key(hardware.gpu.name, model.family, config.precision.value,
+        bench = cal.measured.get(calibration_key(device, model.family, config.precision.value,
                                                  config.strategy.value, compile=config.compile,
                                                  channels_last=config.channels_last)) if thr.calibrated else None
-        scale = f.throughput / (bench or 1.0)  # the probe's ratio replaces the family's bench factor
+        factor = f.throughput
+        if how == "transferred":  # keep the model-specific part only, then this GPU kind's own part
+            removed, applied = gpu_kind_part(cal, f.device, model.family), gpu_kind_part(cal, device, model.family)
+            factor = f.throughput / removed * applied
+        scale = factor / (bench or 1.0)  # the model's factor replaces the family's bench factor
         sps = thr.samples_per_s * scale
         thr = thr.model_copy(update={
             "samples_per_s": sps, "step_s": thr.step_s / scale, "mfu": thr.mfu * scale,
             "tflops_per_gpu": thr.tflops_per_gpu * scale,
             "tokens_per_s": thr.tokens_per_s * scale if thr.tokens_per_s else thr.tokens_per_s, "calibrated": True})
         ttt = ttt / scale if ttt is not None else None
-        notes.append(f"throughput x{f.throughput:.2f} {when}" + (" (replaces the advise bench factor)" if bench else ""))
-    return est.model_copy(update={"memory": mem, "throughput": thr, "time_to_train_h": ttt, "notes": notes})
+        parts = f" (measured x{f.throughput:.2f} / {f.device}'s own x{removed:.2f} x {device}'s x{applied:.2f})" \
+            if how == "transferred" and (removed != 1.0 or applied != 1.0) else ""
+        notes.append(f"throughput x{factor:.2f} {when}{parts}" + (" (replaces the advise bench factor)" if bench else ""))
+    used = CalibrationUsed(source=tool, scope="model", model=f.model, variant=f.variant, measured_on=f.device,
+                           applied_to=device, how=how, throughput_factor=factor, memory_factor=f.memory,
+                           gpu_factor_removed=removed, gpu_factor_applied=applied, date=f.date)
+    return est.model_copy(update={"memory": mem, "throughput": thr, "time_to_train_h": ttt, "notes": notes,
+                                  "calibration": [c for c in est.calibration if c.scope != "family"] + [used]
+                                  if factor else est.calibration + [used]})

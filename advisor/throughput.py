@@ -102,11 +102,19 @@ def conv_dominated(model: ModelSpec) -> bool:
 
 
 def peak_flops(model: ModelSpec, config: TrainConfig, hw: HardwareSpec) -> float:
-    """Dense peak the step's matmul-class work runs at, FLOP/s (DESIGN.md's precision names)."""
-    p = config.precision
-    if p is Precision.fp32 and conv_dominated(model):
-        return hw.gpu.peak_tflops("tf32") * 1e12  # cudnn.allow_tf32 is True by default
-    return hw.gpu.peak_tflops(p.value) * 1e12
+    """Dense datasheet peak the step's matmul-class work runs at, FLOP/s (DESIGN.md's precision
+    names: fp32 convolutions run TF32 where the GPU has it, cudnn.allow_tf32 being True by default)."""
+    p = config.precision.value
+    return hw.gpu.conv_flops(p) if conv_dominated(model) else hw.gpu.matmul_flops(p)
+
+
+def gpu_kind_factors(model: ModelSpec, config: TrainConfig, hw: HardwareSpec) -> tuple[float, float]:
+    """(compute, bandwidth): this GPU's achievable fraction of its own peaks over the H200's, by
+    the work kind the step's matmul-class work is here (advisor.gpu_perf); 1.0 on an H200."""
+    from advisor.gpu_perf import work_kind
+
+    kind = work_kind(hw.gpu, config.precision.value, conv_dominated(model), config.channels_last or config.compile)
+    return hw.gpu.fraction_vs_h200(kind), hw.gpu.fraction_vs_h200("bandwidth")
 
 
 def efficiency(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float:
@@ -184,13 +192,14 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
                      else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
-    eff = efficiency(model, config, cal)
+    compute_kind, bw_kind = gpu_kind_factors(model, config, hw)
+    eff = efficiency(model, config, cal) * compute_kind
     mm_s = (dense_train + attn_train) * mb / (peak * eff)
 
     # Non-matmul traffic of the eager kernels (compile's gain is applied to the whole step below).
     prof = activation_profile(model, config.model_copy(update={"compile": False}))
     traffic = prof.per_sample_bytes * mb * cal.traffic_per_saved_byte
-    bw = gpu.bandwidth_gbps * 1e9 * cal.bw_efficiency
+    bw = gpu.mem_bw * cal.bw_efficiency * bw_kind
     mem_s = traffic / bw
     host_s = host_seconds(model, config, cal)
     if config.compile:  # fusion removes memory-bound passes, not matmul work

@@ -95,5 +95,7 @@ def render(est, applied: list[str], console=None) -> None:
     if est.time_to_train_h is not None:
         thr.add_row("time to train", format_hours(est.time_to_train_h))
     console.print(thr)
+    console.print(Text("calibration: " + ("; ".join(c.summary() for c in est.calibration)
+                                          or "packaged constants only (advise probe / advise bench measure this machine)")))
     for n in est.notes:
         console.print(Text(f"note: {n}", style="dim"))

@@ -24,11 +24,13 @@ def run(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ advise gpus --list
 def _list(as_json: bool) -> int:
+    from advisor.gpu_perf import performance_model
     from advisor.gpus import all_gpus
 
     gpus = all_gpus()
-    if as_json:
-        rows = [dict(g.model_dump(mode="json"), supports_bf16=g.supports_bf16) for g in gpus]
+    if as_json:  # with each GPU's performance model (achievable fractions by work kind, sources)
+        rows = [dict(g.model_dump(mode="json"), supports_bf16=g.supports_bf16, arch=g.arch,
+                     performance=performance_model(g).model_dump(mode="json")) for g in gpus]
         print(json.dumps(rows, indent=2))
         return 0
     from rich.table import Table
@@ -36,18 +38,21 @@ def _list(as_json: bool) -> int:
     t = Table(title="GPU table (dense tensor-core peaks; `--gpu NAME` accepts any name or alias)", title_justify="left")
     for col, kw in (("name", {}), ("memory", {"justify": "right"}), ("bandwidth", {"justify": "right"}),
                     ("fp32", {"justify": "right"}), ("tf32", {"justify": "right"}),
-                    ("bf16", {"justify": "right"}), ("fp16", {"justify": "right"}), ("cc", {}),
+                    ("bf16", {"justify": "right"}), ("fp16", {"justify": "right"}), ("fp8", {"justify": "right"}),
+                    ("arch", {}), ("cc", {}),
                     ("NVLink", {"justify": "right"}), ("PCIe", {"justify": "right"}), ("source", {"overflow": "fold"})):
         t.add_column(col, **kw)
     for g in gpus:
         t.add_row(
             g.name, f"{g.memory_gib:g} GiB", f"{g.bandwidth_gbps:,.0f} GB/s",
             f"{g.fp32_tflops:g}", f"{g.tf32_tflops:g}", f"{g.bf16_tflops:g}" if g.bf16_tflops else "-",
-            f"{g.fp16_tflops:g}", f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+            f"{g.fp16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "-", g.arch,
+            f"{g.compute_capability[0]}.{g.compute_capability[1]}",
             f"{g.nvlink_gbps:g} GB/s" if g.nvlink_gbps else "-", f"{g.pcie_gbps:g} GB/s", g.source,
         )
     _console().print(t)
-    print("TFLOPS are dense peaks (no sparsity); link figures are bidirectional per GPU.")
+    print("TFLOPS are dense peaks (no sparsity); link figures are bidirectional per GPU. "
+          "`--list --json` adds each GPU's achievable fractions by work kind, with their sources.")
     return 0
 
 

@@ -166,6 +166,7 @@ def render_report(rec, console=None) -> None:
     if r.deadline_h:
         shape.append(f"deadline {format_hours(r.deadline_h)}")
     head.add_row("workload", ", ".join(shape) or "-")
+    head.add_row("calibration", "; ".join(c.summary() for c in e.calibration) or "packaged constants only")
     console.print(Panel(head, title="[bold]cardwise[/bold]", title_align="left"))
 
     console.print(Panel(_tree(rec), title="decision tree (path taken highlighted)", title_align="left"))

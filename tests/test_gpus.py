@@ -53,7 +53,7 @@ def test_unknown_gpu_lists_close_names():
         get_gpu("H300")
     e = info.value
     assert "H300" in e.what and "advise gpus --list" in e.fix and "H200" in e.fix and "H100" in e.fix
-    assert find_gpu("B200") is None
+    assert find_gpu("B300") is None and find_gpu("B200").name == "B200"  # B200 joined the table (issue 14)
     with pytest.raises(UserError):
         get_gpu("definitely-not-a-gpu")
 
@@ -83,7 +83,7 @@ def test_every_row_complete_and_self_consistent():
 
 def test_peak_by_precision():
     v100, h100 = get_gpu("V100"), get_gpu("H100")
-    assert v100.peak_tflops("bf16") == v100.fp16_tflops  # no bf16 before Ampere: fp16 tensor cores
+    assert v100.peak_tflops("bf16") == v100.fp32_tflops  # no bf16 tensor cores before Ampere: emulated, fp32 rate
     assert h100.peak_tflops("pure-bf16") == h100.bf16_tflops
     assert h100.peak_tflops("tf32") == h100.tf32_tflops and h100.peak_tflops("fp32") == h100.fp32_tflops
 

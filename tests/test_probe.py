@@ -228,9 +228,12 @@ def test_a_gpu_factor_changes_that_model_on_that_gpu_only(tmp_path):
     assert got.throughput.step_s == pytest.approx(raw.throughput.step_s * 2)
     assert "memory x1.50 from advise probe on 2027-01-15" in got.notes
     assert "throughput x0.50 from advise probe on 2027-01-15" in got.notes
-    # another GPU, another model, another variant: untouched
+    # another GPU kind: the model's factor transfers (issue 14), and says so; another model or variant: untouched
     h100 = resolve_hardware(_no_gpu(), gpu="h100")
-    assert estimate(spec, config, h100, calibration=cal) == estimate(spec, config, h100, calibration=default_calibration())
+    moved = estimate(spec, config, h100, calibration=cal)
+    plain = estimate(spec, config, h100, calibration=default_calibration())
+    assert moved.throughput.samples_per_s == pytest.approx(plain.throughput.samples_per_s * 0.5)
+    assert [(c.how, c.measured_on, c.applied_to) for c in moved.calibration] == [("transferred", "H200", "H100-SXM")]
     other = catalog_model("mini-transformer")
     assert estimate(other, config, h200, calibration=cal) == estimate(other, config, h200, calibration=default_calibration())
     compiled = config.model_copy(update={"compile": True})

@@ -1,0 +1,173 @@
+"""Per-GPU performance model: datasheet peaks (advisor/gpus.py) times the fraction of them each
+architecture achieves on training work, with the source of every figure.
+
+Work kinds (what a step's time is made of, ``work_kind``):
+  matmul     linear layers / attention on tensor cores (bf16, fp16, fp8; TF32 from Ampere on)
+  conv       cuDNN convolutions on tensor cores, channels_last (or compiled), or TF32 (fp32 included
+             from Ampere on: cuDNN TF32 default)
+  conv_nchw  half-precision convolutions in PyTorch's default NCHW layout: cuDNN transposes around
+             its NHWC tensor-core kernels, a cost that differs by architecture (on the H200 they
+             reach a sixth of the channels_last rate, benchmarks/results/h200-estimator.md)
+  simt       fp32 matmuls on CUDA cores (fp32 everywhere; tf32 before Ampere)
+  conv_simt  fp32 convolutions on CUDA cores (before Ampere): cuDNN picks Winograd/FFT algorithms for
+             3x3 convolutions, so their FLOP rate differs from a GEMM's (Lavin & Gray 2016)
+  bandwidth  memory-bound kernels (normalisation, activations, optimizer) against datasheet GB/s
+
+The estimator's family efficiencies (``advisor/data/calibration.json``) are fractions of the
+H200's peaks, fit on H200 measurements. A GPU of another architecture reaches
+``achievable(arch, kind) / achievable(Hopper, kind)`` times that fraction of *its own* datasheet
+peak: ``GpuSpec.fraction_vs_h200(kind)``. Hopper's fractions are the H200's measured ceilings;
+the other architectures' (stored as multiples of Hopper's) are fit by ``python benchmarks/cross_gpu/fit.py`` on the published
+training throughputs marked "fit" in ``benchmarks/cross_gpu/published.jsonl`` (one GPU kind per
+architecture; every other kind is held out) and stored in ``advisor/data/gpu_perf.json`` with
+the rows they came from. An architecture with no fit row keeps Hopper's fractions and says so.
+
+Pure data: no torch, no CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FITTED = Path(__file__).with_name("data") / "gpu_perf.json"
+WORK_KINDS = ("matmul", "conv", "conv_nchw", "simt", "conv_simt", "bandwidth")
+REFERENCE_ARCH = "Hopper"  # the architecture of the H200 every calibration constant was fit on
+
+# (architecture, first compute capability), newest last; a GPU belongs to the last one at or below
+# its capability (CUDA C Programming Guide, "Compute Capabilities" table).
+ARCHES: tuple[tuple[str, tuple[int, int]], ...] = (
+    ("Volta", (7, 0)), ("Turing", (7, 5)), ("Ampere", (8, 0)), ("Ada", (8, 9)), ("Hopper", (9, 0)),
+    ("Blackwell", (10, 0)),
+)
+
+
+class Fraction(BaseModel):
+    """One architecture's achievable fraction for a work kind, as a multiple of Hopper's, with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vs_h200: float = Field(gt=0, description="this architecture's achievable fraction / Hopper's (H200's)")
+    source: str
+
+
+class ArchPerf(BaseModel):
+    """Achievable fractions of datasheet peak for one architecture, by work kind, relative to Hopper."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arch: str
+    matmul: Fraction
+    conv: Fraction
+    conv_nchw: Fraction
+    simt: Fraction
+    conv_simt: Fraction
+    bandwidth: Fraction
+
+    def get(self, kind: str) -> Fraction:
+        return getattr(self, kind)
+
+
+_H200_RUN = "benchmarks/results/h200-estimator.md header (ceilings measured by benchmarks/measure_reference.py on one H200)"
+
+
+def hopper_fractions() -> dict[str, tuple[float, str]]:
+    """Hopper's (the H200's) absolute achievable fraction per work kind, with how it is known.
+
+    matmul: the measured bf16 GEMM ceiling. conv and simt: no ceiling measured, the GEMM fraction is
+    assumed. conv_nchw and bandwidth are effective rates implied by the H200 fit (memory-bound and
+    layout-transposing kernels of a training step reach far less than a copy's 4,190/4,800 GB/s):
+    conv_nchw = GEMM fraction x cnn|tensor / the channels_last (default) efficiency;
+    bandwidth = bw_efficiency x 3 passes per saved byte (Korthikanti et al. 2022) / the fitted
+    traffic_per_saved_byte. Other architectures are stated relative to these (``Fraction.vs_h200``).
+    """
+    from advisor.calibration import default_calibration
+
+    cal = default_calibration()
+    gemm = 788.0 / 989.4  # H200 bf16 GEMM ceiling over the dense datasheet peak, _H200_RUN
+    nchw = gemm * cal.family_efficiency.get("cnn|tensor", cal.mm_efficiency["bf16"]) / cal.family_efficiency.get(
+        "cnn-cl|tensor", cal.mm_efficiency["bf16"])
+    bw = cal.bw_efficiency * 3.0 / cal.traffic_per_saved_byte
+    return {"matmul": (gemm, f"H200 bf16 GEMM 788/989 TFLOP/s, {_H200_RUN}"),
+            "conv": (gemm, "assumed equal to Hopper's GEMM fraction (no convolution ceiling measured)"),
+            "conv_nchw": (nchw, "GEMM fraction x the H200 fit's cnn|tensor / channels_last efficiency (advisor/data/calibration.json)"),
+            "simt": (gemm, "assumed equal to Hopper's GEMM fraction (no fp32 ceiling measured)"),
+            "conv_simt": (gemm, "assumed equal to Hopper's GEMM fraction (Hopper runs fp32 convolutions as TF32)"),
+            "bandwidth": (bw, "bw_efficiency x 3 / traffic_per_saved_byte of the H200 fit (advisor/data/calibration.json)")}
+
+
+_HOPPER = ArchPerf(arch="Hopper", **{k: Fraction(vs_h200=1.0, source="the reference: every efficiency was fit on the H200")
+                                     for k in WORK_KINDS})
+
+
+def arch_of(capability: tuple[int, int]) -> str:
+    name = ARCHES[0][0]
+    for arch, first in ARCHES:
+        if tuple(capability) >= first:
+            name = arch
+    return name
+
+
+@lru_cache(maxsize=1)
+def _fitted() -> dict[str, ArchPerf]:
+    if not FITTED.exists():
+        return {}
+    data = json.loads(FITTED.read_text())
+    return {a: ArchPerf(arch=a, **v) for a, v in data.get("arches", {}).items()}
+
+
+def arch_perf(arch: str) -> ArchPerf:
+    """The architecture's fractions: Hopper's measured ones, a fitted entry, or Hopper's as a stated prior."""
+    if arch == REFERENCE_ARCH:
+        return _HOPPER
+    fitted = _fitted().get(arch)
+    if fitted is not None:
+        return fitted
+    prior = "no published training result of this architecture in the fit set: Hopper's fraction assumed"
+    return ArchPerf(arch=arch, **{k: Fraction(vs_h200=1.0, source=prior) for k in WORK_KINDS})
+
+
+def fraction_vs_reference(capability: tuple[int, int], kind: str) -> float:
+    """How much more (or less) of its own datasheet peak this architecture reaches than Hopper."""
+    return arch_perf(arch_of(capability)).get(kind).vs_h200
+
+
+def work_kind(gpu, precision: str, conv: bool, nhwc: bool = False) -> str:
+    """The work kind a precision's matmuls (conv=False) or convolutions (conv=True, ``nhwc`` for
+    channels_last or compiled) are on this GPU."""
+    if not gpu.tensor_work(precision, conv):
+        return "conv_simt" if conv else "simt"
+    if not conv:
+        return "matmul"
+    half = precision in ("bf16", "fp16", "pure-bf16", "fp8")
+    return "conv_nchw" if half and not nhwc else "conv"
+
+
+class GpuPerf(BaseModel):
+    """One GPU's performance model as ``advise gpus --json`` can show it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    arch: str
+    peak_tflops: dict[str, float] = Field(description="dense datasheet peak by dtype (fp32, tf32, bf16, fp16, fp8)")
+    bandwidth_gbps: float
+    achievable: dict[str, float] = Field(description="fraction of datasheet peak reached, by work kind")
+    vs_h200: dict[str, float] = Field(description="achievable / Hopper's: what scales the H200-fit efficiencies")
+    sources: dict[str, str]
+
+
+def performance_model(gpu) -> GpuPerf:
+    ap = arch_perf(gpu.arch)
+    hop = hopper_fractions()
+    peaks = {"fp32": gpu.fp32_tflops, "tf32": gpu.peak_tflops("tf32"), "bf16": gpu.bf16_tflops,
+             "fp16": gpu.fp16_tflops, "fp8": gpu.fp8_tflops}
+    return GpuPerf(
+        gpu=gpu.name, arch=ap.arch, peak_tflops=peaks, bandwidth_gbps=gpu.bandwidth_gbps,
+        achievable={k: round(hop[k][0] * ap.get(k).vs_h200, 4) for k in WORK_KINDS},
+        vs_h200={k: ap.get(k).vs_h200 for k in WORK_KINDS},
+        sources={"datasheet": gpu.source, **{k: f"{ap.get(k).source}; Hopper's: {hop[k][1]}" for k in WORK_KINDS}},
+    )

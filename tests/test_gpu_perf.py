@@ -1,0 +1,104 @@
+"""The per-GPU performance model (issue 14): datasheet peaks by dtype, achievable fractions by
+architecture relative to the H200, every figure with its source."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from advisor import gpu_perf
+from advisor.catalog import catalog_model
+from advisor.config import TrainConfig
+from advisor.estimate import estimate
+from advisor.gpus import all_gpus, get_gpu
+from advisor.hardware import HardwareSpec
+
+NAMED = ("V100", "T4", "A10", "A100-40GB", "A100-80GB", "L4", "L40S", "RTX 3090", "RTX 4090", "H100 SXM",
+         "H100 PCIe", "H200", "B200")
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_every_named_gpu_has_a_sourced_performance_model(name):
+    perf = gpu_perf.performance_model(get_gpu(name))
+    assert perf.peak_tflops["fp32"] > 0 and perf.bandwidth_gbps > 0
+    assert set(perf.achievable) == set(gpu_perf.WORK_KINDS)
+    assert all(perf.sources[k].strip() for k in ("datasheet", *gpu_perf.WORK_KINDS))
+    assert any(w in perf.sources["datasheet"] for w in ("datasheet", "whitepaper", "documentation"))
+
+
+def test_architectures_follow_compute_capability():
+    got = {n: get_gpu(n).arch for n in ("V100", "T4", "A100", "RTX 4090", "L40S", "H200", "B200")}
+    assert got == {"V100": "Volta", "T4": "Turing", "A100": "Ampere", "RTX 4090": "Ada", "L40S": "Ada",
+                   "H200": "Hopper", "B200": "Blackwell"}
+
+
+def test_tf32_is_its_own_rate_from_ampere_and_fp32_before():
+    a100, v100 = get_gpu("A100"), get_gpu("V100")
+    assert a100.matmul_flops("tf32") == 156e12 and a100.matmul_flops("fp32") == 19.5e12
+    assert a100.conv_flops("fp32") == 156e12  # cuDNN allow_tf32 is on by default (DESIGN.md's fp32)
+    assert v100.matmul_flops("tf32") == v100.matmul_flops("fp32") == v100.conv_flops("fp32") == 15.7e12
+    # no bf16 before Ampere: mixed precision is fp16 (with a GradScaler) on tensor cores; bf16 gets none
+    assert not v100.supports_bf16 and v100.matmul_flops("fp16") == 125e12 and v100.matmul_flops("bf16") == 15.7e12
+    assert gpu_perf.work_kind(v100, "bf16", conv=False) == "simt"
+    assert get_gpu("H100").peak_tflops("fp8") > get_gpu("H100").peak_tflops("bf16")
+
+
+def test_bf16_before_ampere_is_estimated_slow_and_says_why():
+    spec, v100 = catalog_model("gpt2"), HardwareSpec(gpu=get_gpu("V100"))
+    bf16 = estimate(spec, TrainConfig(micro_batch=8, seq_len=1024, precision="bf16"), v100)
+    fp16 = estimate(spec, TrainConfig(micro_batch=8, seq_len=1024, precision="fp16"), v100)
+    assert bf16.throughput.samples_per_s < fp16.throughput.samples_per_s / 2
+    assert any("no bf16 tensor cores" in n and "--precision fp16" in n for n in bf16.notes)
+    assert not any("bf16" in n for n in fp16.notes)
+
+
+def test_work_kinds_name_the_units_that_run_the_work():
+    a100, v100 = get_gpu("A100"), get_gpu("V100")
+    assert gpu_perf.work_kind(a100, "fp32", conv=True) == "conv"  # TF32 cuDNN
+    assert gpu_perf.work_kind(a100, "fp32", conv=False) == "simt"
+    assert gpu_perf.work_kind(a100, "tf32", conv=False) == "matmul"
+    assert gpu_perf.work_kind(a100, "bf16", conv=True) == "conv_nchw"
+    assert gpu_perf.work_kind(a100, "bf16", conv=True, nhwc=True) == "conv"
+    assert gpu_perf.work_kind(v100, "tf32", conv=True) == "conv_simt"
+    assert gpu_perf.work_kind(v100, "fp16", conv=False) == "matmul"
+
+
+def test_the_h200_is_the_reference_so_its_estimates_do_not_move():
+    h200 = get_gpu("H200")
+    assert all(h200.fraction_vs_h200(k) == 1.0 for k in gpu_perf.WORK_KINDS)
+
+
+def test_fitted_fractions_change_estimates_through_the_gpu_only(monkeypatch):
+    spec, cfg = catalog_model("bert-large"), TrainConfig(micro_batch=16, seq_len=384, precision="fp16")
+    a100, h200 = HardwareSpec(gpu=get_gpu("A100")), HardwareSpec(gpu=get_gpu("H200"))
+
+    def ampere(matmul: float):
+        kinds = {k: gpu_perf.Fraction(vs_h200=matmul if k == "matmul" else 1.0, source="test") for k in gpu_perf.WORK_KINDS}
+        monkeypatch.setattr(gpu_perf, "_fitted", lambda: {"Ampere": gpu_perf.ArchPerf(arch="Ampere", **kinds)})
+        return estimate(spec, cfg, a100).throughput, estimate(spec, cfg, h200).throughput
+
+    (a1, h1), (a2, h2) = ampere(1.0), ampere(2.0)
+    assert a2.matmul_s == pytest.approx(a1.matmul_s / 2)  # the matmul time halves on the A100 ...
+    assert a2.samples_per_s > a1.samples_per_s
+    assert h2 == h1  # ... and nothing moves on the H200
+    assert a2.mfu <= 1.0 and a2.mfu == pytest.approx(a1.mfu * a2.samples_per_s / a1.samples_per_s)  # MFU vs datasheet
+
+
+def test_packaged_fit_names_its_rows():
+    data = json.loads(gpu_perf.FITTED.read_text())
+    for arch, kinds in data["arches"].items():
+        assert set(kinds) == set(gpu_perf.WORK_KINDS), arch
+        assert all("fit on lambda-" in v["source"] and v["vs_h200"] > 0 for v in kinds.values())
+
+
+def test_an_architecture_without_fit_rows_says_it_assumes_hoppers():
+    b200 = gpu_perf.performance_model(get_gpu("B200"))
+    assert b200.vs_h200 == {k: 1.0 for k in gpu_perf.WORK_KINDS}
+    assert "Hopper's fraction assumed" in b200.sources["matmul"]
+
+
+def test_table_rows_are_unique_and_sourced():
+    names = [g.name for g in all_gpus()]
+    assert len(names) == len(set(names))
+    assert all(g.source and (g.fp8_tflops == 0 or g.compute_capability >= (8, 9)) for g in all_gpus())
