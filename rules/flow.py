@@ -50,7 +50,9 @@ class Run:
     facts: Facts | None = None  # after the setup rules
     ctx: TreeContext | None = None  # after the tree
     steps: list[Step] = field(default_factory=list)
-    fits: bool = False  # the standard setup fits on the tree's GPUs
+    fits: bool = False  # the configuration recommended fits (the standard one, or node H's compromise)
+    compromise: str | None = None  # node H's compromise (rules.compromise), None for the standard setup
+    gives_up: str | None = None
     tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
     path: str = ""
     plan_set: dict[str, Any] = field(default_factory=dict)  # what the plan rules set
@@ -63,6 +65,16 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     if req.lora_rank is not None and spec.arch is None:
         raise UserError(f"--lora-rank needs a transformer; {spec.name} is a {spec.family} model",
                         fix="drop --lora-rank for this model")
+    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp)
+                                      or hardware.total_gpus > 1 and req.strategy is None):
+        what = (f"--grad-accum {req.grad_accum}" if (req.grad_accum or 1) > 1 else
+                f"--strategy {req.strategy.value}" if req.strategy else f"{hardware.total_gpus} GPUs and no --strategy single")
+        raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
+                        "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
+                        "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
+    if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
+        raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
+                        fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
     if req.strategy in (Strategy.ddp, Strategy.fsdp) and req.batch_size and req.micro_batch and req.grad_accum:
         n = hardware.total_gpus
         if req.micro_batch * req.grad_accum * n != req.batch_size:
@@ -85,7 +97,8 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
                       image_size=image_size, precision=req.precision or Precision.bf16,
                       optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=Strategy.single,
-                      lora_rank=req.lora_rank)
+                      lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                      cpu_offload=bool(req.cpu_offload))
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
 
@@ -110,6 +123,12 @@ def tree(run: Run) -> None:
     if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
     run.fits = isinstance(choice, Choice)
+    out = ctx.compromise
+    if out is not None and out.chosen is not None and choice is out.chosen.result:
+        from rules.compromise import gives_up
+
+        run.compromise = out.chosen.level.name
+        run.gives_up = gives_up(out.chosen.level, choice, run.planner)
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 
@@ -153,12 +172,12 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
     alt_list = []
     # Compromises when the standard setup does not fit on one GPU (node B said so) or on the GPUs
     # at hand, or when asked for; never chosen for the user.
-    if not run.fits or req.alternatives or not isinstance(ctx.one, Choice):
+    if not run.fits or run.compromise or req.alternatives or not isinstance(ctx.one, Choice):
         if ctx.min_fit is None and not isinstance(ctx.one, Choice):
             ctx.min_fit = p.min_gpus(Strategy.fsdp)
         alt_list += alts.compromises(ctx, cmd)
         so = alts.scale_out(ctx, cmd)
-        if so and (not run.fits or so.gpus != ch.gpus):
+        if so and (not run.fits or run.compromise or so.gpus != ch.gpus):
             alt_list.append(so)
     if not ctx.measures and run.final_facts.estimate.deadline_missed_h:
         deadline_measures(ctx, ch)
@@ -198,6 +217,8 @@ def _core(run: Run, command: str) -> RecommendationCore:
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
+        compromise=run.compromise, gives_up=run.gives_up, optimizer_in_backward=cfg.optimizer_in_backward,
+        cpu_offload=cfg.cpu_offload, standard_verdict=run.ctx.verdict or None,
     )
 
 
