@@ -206,6 +206,7 @@ def answer_memory(ctx):
     ch = out.chosen.result
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
     lv = out.chosen.level
+    ctx.compromise_name, ctx.gives_up = lv.name, gives_up(lv, ch, p)
     return Answer("compromise", f"{ctx.verdict}. Compromise: {lv.name} on {ch.gpus}x {p.hw.gpu.name}, giving up "
                   f"{gives_up(lv, ch, p)}; {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
                   f"The lowest-risk compromise that fits, its fastest variant (ranked by risk: {ladder}). Risk: {lv.risk}.",

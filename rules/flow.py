@@ -289,19 +289,21 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
         counts = [c for c in counts if c in (1, 2, 4) or c % p.hw.gpus_per_node == 0]
     rows: list[ScalingRow] = []
     one_sps = None
+    one_cfg = None
     for n in counts:
         ch = (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best_multi(n)
         if isinstance(ch, Choice):
             e = ch.estimate
             if n == 1:
-                one_sps = e.throughput.samples_per_s
+                one_sps, one_cfg = e.throughput.samples_per_s, ch.config
             rows.append(ScalingRow(
                 gpus=n, strategy=ch.strategy.value, fits=True, micro_batch=ch.config.micro_batch,
                 grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
                 device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
                 time_to_train_h=e.time_to_train_h, scaling_efficiency=e.throughput.scaling_efficiency,
                 speedup=e.throughput.samples_per_s / one_sps if one_sps else None,
-                chosen=(n == chosen.gpus and ch.strategy is chosen.strategy)))
+                chosen=(n == chosen.gpus and ch.strategy is chosen.strategy),
+                changed=_changed(one_cfg, ch.config) if n > 1 else []))
         else:
             rows.append(ScalingRow(gpus=n, strategy=ch.strategy.value, fits=False,
                                    device_gib=ch.closest.memory.device_gib if ch.closest else None, note=ch.reason,
@@ -310,3 +312,20 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
         for r in rows:
             r.chosen = r.gpus == chosen.gpus
     return rows
+
+
+def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
+    """What a scaling row changed besides the GPU count, against the 1-GPU row."""
+    if one is None:
+        return []
+    out = []
+    if cfg.grad_ckpt != one.grad_ckpt:
+        out.append("checkpointing " + ("on" if cfg.grad_ckpt else "off"))
+    if cfg.micro_batch != one.micro_batch:
+        out.append(f"micro-batch {cfg.micro_batch} (1 GPU: {one.micro_batch})")
+    if cfg.compile != one.compile:
+        out.append("compile " + ("on" if cfg.compile else "off"))
+    for k in ("precision", "optimizer", "lora_rank", "cpu_offload", "optimizer_in_backward"):
+        if getattr(cfg, k) != getattr(one, k):
+            out.append(f"{k.replace('_', ' ')} {getattr(cfg, k).value if hasattr(getattr(cfg, k), 'value') else getattr(cfg, k)}")
+    return out

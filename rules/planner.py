@@ -283,14 +283,16 @@ class Planner:
         else:
             top = max(1, min(self.defaults.search.max_micro_batch, target // n))
             micros = [1 << k for k in range(top.bit_length()) if 1 << k <= top]
-        best, closest = None, None
+        fitting, closest = [], None
         for m in micros:
             e = self.est(cfg0.model_copy(update={"micro_batch": m}), n)
-            if e.memory.fits:
-                best = e
-            else:
+            if not e.memory.fits:
                 closest = e
                 break
+            fitting.append(e)
+        # the largest that fits, preferring one that leaves the "memory.tight" headroom (as search does)
+        roomy = [e for e in fitting if e.memory.device_gib <= self.defaults.search.roomy * e.memory.gpu_memory_gib]
+        best = (roomy or fitting)[-1] if fitting else None
         if best is None:
             reason = f"~{closest.memory.device_gib:.1f} GiB per GPU at micro-batch {micros[0]}" if closest else "nothing fits"
             return Infeasible(n, strategy, "memory", reason, closest)

@@ -130,6 +130,8 @@ class ScalingRow(BaseModel):
     speedup: float | None = Field(None, description="samples/s over the 1-GPU row's (when it fits)")
     chosen: bool = False
     note: str = ""
+    changed: list[str] = Field(default_factory=list, description="what this row changed besides the GPU count, "
+                               "against the 1-GPU row (checkpointing, micro-batch, accumulation, compile)")
 
 
 class RuleSummary(BaseModel):

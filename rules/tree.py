@@ -104,6 +104,8 @@ class TreeContext:
     deadline_missed: bool = False
     compromise: "Outcome | None" = None  # node H's memory compromises (rules.compromise), when nothing standard fits
     verdict: str = ""  # the standard configuration's verdict and its cause, when it does not fit
+    compromise_name: str | None = None  # the compromise node H recommends
+    gives_up: str | None = None
 
     @property
     def req(self) -> Request:
