@@ -24,6 +24,9 @@ GIB = float(2**30)
 # Rank of LoRA adapters the ladder offers (Hu et al. 2021 report r = 4-64 matching full fine-tuning
 # on GPT-3 adaptation; 16 is peft's documented common choice).
 LORA_RANK = 16
+# Share of host RAM CPU offload may take (the OS, dataloader workers and pinned buffers need the rest;
+# a rule of thumb, not measured).
+HOST_RAM_FRACTION = 0.8
 ADAPTER_TASKS = ("adapter", "lora", "peft", "adapter fine-tuning", "adapter-finetune", "instruction-lora")
 
 
@@ -135,7 +138,7 @@ def try_level(p: Planner, level: Level, n: int) -> Tried:
             if level.accum1:
                 r = p.search_accum1(n, strategy, base, ck)
             else:
-                r = p.search(n, strategy, base=base, relax_accum=n == 1, ckpt=ck)
+                r = p.search(n, strategy, base=base, ckpt=ck)  # a pinned --grad-accum holds
             if isinstance(r, Choice):
                 fitting.append(r)
             elif closest is None or (r.closest is not None and closest.closest is not None
@@ -143,6 +146,16 @@ def try_level(p: Planner, level: Level, n: int) -> Tried:
                 closest = r
         if fitting:  # DDP before FSDP: the first strategy that fits (node I's rule)
             break
+    ram = p.host_ram_gib
+    if fitting and ram and level.update.get("cpu_offload"):
+        # host RAM must hold what is offloaded, per node (HOST_RAM_FRACTION of it for the rest of the machine)
+        per_node = min(n, p.hw.gpus_per_node)
+        over = [c for c in fitting if c.estimate.memory.host_gib * per_node > ram * HOST_RAM_FRACTION]
+        if len(over) == len(fitting):
+            need = over[0].estimate.memory.host_gib * per_node
+            return Tried(level, Infeasible(n, over[0].strategy, "memory", f"needs ~{need:.0f} GiB of host RAM; "
+                                           f"{ram:.0f} GiB here", over[0].estimate), f"needs ~{need:.0f} GiB of host RAM")
+        fitting = [c for c in fitting if c not in over]
     if fitting:
         return Tried(level, max(fitting, key=lambda c: c.estimate.throughput.samples_per_s))
     return Tried(level, closest, closest.reason if closest else "does not fit")
@@ -211,3 +224,13 @@ def answer_memory(ctx):
                   f"{gives_up(lv, ch, p)}; {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
                   f"The lowest-risk compromise that fits, its fastest variant (ranked by risk: {ladder}). Risk: {lv.risk}.",
                   {"compromise": lv.name, "gpus": ch.gpus})
+
+
+def pinned(cfg, req) -> Level | None:
+    """The compromise the user pinned (--precision pure-bf16, --optimizer adamw-8bit, --lora-rank,
+    --optimizer-in-backward, --cpu-offload), if the configuration has one: named like node H's."""
+    for lv in LEVELS:
+        if lv.update and all(getattr(cfg, k) == v or (k == "lora_rank" and cfg.lora_rank) for k, v in lv.update.items()) \
+                and all(getattr(req, k) is not None for k in lv.update):
+            return lv
+    return None

@@ -83,7 +83,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
                             fix="drop --grad-accum (cardwise derives it) or make the product match")
 
 
-def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration) -> Run:
+def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
     fam = defaults.for_model(spec.name, spec.family)
@@ -100,6 +100,7 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
                       lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
                       cpu_offload=bool(req.cpu_offload))
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
+    planner.host_ram_gib = host_ram_gib
     return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
 
 
@@ -129,6 +130,12 @@ def tree(run: Run) -> None:
 
         run.compromise = out.chosen.level.name
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
+    elif isinstance(choice, Choice):
+        from rules.compromise import pinned
+
+        lv = pinned(choice.config, run.req)
+        if lv is not None:
+            run.compromise, run.gives_up = lv.name, lv.gives_up + " (pinned)"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 

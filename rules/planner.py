@@ -122,6 +122,7 @@ class Planner:
         self.base_lr = base_lr
         self.base_batch = base_batch
         self._memo: dict[tuple, Estimate] = {}
+        self.host_ram_gib: float | None = None  # this machine's RAM when planning for it (CPU offload's check)
         self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
 
@@ -202,6 +203,13 @@ class Planner:
         pin_micro = req.micro_batch
         pin_accum = None if relax_accum else req.grad_accum
         ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
+        if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
+            r: Choice | Infeasible | None = None
+            for ck in ckpts:
+                r = self.search_accum1(n, strategy, base, ck)
+                if isinstance(r, Choice):
+                    return r
+            return r
         closest: Estimate | None = None
         batch_reason = None
         for ckpt in ckpts:
