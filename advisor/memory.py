@@ -149,7 +149,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     larger = [f"{k} {v / GIB:.1f} GiB" for k, v in other if v > mine.get(k, 0.0) + 0.05 * GIB]
     other_name = "optimizer step" if peak_at == "backward" else "start of backward"
     other_moment = (f"the {other_name} holds {sum(v for _, v in other) / GIB + WORKSPACE_GIB:.1f} GiB"
-                    + (f", where {', '.join(larger)} (more than at the peak)" if larger else ""))
+                    + (f"; larger there than at the peak: {', '.join(larger)}" if larger else ""))
     device = peak * cal.allocator_reserve + cal.cuda_context_gib
     fits = device <= hw.gpu.memory_gib * cal.fit_fraction
     if lora:
