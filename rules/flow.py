@@ -225,7 +225,8 @@ def _core(run: Run, command: str) -> RecommendationCore:
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
         compromise=run.compromise, gives_up=run.gives_up, optimizer_in_backward=cfg.optimizer_in_backward,
-        cpu_offload=cfg.cpu_offload, standard_verdict=run.ctx.verdict or None,
+        cpu_offload=cfg.cpu_offload,
+        standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
 
 
