@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from advisor.units import format_hours
-from rules.compromise import find, gives_up
+from rules.compromise import find, gives_up, name_of
 from rules.recommend import Alternative, Cost
 from rules.planner import Choice, Infeasible
 from rules.tree import TreeContext
@@ -40,7 +40,7 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
         kind = "offload" if lv.update.get("cpu_offload") else "compromise"
         if isinstance(r, Choice):
             e = r.estimate
-            label = lv.name + (" + checkpointing" if r.config.grad_ckpt else "")
+            label = name_of(lv, r, p) + (" + checkpointing" if r.config.grad_ckpt else "")
             mem = f"~{e.memory.device_gib:.1f} GiB per GPU" + (f" (standard: ~{std_dev:.1f} GiB)" if std_dev else "")
             if e.memory.host_gib:
                 mem += f", ~{e.memory.host_gib:.0f} GiB host RAM"

@@ -39,6 +39,7 @@ class Level:
     source: str
     accum1: bool = False  # grad_accum must be 1
     single_only: bool = False  # one process only
+    with_lower: tuple[str, ...] = ()  # lower-risk levels it may be combined with (same risk level then)
 
 
 LEVELS: tuple[Level, ...] = (
@@ -54,13 +55,13 @@ LEVELS: tuple[Level, ...] = (
     Level("adamw-8bit", {"optimizer": Optimizer.adamw_8bit},
           "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs bitsandbytes)",
           "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes",
-          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)"),
+          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=("pure-bf16",)),
     Level("optimizer-in-backward", {"optimizer_in_backward": True},
           "gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
           "gradient hook as soon as its gradient is ready, and the gradient is freed",
           "medium: no global-norm clipping (per-parameter clipping only); same update otherwise",
           "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)",
-          accum1=True, single_only=True),
+          accum1=True, single_only=True, with_lower=("pure-bf16",)),
     Level("cpu-offload", {"cpu_offload": True},
           "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
           "and every step copies the weights over PCIe",
@@ -126,24 +127,32 @@ def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
 
 
 def try_level(p: Planner, level: Level, n: int) -> Tried:
+    """The level's fastest fitting variant: checkpointing off/on, alone or combined with the
+    lower-risk levels of ``with_lower`` (a combination's risk is its riskiest member's)."""
     why = _blocked(p, level, n)
     if why:
         return Tried(level, None, why)
-    base = p.base.model_copy(update=level.update)
+    updates = [dict(level.update)]
+    for name in level.with_lower:
+        partner = next(lv for lv in LEVELS if lv.name == name)
+        if not _blocked(p, partner, n):
+            updates.append({**partner.update, **level.update})
     ckpts = [p.req.grad_ckpt] if p.req.grad_ckpt is not None else [False, True]
     fitting: list[Choice] = []
     closest: Infeasible | None = None
     for strategy in _strategies(p, level, n):
-        for ck in ckpts:
-            if level.accum1:
-                r = p.search_accum1(n, strategy, base, ck)
-            else:
-                r = p.search(n, strategy, base=base, ckpt=ck)  # a pinned --grad-accum holds
-            if isinstance(r, Choice):
-                fitting.append(r)
-            elif closest is None or (r.closest is not None and closest.closest is not None
-                                     and r.closest.memory.device_gib < closest.closest.memory.device_gib):
-                closest = r
+        for update in updates:
+            base = p.base.model_copy(update=update)
+            for ck in ckpts:
+                if level.accum1:
+                    r = p.search_accum1(n, strategy, base, ck)
+                else:
+                    r = p.search(n, strategy, base=base, ckpt=ck)  # a pinned --grad-accum holds
+                if isinstance(r, Choice):
+                    fitting.append(r)
+                elif closest is None or (r.closest is not None and closest.closest is not None
+                                         and r.closest.memory.device_gib < closest.closest.memory.device_gib):
+                    closest = r
         if fitting:  # DDP before FSDP: the first strategy that fits (node I's rule)
             break
     ram = p.host_ram_gib
@@ -186,8 +195,30 @@ def standard_cause(e: Estimate | None) -> str:
     return f"{total}: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top)
 
 
+def _partners(level: Level, ch: Choice, p: Planner) -> list[Level]:
+    """The lower-risk levels the chosen variant of ``level`` combines with (not pinned by the user)."""
+    out = []
+    for name in level.with_lower:
+        lv = next(x for x in LEVELS if x.name == name)
+        if all(getattr(ch.config, k) == v for k, v in lv.update.items()) and not _blocked(p, lv, ch.gpus):
+            out.append(lv)
+    return out
+
+
+def name_of(level: Level, ch: Choice, p: Planner) -> str:
+    """``recommendation.compromise``: the level's name, with the lower levels it combines ("pure-bf16+adamw-8bit")."""
+    return "+".join([lv.name for lv in _partners(level, ch, p)] + [level.name])
+
+
 def gives_up(level: Level, ch: Choice, p: Planner) -> str:
     """What this compromise gives up, with its numbers."""
+    partners = _partners(level, ch, p)
+    if partners:
+        return "; and ".join(lv.gives_up for lv in partners) + "; and " + _gives_up_one(level, ch, p)
+    return _gives_up_one(level, ch, p)
+
+
+def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
     target = p.req.batch_size or p.base_batch
     if level.name == "no-accumulation":
         return (f"gradient accumulation: global batch {ch.global_batch} instead of {target}; learning rate "
@@ -219,11 +250,11 @@ def answer_memory(ctx):
     ch = out.chosen.result
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
     lv = out.chosen.level
-    ctx.compromise_name, ctx.gives_up = lv.name, gives_up(lv, ch, p)
-    return Answer("compromise", f"{ctx.verdict}. Compromise: {lv.name} on {ch.gpus}x {p.hw.gpu.name}, giving up "
+    ctx.compromise_name, ctx.gives_up = name_of(lv, ch, p), gives_up(lv, ch, p)
+    return Answer("compromise", f"{ctx.verdict}. Compromise: {ctx.compromise_name} on {ch.gpus}x {p.hw.gpu.name}, giving up "
                   f"{gives_up(lv, ch, p)}; {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
                   f"The lowest-risk compromise that fits, its fastest variant (ranked by risk: {ladder}). Risk: {lv.risk}.",
-                  {"compromise": lv.name, "gpus": ch.gpus})
+                  {"compromise": ctx.compromise_name, "gpus": ch.gpus})
 
 
 def pinned(cfg, req) -> Level | None:

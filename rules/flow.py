@@ -126,9 +126,9 @@ def tree(run: Run) -> None:
     run.fits = isinstance(choice, Choice)
     out = ctx.compromise
     if out is not None and out.chosen is not None and choice is out.chosen.result:
-        from rules.compromise import gives_up
+        from rules.compromise import gives_up, name_of
 
-        run.compromise = out.chosen.level.name
+        run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
     elif isinstance(choice, Choice):
         from rules.compromise import pinned

@@ -115,7 +115,8 @@ def test_llama3_8b_on_one_gpu_recommends_a_compromise_that_fits_and_launches(gpu
     r = rec.recommendation
     data = rec.model_dump(mode="json")["recommendation"]
     assert r.fits and rec.estimate.memory.fits and data["fits"] is True
-    assert data["compromise"] in ("no-accumulation", "pure-bf16", "adamw-8bit", "optimizer-in-backward", "cpu-offload", "lora")
+    assert set(data["compromise"].split("+")) <= {"no-accumulation", "pure-bf16", "adamw-8bit", "optimizer-in-backward",
+                                                  "cpu-offload", "lora"}
     assert r.gives_up and r.standard_verdict and rec.decision_path[-1].node == "H"
     # the command is `advise launch`'s, and the plan it gives back carries the compromise
     argv = shlex.split(r.command)
@@ -131,3 +132,12 @@ def test_the_lowest_risk_level_that_fits_wins_over_a_faster_riskier_one():
     fitting = {a.name.split(" ")[0]: a for a in rec.alternatives if a.kind in ("compromise", "offload") and a.fits}
     assert rec.recommendation.compromise == "no-accumulation"
     assert "lora" in fitting and fitting["lora"].samples_per_s > rec.estimate.throughput.samples_per_s
+
+
+def test_a_level_may_combine_with_lower_risk_levels_and_keeps_its_rank():
+    rec = _recommend(["--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "1"])
+    r = rec.recommendation
+    # pure-bf16 alone (with its Kahan buffer) does not fit 80 GB, 8-bit AdamW alone neither; together they
+    # do, at the 8-bit level's risk, before the optimizer-in-backward and CPU offload levels
+    assert r.compromise == "pure-bf16+adamw-8bit" and r.precision == "pure-bf16" and r.optimizer == "adamw-8bit"
+    assert "fp32 master weights" in r.gives_up and "8 bits" in r.gives_up
