@@ -141,3 +141,11 @@ def test_a_level_may_combine_with_lower_risk_levels_and_keeps_its_rank():
     # do, at the 8-bit level's risk, before the optimizer-in-backward and CPU offload levels
     assert r.compromise == "pure-bf16+adamw-8bit" and r.precision == "pure-bf16" and r.optimizer == "adamw-8bit"
     assert "fp32 master weights" in r.gives_up and "8 bits" in r.gives_up
+
+
+def test_the_wizard_shows_the_verdict_the_compromise_and_the_peak_parts():
+    from tui.screens.recommendation import config_text
+
+    text = config_text(_recommend(["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1"]))
+    assert "compromise: no-accumulation" in text and "gives up" in text and "fp32 gradients" in text
+    assert "autocast weight copies" in text or "peak at the" in text

@@ -58,6 +58,13 @@ def test_json_contract(capsys):
     assert [s["node"] for s in d["decision_path"]] == ["A", "B", "C", "I", "J"]
     assert all({"node", "question", "answer", "why"} <= set(s) for s in d["decision_path"])
     assert all({"id", "why"} <= set(r) for r in d["rules_fired"])
+    # issue 12's additions: the compromise (None for the standard plan), the peak moment's parts
+    assert d["recommendation"]["compromise"] is None and d["recommendation"]["fits"] is True
+    mem = d["estimate"]["memory"]
+    assert sum(p["gib"] for p in mem["peak_parts"]) == pytest.approx(mem["peak_gib"])
+    assert {"autocast_copies_gib", "other_moment", "host_gib"} <= set(mem)
+    assert all(r["scaling_efficiency"] is None or r["scaling_efficiency"] <= 1.0 for r in d["scaling"])
+    assert all("changed" in r for r in d["scaling"])
     assert d["recommendation"]["command"].startswith("advise launch --model llama3-8b ")
     Plan.model_validate(d["plan"])
 
