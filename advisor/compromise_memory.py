@@ -79,10 +79,13 @@ def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     return trainable * ((4 + KAHAN_BYTES) if pure else 8)
 
 
-def largest_tensor_params(model: ModelSpec) -> int:
-    """Elements of the largest parameter tensor: the one gradient alive when each parameter steps in
-    its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise)."""
+def largest_tensor_params(model: ModelSpec, lora_rank: int | None = None) -> int:
+    """Elements of the largest trainable tensor: the one gradient alive when each parameter steps in
+    its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise; with LoRA,
+    the largest adapter matrix)."""
     a = model.arch
+    if lora_rank is not None and a is not None:
+        return lora_rank * max(max(i, o) for i, o in lora_shapes(model))
     if a is not None:
         biggest = max(a.d_model * a.d_ff, a.d_model * a.d_model)
         if a.vocab:

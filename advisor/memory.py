@@ -122,7 +122,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         # Each parameter steps in its post-accumulate-grad hook and its gradient is freed at once
         # (PyTorch tutorial "How to save memory by fusing the optimizer step into the backward
         # pass"): about one parameter's gradient is alive, never a full buffer.
-        live_grads = grads = largest_tensor_params(model) * gb / shard
+        live_grads = grads = largest_tensor_params(model, config.lora_rank) * gb / shard
         accum_grads = live_grads
         notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
     if offload:

@@ -108,8 +108,12 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
         return "--lora-rank is pinned" if req.lora_rank is not None else "LoRA needs a transformer"
     if level.accum1 and req.grad_accum is not None and req.grad_accum > 1:
         return "--grad-accum is pinned"
-    if level.single_only and (n > 1 or req.strategy not in (None, Strategy.single)):
-        return "needs one process (strategy single)"
+    if level.single_only and (n > 1 or req.strategy not in (None, Strategy.single) or base.cpu_offload):
+        return "needs one process without FSDP (strategy single)"
+    if u.get("cpu_offload") and base.optimizer_in_backward:
+        return "the optimizer step in backward needs strategy single; CPU offload is FSDP's"
+    if u.get("cpu_offload") and base.optimizer is Optimizer.adamw_8bit:
+        return "bitsandbytes' 8-bit AdamW steps on the GPU; CPU offload steps on the CPU"
     if u.get("cpu_offload") and req.strategy in (Strategy.ddp, Strategy.single):
         return f"CPU offload runs under FSDP; --strategy {req.strategy.value} is pinned"
     if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and base.optimizer_in_backward):
@@ -257,11 +261,9 @@ def answer_memory(ctx):
                   {"compromise": ctx.compromise_name, "gpus": ch.gpus})
 
 
-def pinned(cfg, req) -> Level | None:
-    """The compromise the user pinned (--precision pure-bf16, --optimizer adamw-8bit, --lora-rank,
-    --optimizer-in-backward, --cpu-offload), if the configuration has one: named like node H's."""
-    for lv in LEVELS:
-        if lv.update and all(getattr(cfg, k) == v or (k == "lora_rank" and cfg.lora_rank) for k, v in lv.update.items()) \
-                and all(getattr(req, k) is not None for k in lv.update):
-            return lv
-    return None
+def pinned(cfg, req) -> list[Level]:
+    """The compromises the user pinned (--precision pure-bf16, --optimizer adamw-8bit, --lora-rank,
+    --optimizer-in-backward, --cpu-offload) that the configuration has, in ladder order."""
+    return [lv for lv in LEVELS if lv.update
+            and all(getattr(cfg, k) == v or (k == "lora_rank" and cfg.lora_rank) for k, v in lv.update.items())
+            and all(getattr(req, k) is not None for k in lv.update)]

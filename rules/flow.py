@@ -121,7 +121,10 @@ def tree(run: Run) -> None:
     run.steps = walk(ctx)
     choice = ctx.choice
     strategy = run.req.strategy
-    if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy):
+    # A pinned multi-GPU strategy uses the GPUs at hand, also when a one-GPU FSDP (CPU offload) fits.
+    one_fsdp = isinstance(choice, Choice) and choice.gpus == 1 and run.planner.available > 1
+    if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
+                                 or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
     run.fits = isinstance(choice, Choice)
     out = ctx.compromise
@@ -133,9 +136,10 @@ def tree(run: Run) -> None:
     elif isinstance(choice, Choice):
         from rules.compromise import pinned
 
-        lv = pinned(choice.config, run.req)
-        if lv is not None:
-            run.compromise, run.gives_up = lv.name, lv.gives_up + " (pinned)"
+        lvs = pinned(choice.config, run.req)
+        if lvs:
+            run.compromise = "+".join(lv.name for lv in lvs)
+            run.gives_up = "; and ".join(lv.gives_up for lv in lvs) + " (pinned)"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 
@@ -278,12 +282,14 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
     n = inf.gpus if inf is not None else 1
     strategy = inf.strategy if inf is not None else Strategy.single
     if e is None:
+        if p.base.optimizer_in_backward:
+            strategy, n = Strategy.single, 1
         cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
         e = p.est(cfg, n)
     target = p.req.batch_size or p.base_batch
     cfg = e.config
     share = max(1, target // n)
-    if share % cfg.micro_batch == 0:
+    if share % cfg.micro_batch == 0 and not cfg.optimizer_in_backward:
         cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
         e = p.est(cfg, n)
     gb = cfg.micro_batch * cfg.grad_accum * n

@@ -102,9 +102,10 @@ def node_C(ctx: TreeContext) -> Answer:
     ctx.min_fit = p.min_gpus(Strategy.fsdp)
     need = ctx.min_fit.gpus if ctx.min_fit else None
     need_text = f"at least {need}x {p.hw.gpu.name} sharded with FSDP" if need else "more than 64 GPUs of this kind"
-    pinned_single = ctx.req.strategy is Strategy.single
+    pinned_single = ctx.req.strategy is Strategy.single or p.base.optimizer_in_backward
     if p.available < 2 or pinned_single or need is None or need > p.available:
-        have = "--strategy single is pinned" if pinned_single else f"{p.available} at hand"
+        have = (("--optimizer-in-backward runs on one GPU" if p.base.optimizer_in_backward else "--strategy single is pinned")
+                if pinned_single else f"{p.available} at hand")
         return Answer("unavailable", f"it needs {need_text}; {have}: node H finds what runs on the GPUs given",
                       "No standard configuration runs here; node H ranks the memory compromises that would.",
                       {"min_gpus": need})

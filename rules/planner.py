@@ -198,6 +198,10 @@ class Planner:
         ``ckpt`` forces checkpointing on or off (default: off, then on if nothing fits)."""
         req = self.req
         base = base or self.base
+        if base.cpu_offload and strategy is Strategy.single:
+            strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
+        if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
+            return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
         exact = req.batch_size is not None or req.keep_global_batch
         target = req.batch_size or self.base_batch
         pin_micro = req.micro_batch
@@ -281,6 +285,8 @@ class Planner:
         batch) that fits with ``grad_accum`` 1; the global batch is micro-batch x GPUs."""
         req = self.req
         target = req.batch_size or self.base_batch
+        if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
+            return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
         cfg0 = base.model_copy(update={"grad_ckpt": ckpt, "strategy": strategy, "grad_accum": 1})
         if req.batch_size is not None or req.keep_global_batch:
             if target % n:

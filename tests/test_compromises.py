@@ -149,3 +149,28 @@ def test_the_wizard_shows_the_verdict_the_compromise_and_the_peak_parts():
     text = config_text(_recommend(["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1"]))
     assert "compromise: no-accumulation" in text and "gives up" in text and "fp32 gradients" in text
     assert "autocast weight copies" in text or "peak at the" in text
+
+
+PINS = [[], ["--optimizer-in-backward"], ["--optimizer-in-backward", "--strategy", "single"], ["--cpu-offload"],
+        ["--precision", "pure-bf16", "--optimizer", "adamw-8bit"], ["--lora-rank", "8"], ["--grad-accum", "4"],
+        ["--optimizer-in-backward", "--strategy", "single", "--lora-rank", "16"], ["--task", "adapter"]]
+
+
+@pytest.mark.parametrize("gpus", ["1", "4"])
+@pytest.mark.parametrize("pins", PINS, ids=[" ".join(p) or "none" for p in PINS])
+def test_pins_and_compromises_never_crash_and_the_command_gives_the_plan_back(pins, gpus):
+    argv = ["--model", "llama3-8b", "--gpu", "RTX-4090", "--gpus", gpus, "--seq-len", "2048", "--alternatives"] + pins
+    try:
+        rec = _recommend(argv)
+    except UserError as exc:  # a refusal must say what and how to fix it
+        assert exc.fix
+        return
+    r = rec.recommendation
+    if r.fits:
+        again = _recommend(shlex.split(r.command)[2:])
+        assert again.plan == rec.plan, r.command
+        c = rec.plan.config
+        assert not (c.optimizer_in_backward and (c.grad_accum > 1 or rec.plan.world_size > 1))
+        assert not (c.cpu_offload and c.strategy is not Strategy.fsdp)
+    else:
+        assert r.compromise is None and rec.alternatives
