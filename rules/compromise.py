@@ -5,11 +5,13 @@ The ladder, lowest risk first: no accumulation (a smaller global batch), pure-bf
 Kahan-compensated update, 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA
 (a different training: last, unless ``--task`` says adapter fine-tuning, then first).
 
-How "the fastest that fits, ranked by risk" resolves: every level is evaluated (each one alone
-on the standard configuration, its variants being checkpointing off/on and the micro-batch the
-search picks); the recommendation is the lowest-risk level that fits, and within that level its
-fastest fitting variant (samples/s). A faster level of higher risk is never preferred to a safer
-one that fits; the others are listed as alternatives with their numbers.
+How "the fastest that fits, ranked by risk" resolves: every level is evaluated on the standard
+configuration, its variants being checkpointing off/on, the micro-batch the search picks, and
+(``with_lower``) the level combined with lower-risk levels (8-bit AdamW or the optimizer step in
+backward with pure-bf16: a combination ranks at its riskiest member); the recommendation is the
+lowest-risk level that fits, and within that level its fastest fitting variant (samples/s). A
+faster level of higher risk is never preferred to a safer one that fits; the others are listed
+as alternatives with their numbers.
 """
 
 from __future__ import annotations
