@@ -133,7 +133,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         live_grads = _largest_unit(model) * 4
         accum_grads = live_grads
         weights = grads = states = 0.0
-        notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM for weights, gradients and optimizer states")
+        notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM per GPU for weights, gradients and optimizer states")
 
     backward_parts = [("weights", weights), ("optimizer states", states), ("gradients", accum_grads),
                       ("autocast weight copies", copies), ("activations", acts - copies),
