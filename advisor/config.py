@@ -79,4 +79,9 @@ class TrainConfig(BaseModel):
             if v is not None and v < 1:
                 flag = "--" + name.replace("_", "-")
                 raise UserError(f"{flag} must be a positive integer, got {v}", fix=f"e.g. {flag} 8")
+        if self.optimizer_in_backward and (self.grad_accum > 1 or self.strategy not in (Strategy.single,)):
+            what = f"--grad-accum {self.grad_accum}" if self.grad_accum > 1 else f"--strategy {self.strategy.value}"
+            raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there "
+                            "is no gradient to accumulate or all-reduce",
+                            fix="use it with --grad-accum 1 and --strategy single, or drop --optimizer-in-backward")
         return self

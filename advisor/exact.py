@@ -40,7 +40,7 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
         applied.append(f"precision {precision.value} ({hw.gpu.name} {'supports' if hw.gpu.supports_bf16 else 'lacks'} bf16)")
     strategy = req.strategy
     if strategy is None:
-        strategy = Strategy.single if hw.total_gpus == 1 else Strategy.ddp
+        strategy = Strategy.fsdp if req.cpu_offload else Strategy.single if hw.total_gpus == 1 else Strategy.ddp
         applied.append(f"strategy {strategy.value} ({hw.total_gpus} GPU{'s' if hw.total_gpus > 1 else ''})")
     elif strategy is Strategy.single and hw.total_gpus > 1:
         raise UserError(f"--strategy single with {hw.total_gpus} GPUs", fix="use --gpus 1, or --strategy ddp|fsdp")
@@ -55,6 +55,7 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
     cfg = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image,
                       precision=precision, optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
-                      lora_rank=req.lora_rank)
+                      lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                      cpu_offload=bool(req.cpu_offload))
     est = estimate(spec, cfg, hw, dataset_size=req.dataset_size, epochs=req.epochs, calibration=calibration)
     return est, applied

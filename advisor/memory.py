@@ -4,14 +4,22 @@
 step (states exist, gradients are freed by ``zero_grad(set_to_none=True)`` between steps). The
 peak is the larger of two moments:
 
-* start of backward: weights + optimizer states + saved activations + loss temporaries (+ the
-  gradients already accumulated when ``grad_accum > 1``, + DDP's bucket copies);
+* start of backward: weights + optimizer states + autocast weight copies + saved activations +
+  loss temporaries (+ the gradients already accumulated when ``grad_accum > 1``: the fp32
+  gradients of the previous micro-batches are alive while this micro-batch's autocast copies
+  fill, + DDP's bucket copies);
 * optimizer step: weights + gradients + optimizer states (+ buckets). The runtime uses fused
   AdamW, which needs no full-size temporaries.
 
+``peak_parts`` lists the parts of the peak moment (their sum is ``peak_gib``), the autocast weight
+copies as their own part; ``other_moment`` says what the other moment holds when a part (say the
+gradients) is larger there.
+
 Bytes per parameter follow Rajbhandari et al. 2020 (ZeRO, sec. 3.1): mixed precision AdamW keeps
 fp32 weights (4), fp32 gradients (4, Accelerate/autocast keeps grads in the weight dtype) and two
-fp32 moments (8); autocast adds a bf16 copy of every matmul weight for the step (2).
+fp32 moments (8); autocast adds a bf16 copy of every matmul weight for the step (2). The memory
+compromises (``advisor.compromise_memory``) change these terms: pure-bf16 with Kahan-compensated
+AdamW, bitsandbytes 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA.
 """
 
 from __future__ import annotations
@@ -22,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.activations import activation_profile, backward_bytes
 from advisor.calibration import Calibration
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
-from advisor.errors import UserError
+from advisor.compromise_memory import largest_tensor_params, lora_params, state_bytes
+from advisor.config import Precision, Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
 
@@ -31,9 +39,13 @@ GIB = float(2**30)
 # cuBLAS workspaces (one per stream/handle: 32 MiB on Hopper, cuBLAS docs "cublasSetWorkspace")
 # plus small kernels' scratch; a fixed, small term.
 WORKSPACE_GIB = 0.0625
-# Optimizer state bytes per trainable parameter: AdamW two moments, SGD one momentum buffer,
-# 8-bit AdamW two 1-byte moments + blockwise fp32 scales every 2048 values (Dettmers et al. 2022).
-_STATE_BYTES = {Optimizer.adamw: 8.0, Optimizer.sgd: 4.0, Optimizer.adamw_8bit: 2.0 + 8.0 / 2048}
+
+
+class MemoryPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    gib: float
 
 
 class MemoryEstimate(BaseModel):
@@ -50,22 +62,18 @@ class MemoryEstimate(BaseModel):
     fits: bool
     peak_at: Literal["backward", "optimizer-step"]
     trainable_params: int
+    autocast_copies_gib: float = Field(0.0, description="bf16 copies of the matmul weights autocast keeps for the step "
+                                       "(part of activations_gib)")
+    peak_parts: list[MemoryPart] = Field(default_factory=list, description="the parts of the peak moment; they sum to peak_gib")
+    other_moment: str = Field("", description="the other moment's total and any part that is larger there")
+    host_gib: float = Field(0.0, description="host RAM the run keeps (CPU offload: weights, gradients, optimizer states)")
     detail: dict[str, float] = Field(default_factory=dict, description="finer terms, GiB")
     notes: list[str] = Field(default_factory=list)
 
 
 def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
-    """All parameters, or LoRA adapters (rank r on q, k, v, o and the MLP projections: Hu et al. 2021)."""
-    if config.lora_rank is None:
-        return model.params
-    a = model.arch
-    if a is None:
-        raise UserError("LoRA estimates need a transformer (catalog LLM/encoder/ViT or --hf-config)",
-                        fix="drop --lora-rank for this model")
-    kv = a.kv_heads * a.head_dim
-    h, f = a.d_model, a.d_ff
-    shapes = [(h, h), (h, kv), (h, kv), (h, h)] + [(h, f)] * (3 if a.mlp == "swiglu" else 2)
-    return a.n_layers * config.lora_rank * sum(i + o for i, o in shapes)
+    """All parameters, or LoRA adapters (``advisor.compromise_memory.lora_params``)."""
+    return model.params if config.lora_rank is None else lora_params(model, config.lora_rank)
 
 
 def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> MemoryEstimate:
@@ -74,52 +82,89 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     n = model.params
     nt = trainable_params(model, config)
     lora = config.lora_rank is not None
-    wb = p.weight_bytes
-    gb = 2 if p is Precision.pure_bf16 else 4
-    state = _STATE_BYTES[config.optimizer]
-    if p is Precision.pure_bf16 and config.optimizer is not Optimizer.adamw_8bit:
-        state /= 2  # moments kept in bf16 too
+    offload = config.cpu_offload
     notes: list[str] = []
     shard = world if config.strategy is Strategy.fsdp else 1
+    gb = 2 if p is Precision.pure_bf16 else 4  # gradients in the weight dtype
+    states = state_bytes(model, config, nt)  # optimizer states (+ Kahan buffer), all trainable params, bytes
 
-    weights = n * wb / shard
+    if lora:
+        # peft users load the frozen base in bf16; adapters (and their gradients, states) stay fp32.
+        base_b = 2 if p is not Precision.fp32 and p is not Precision.tf32 else 4
+        weights = ((n - nt) * base_b + nt * 4) / shard
+        gb = 4
+    else:
+        weights = n * p.weight_bytes / shard
     grads = nt * gb / shard
-    states = nt * state / shard
+    states /= shard
 
     prof = activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
-    if config.strategy is Strategy.fsdp:
+    if lora and p.autocast and model.arch is not None:
+        # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
+        prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})
+    gathered = 0.0
+    if config.strategy is Strategy.fsdp or offload:
         # FSDP with mixed precision gathers bf16 parameters (no autocast weight copies) and keeps
         # the current and the prefetched unit unsharded (Zhao et al. 2023, PyTorch FSDP, sec. 4).
         unit = _largest_unit(model)
-        gathered = 2 * unit * (2 if p.autocast else wb)
+        gathered = 2 * unit * (2 if p.autocast else p.weight_bytes)
         prof = prof.model_copy(update={"fixed_bytes": 0.0})
-    else:
-        gathered = 0.0
     acts, temps = backward_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
+    copies = prof.fixed_bytes
     if config.compile:
         notes.append("torch.compile: inductor recomputes pointwise ops, so fewer activations are kept")
     # DDP copies gradients into flat buckets (Accelerate's default gradient_as_bucket_view=False).
     buckets = nt * gb if config.strategy is Strategy.ddp and world > 1 else 0.0
     accum_grads = grads if config.grad_accum > 1 else 0.0
+    host = 0.0
+    live_grads = grads
+    if config.optimizer_in_backward:
+        # Each parameter steps in its post-accumulate-grad hook and its gradient is freed at once
+        # (PyTorch tutorial "How to save memory by fusing the optimizer step into the backward
+        # pass"): about one parameter's gradient is alive, never a full buffer.
+        live_grads = grads = largest_tensor_params(model, config.lora_rank) * gb / shard
+        accum_grads = live_grads
+        notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
+    if offload:
+        # FSDP CPUOffload(offload_params=True): sharded parameters, gradients and optimizer states
+        # live in host memory and the optimizer steps on the CPU; the GPU holds the gathered units
+        # (counted above) and one unit's gradient before it is copied out.
+        host = weights + grads + states
+        live_grads = _largest_unit(model) * 4
+        accum_grads = live_grads
+        weights = grads = states = 0.0
+        notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM per GPU for weights, gradients and optimizer states")
 
-    backward_peak = weights + states + buckets + gathered + accum_grads + acts + temps
-    step_peak = weights + grads + states + buckets
-    peak = max(backward_peak, step_peak) / GIB + WORKSPACE_GIB
+    backward_parts = [("weights", weights), ("optimizer states", states), ("gradients", accum_grads),
+                      ("autocast weight copies", copies), ("activations", acts - copies),
+                      ("loss temporaries", temps), ("DDP buckets", buckets), ("FSDP gathered units", gathered)]
+    step_parts = [("weights", weights), ("gradients", live_grads), ("optimizer states", states), ("DDP buckets", buckets)]
+    backward_peak = sum(v for _, v in backward_parts)
+    step_peak = sum(v for _, v in step_parts)
     peak_at = "backward" if backward_peak >= step_peak else "optimizer-step"
+    peak = max(backward_peak, step_peak) / GIB + WORKSPACE_GIB
+    at, other = (backward_parts, step_parts) if peak_at == "backward" else (step_parts, backward_parts)
+    parts = [MemoryPart(name=k, gib=v / GIB) for k, v in at if v > 0] + [MemoryPart(name="workspaces", gib=WORKSPACE_GIB)]
+    mine = dict(at)
+    larger = [f"{k} {v / GIB:.1f} GiB" for k, v in other if v > mine.get(k, 0.0) + 0.05 * GIB]
+    other_name = "optimizer step" if peak_at == "backward" else "start of backward"
+    other_moment = (f"the {other_name} holds {sum(v for _, v in other) / GIB + WORKSPACE_GIB:.1f} GiB"
+                    + (f"; larger there than at the peak: {', '.join(larger)}" if larger else ""))
     device = peak * cal.allocator_reserve + cal.cuda_context_gib
     fits = device <= hw.gpu.memory_gib * cal.fit_fraction
     if lora:
-        notes.append(f"LoRA rank {config.lora_rank}: {nt:,} trainable of {n:,} parameters")
+        notes.append(f"LoRA rank {config.lora_rank}: {nt:,} trainable of {n:,} parameters; frozen base in bf16, adapters fp32")
     if p is Precision.pure_bf16:
-        notes.append("pure-bf16: weights and optimizer states in bf16 (no fp32 master copy; small updates can round away)")
+        notes.append("pure-bf16: weights, gradients and optimizer states in bf16, updates compensated (Kahan summation)")
     return MemoryEstimate(
         weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=states / GIB,
         activations_gib=acts / GIB, other_gib=(temps + buckets + gathered) / GIB + WORKSPACE_GIB,
         peak_gib=peak, device_gib=device, gpu_memory_gib=hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
-        trainable_params=nt,
+        trainable_params=nt, autocast_copies_gib=copies / GIB, peak_parts=parts, other_moment=other_moment,
+        host_gib=host / GIB,
         detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
-                "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": prof.fixed_bytes / GIB,
-                "workspace_gib": WORKSPACE_GIB},
+                "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
+                "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB},
         notes=notes,
     )
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.activations import activation_profile
 from advisor.calibration import Calibration, calibration_key
+from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
@@ -235,7 +236,12 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         link = hw.intra_node_gbps / 2 * 1e9 * cal.link_efficiency.get(hw.interconnect, 0.7)
         comm = (model.params * p.weight_bytes + grad_bytes) * (world - 1) / link * config.grad_accum
         exposed = comm
-    step_s = compute_s + opt_s + exposed
+    # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
+    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us, nt, shard)
+    if extra.replaces_optimizer_s:
+        opt_s = 0.0
+    notes += extra.notes
+    step_s = compute_s + opt_s + exposed + extra.extra_s
     samples = mb * config.grad_accum * world
     sps = samples / step_s
     calibrated = False

@@ -62,19 +62,23 @@ def render(est, applied: list[str], console=None) -> None:
     title = (f"{est.model.name} ({est.model.params:,} params) on {hw.count}x {hw.gpu}: {c.strategy.value}, micro-batch "
              f"{c.micro_batch} x accum {c.grad_accum}, {c.precision.value}, {c.optimizer.value}"
              + (", compile" if c.compile else "") + (", checkpointing" if c.grad_ckpt else "")
-             + (f", LoRA r{c.lora_rank}" if c.lora_rank else ""))
+             + (f", LoRA r{c.lora_rank}" if c.lora_rank else "")
+             + (", optimizer step in backward" if c.optimizer_in_backward else "") + (", CPU offload" if c.cpu_offload else ""))
     console.print(Text(title, style="bold"))
     console.print(Text(f"estimated code: {est.model.implementation or 'unnamed'}"
                        + (f"; loss assumed: {est.model.loss}" if est.model.loss else ""), style="dim"))
     if applied:
         console.print(Text("defaults: " + "; ".join(applied), style="dim"))
-    tab = Table(title="memory per GPU (GiB)", title_justify="left", show_edge=False)
+    tab = Table(title=f"memory per GPU at the peak ({m.peak_at}), GiB", title_justify="left", show_edge=False)
     tab.add_column("part")
     tab.add_column("GiB", justify="right")
-    for key, label in (("weights_gib", "weights"), ("gradients_gib", "gradients"), ("optimizer_gib", "optimizer states"),
-                       ("activations_gib", "activations"), ("other_gib", "other (loss temps, buckets, workspaces)")):
-        tab.add_row(label, f"{getattr(m, key):.2f}")
-    tab.add_row("[bold]peak allocated[/bold]", f"[bold]{m.peak_gib:.2f}[/bold]")
+    for part in m.peak_parts:
+        tab.add_row(part.name, f"{part.gib:.2f}")
+    tab.add_row("[bold]peak allocated (the sum)[/bold]", f"[bold]{m.peak_gib:.2f}[/bold]")
+    if m.other_moment:
+        tab.add_row(f"[dim]{m.other_moment}[/dim]", "")
+    if m.host_gib:
+        tab.add_row("host RAM (CPU offload)", f"{m.host_gib:.2f}")
     tab.add_row("nvidia-smi (allocator + context)", f"{m.device_gib:.2f}")
     tab.add_row("GPU memory", f"{m.gpu_memory_gib:.2f}")
     console.print(tab)

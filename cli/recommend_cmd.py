@@ -24,7 +24,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     add_json_flag(parser)
     parser.add_argument("--save-plan", type=Path, metavar="FILE", help="write the plan `advise launch --plan FILE` runs")
     parser.add_argument("--alternatives", action="store_true",
-                        help="also list memory compromises (pure-bf16, 8-bit AdamW, LoRA, CPU offload) when the standard setup fits")
+                        help="also list node H's memory compromises (no accumulation, pure-bf16, 8-bit AdamW, optimizer in backward, CPU offload, LoRA) when the standard setup fits")
     parser.epilog = ("Given flags pin a choice; the rules fill in the rest. Examples:\n"
                      "  advise --model llama3-8b --gpu A100-80GB --gpus 8 --seq-len 2048\n"
                      "  advise --model resnet50 --gpu A100-80GB --gpus 8 --dataset-size 1281167 --epochs 90 --deadline 6h")
@@ -57,23 +57,25 @@ def run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- rendering (shared with estimate_cmd)
 
-_SEGMENTS = (("weights_gib", "weights", "blue"), ("gradients_gib", "gradients", "magenta"),
-             ("optimizer_gib", "optimizer", "yellow"), ("activations_gib", "activations", "green"),
-             ("other_gib", "other", "cyan"))
+# Colours of the peak moment's parts (advisor.memory.MemoryEstimate.peak_parts), by name.
+_COLORS = {"weights": "blue", "gradients": "magenta", "optimizer states": "yellow", "autocast weight copies": "bright_green",
+           "activations": "green", "loss temporaries": "cyan", "DDP buckets": "bright_cyan", "FSDP gathered units": "bright_blue",
+           "workspaces": "grey62"}
 
 
 def memory_bar(memory, width: int = 56):
-    """A bar of the memory breakdown against the GPU's memory (rich Text)."""
+    """A bar of the peak moment's parts (their sum is the peak) against the GPU's memory (rich Text)."""
     from rich.text import Text
 
     total = memory.gpu_memory_gib
     scale = width / max(total, memory.device_gib)
+    parts = memory.peak_parts
     bar = Text()
     used = 0
-    for key, _, color in _SEGMENTS:
-        n = int(round(getattr(memory, key) * scale))
+    for part in parts:
+        n = int(round(part.gib * scale))
         n = min(n, width - used)
-        bar.append("█" * n, style=color)
+        bar.append("█" * n, style=_COLORS.get(part.name, "white"))
         used += n
     overhead = int(round((memory.device_gib - memory.peak_gib) * scale))
     overhead = max(0, min(overhead, width - used))
@@ -86,9 +88,9 @@ def memory_bar(memory, width: int = 56):
         bar.stylize("bold red", gpu_cells, used)
     bar.append(f"  {memory.device_gib:.1f} / {total:.0f} GiB", style="bold green" if memory.fits else "bold red")
     legend = Text("  ")
-    for key, label, color in _SEGMENTS:
-        legend.append("█ ", style=color)
-        legend.append(f"{label} {getattr(memory, key):.1f}  ")
+    for part in parts:
+        legend.append("█ ", style=_COLORS.get(part.name, "white"))
+        legend.append(f"{part.name} {part.gib:.1f}  ")
     legend.append("▒ ", style="grey50")
     legend.append("allocator + CUDA context")
     out = Text()
@@ -96,8 +98,12 @@ def memory_bar(memory, width: int = 56):
     out.append("\n")
     out.append_text(legend)
     out.append(f"\n  peak {memory.peak_gib:.1f} GiB allocated (torch.cuda.max_memory_allocated) at the "
-               f"{memory.peak_at}; ~{memory.device_gib:.1f} GiB in nvidia-smi; "
+               f"{memory.peak_at}: the parts above, which sum to it; ~{memory.device_gib:.1f} GiB in nvidia-smi; "
                + ("fits" if memory.fits else "DOES NOT FIT"), style="dim")
+    if memory.other_moment:
+        out.append(f"\n  {memory.other_moment}", style="dim")
+    if memory.host_gib:
+        out.append(f"\n  host RAM: ~{memory.host_gib:.0f} GiB (CPU offload)", style="dim")
     return out
 
 
@@ -176,8 +182,9 @@ def render_report(rec, console=None) -> None:
 
     if rec.scaling:
         t = Table(title="throughput and time-to-train by GPU count", title_justify="left", show_edge=False)
-        for col in ("GPUs", "strategy", "micro x accum", "global", "GiB/GPU", "samples/s", "speedup", "efficiency", "time to train"):
-            t.add_column(col, justify="right" if col not in ("strategy",) else "left")
+        for col in ("GPUs", "strategy", "micro x accum", "global", "GiB/GPU", "samples/s", "speedup", "efficiency", "time to train",
+                    "changed vs 1 GPU"):
+            t.add_column(col, justify="right" if col not in ("strategy", "changed vs 1 GPU") else "left")
         for row in rec.scaling:
             style = "bold green" if row.chosen else None
             if row.fits:
@@ -185,10 +192,10 @@ def render_report(rec, console=None) -> None:
                           f"{row.device_gib:.1f}", f"{row.samples_per_s:,.1f}",
                           f"{row.speedup:.2f}x" if row.speedup else "-",
                           f"{row.scaling_efficiency:.0%}" if row.gpus > 1 else "-", format_hours(row.time_to_train_h),
-                          style=style)
+                          ", ".join(row.changed) or "-", style=style)
             else:
                 t.add_row(str(row.gpus), row.strategy, "-", "-", f"{row.device_gib:.1f}" if row.device_gib else "-",
-                          "does not fit" if "GiB" in row.note else row.note[:30], "-", "-", "-", style="red")
+                          "does not fit" if "GiB" in row.note else row.note[:30], "-", "-", "-", "-", style="red")
         console.print(t)
         console.print()
 
@@ -196,7 +203,13 @@ def render_report(rec, console=None) -> None:
     kv.add_column(style="bold")
     kv.add_column()
     fit = Text("fits", style="bold green") if r.fits else Text("DOES NOT FIT", style="bold red")
+    if r.compromise and r.fits:
+        fit = Text(f"fits (compromise: {r.compromise})", style="bold yellow")
     kv.add_row("strategy", Text.assemble(f"{r.strategy} on {r.gpus}x {r.gpu}" + (f" ({r.nodes} nodes)" if r.nodes > 1 else "") + "  ", fit))
+    if r.standard_verdict:
+        kv.add_row("standard setup", Text(r.standard_verdict, style="red"))
+    if r.compromise:
+        kv.add_row("compromise", Text.assemble((r.compromise, "bold yellow"), f": gives up {r.gives_up}"))
     kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {'on' if r.grad_ckpt else 'off'}"]
@@ -206,6 +219,10 @@ def render_report(rec, console=None) -> None:
         extras.append("SyncBatchNorm")
     if r.lora_rank:
         extras.append(f"LoRA r{r.lora_rank}")
+    if r.optimizer_in_backward:
+        extras.append("optimizer step in backward")
+    if r.cpu_offload:
+        extras.append("FSDP CPU offload")
     kv.add_row("training", ", ".join(extras))
     kv.add_row("learning rate", f"{r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at batch {r.base_batch}), warmup {r.warmup_steps} steps"
                + (f" of {r.total_steps:,}" if r.total_steps else ""))
@@ -246,5 +263,6 @@ def render_report(rec, console=None) -> None:
         console.print(alt)
         console.print()
 
-    console.print(Panel(Text(r.command, style="bold"), title="launch it" if r.fits else "launch (will refuse: does not fit)",
+    console.print(Panel(Text(r.command, style="bold"), title=("launch it" + (f" (compromise: {r.compromise})" if r.compromise else ""))
+                        if r.fits else "launch (will refuse: does not fit)",
                         title_align="left", border_style="green" if r.fits else "red"))

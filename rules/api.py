@@ -75,7 +75,9 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
         hardware = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps,
                                     assume_if_none=assume_if_none)
     flow.check_request(req, spec, hardware)
-    run = flow.start(req, spec, hardware, calibration or default_calibration())
+    # Host RAM is known only for this machine (CPU offload's check): not for a GPU named with --gpu.
+    ram = machine.ram_gib if machine is not None and hardware.detected and machine.ram_gib else None
+    run = flow.start(req, spec, hardware, calibration or default_calibration(), host_ram_gib=ram)
     flow.setup_rules(run)
     flow.tree(run)
     flow.plan_rules(run)

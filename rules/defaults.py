@@ -35,6 +35,9 @@ class SearchDefaults(BaseModel):
     roomy: float
     max_micro_batch: int
     max_round_up: float
+    one_gpu_enough_h: float
+    min_scaling_efficiency: float
+    lr_batch_ratio_warn: float
 
 
 class WarmupDefaults(BaseModel):

@@ -50,6 +50,7 @@ class ModelFacts(_Section):
     has_batchnorm: bool
     layers: int
     tokens: int | None = Field(None, description="tokens per sample (text and ViT)")
+    max_positions: int | None = Field(None, description="the model's context: positions it was built for (text models)")
 
 
 class WorkloadFacts(_Section):
@@ -80,7 +81,10 @@ class PinnedFacts(_Section):
     micro_batch: bool
     grad_accum: bool
     lora_rank: bool
-    compromise: bool = Field(description="a memory compromise is pinned: pure-bf16, adamw-8bit or LoRA")
+    optimizer_in_backward: bool
+    cpu_offload: bool
+    compromise: bool = Field(description="a memory compromise is pinned: pure-bf16, adamw-8bit, LoRA, optimizer in "
+                             "backward or CPU offload")
 
 
 class ConfigFacts(_Section):
@@ -100,6 +104,9 @@ class ConfigFacts(_Section):
     default_optimizer: str = Field(description="the family's usual optimizer (defaults table)")
     patch_size: int | None = Field(None, description="ViT patch side")
     patch_remainder: int | None = Field(None, description="image_size % patch_size (ViT), pixels the patch conv drops")
+    optimizer_in_backward: bool = False
+    cpu_offload: bool = False
+    seq_beyond_context: bool = Field(False, description="seq_len exceeds the model's max_positions")
 
 
 class PlanFacts(_Section):
@@ -127,6 +134,8 @@ class PlanFacts(_Section):
     gpus_at_hand: int
     min_gpus_to_fit: int | None
     strategy_overridden: bool = Field(description="a pinned --strategy replaced the tree's choice")
+    compromise: str | None = Field(None, description="node H's memory compromise, when the standard setup does not fit")
+    gives_up: str | None = Field(None, description="what that compromise gives up")
 
 
 class EstimateFacts(_Section):

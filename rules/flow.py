@@ -50,7 +50,9 @@ class Run:
     facts: Facts | None = None  # after the setup rules
     ctx: TreeContext | None = None  # after the tree
     steps: list[Step] = field(default_factory=list)
-    fits: bool = False  # the standard setup fits on the tree's GPUs
+    fits: bool = False  # the configuration recommended fits (the standard one, or node H's compromise)
+    compromise: str | None = None  # node H's compromise (rules.compromise), None for the standard setup
+    gives_up: str | None = None
     tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
     path: str = ""
     plan_set: dict[str, Any] = field(default_factory=dict)  # what the plan rules set
@@ -63,6 +65,16 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     if req.lora_rank is not None and spec.arch is None:
         raise UserError(f"--lora-rank needs a transformer; {spec.name} is a {spec.family} model",
                         fix="drop --lora-rank for this model")
+    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp)
+                                      or hardware.total_gpus > 1 and req.strategy is None):
+        what = (f"--grad-accum {req.grad_accum}" if (req.grad_accum or 1) > 1 else
+                f"--strategy {req.strategy.value}" if req.strategy else f"{hardware.total_gpus} GPUs and no --strategy single")
+        raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
+                        "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
+                        "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
+    if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
+        raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
+                        fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
     if req.strategy in (Strategy.ddp, Strategy.fsdp) and req.batch_size and req.micro_batch and req.grad_accum:
         n = hardware.total_gpus
         if req.micro_batch * req.grad_accum * n != req.batch_size:
@@ -71,7 +83,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
                             fix="drop --grad-accum (cardwise derives it) or make the product match")
 
 
-def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration) -> Run:
+def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
     fam = defaults.for_model(spec.name, spec.family)
@@ -85,8 +97,10 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
                       image_size=image_size, precision=req.precision or Precision.bf16,
                       optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=Strategy.single,
-                      lora_rank=req.lora_rank)
+                      lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                      cpu_offload=bool(req.cpu_offload))
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
+    planner.host_ram_gib = host_ram_gib
     return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
 
 
@@ -107,9 +121,25 @@ def tree(run: Run) -> None:
     run.steps = walk(ctx)
     choice = ctx.choice
     strategy = run.req.strategy
-    if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy):
+    # A pinned multi-GPU strategy uses the GPUs at hand, also when a one-GPU FSDP (CPU offload) fits.
+    one_fsdp = isinstance(choice, Choice) and choice.gpus == 1 and run.planner.available > 1
+    if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
+                                 or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
     run.fits = isinstance(choice, Choice)
+    out = ctx.compromise
+    if out is not None and out.chosen is not None and choice is out.chosen.result:
+        from rules.compromise import gives_up, name_of
+
+        run.compromise = name_of(out.chosen.level, choice, run.planner)
+        run.gives_up = gives_up(out.chosen.level, choice, run.planner)
+    elif isinstance(choice, Choice):
+        from rules.compromise import pinned
+
+        lvs = pinned(choice.config, run.req)
+        if lvs:
+            run.compromise = "+".join(lv.name for lv in lvs)
+            run.gives_up = "; and ".join(lv.gives_up for lv in lvs) + " (pinned)"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 
@@ -153,12 +183,12 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
     alt_list = []
     # Compromises when the standard setup does not fit on one GPU (node B said so) or on the GPUs
     # at hand, or when asked for; never chosen for the user.
-    if not run.fits or req.alternatives or not isinstance(ctx.one, Choice):
+    if not run.fits or run.compromise or req.alternatives or not isinstance(ctx.one, Choice):
         if ctx.min_fit is None and not isinstance(ctx.one, Choice):
             ctx.min_fit = p.min_gpus(Strategy.fsdp)
         alt_list += alts.compromises(ctx, cmd)
         so = alts.scale_out(ctx, cmd)
-        if so and (not run.fits or so.gpus != ch.gpus):
+        if so and (not run.fits or run.compromise or so.gpus != ch.gpus):
             alt_list.append(so)
     if not ctx.measures and run.final_facts.estimate.deadline_missed_h:
         deadline_measures(ctx, ch)
@@ -198,6 +228,9 @@ def _core(run: Run, command: str) -> RecommendationCore:
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
+        compromise=run.compromise, gives_up=run.gives_up, optimizer_in_backward=cfg.optimizer_in_backward,
+        cpu_offload=cfg.cpu_offload,
+        standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
 
 
@@ -249,12 +282,14 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
     n = inf.gpus if inf is not None else 1
     strategy = inf.strategy if inf is not None else Strategy.single
     if e is None:
+        if p.base.optimizer_in_backward:
+            strategy, n = Strategy.single, 1
         cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
         e = p.est(cfg, n)
     target = p.req.batch_size or p.base_batch
     cfg = e.config
     share = max(1, target // n)
-    if share % cfg.micro_batch == 0:
+    if share % cfg.micro_batch == 0 and not cfg.optimizer_in_backward:
         cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
         e = p.est(cfg, n)
     gb = cfg.micro_batch * cfg.grad_accum * n
@@ -268,19 +303,21 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
         counts = [c for c in counts if c in (1, 2, 4) or c % p.hw.gpus_per_node == 0]
     rows: list[ScalingRow] = []
     one_sps = None
+    one_cfg = None
     for n in counts:
         ch = (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best_multi(n)
         if isinstance(ch, Choice):
             e = ch.estimate
             if n == 1:
-                one_sps = e.throughput.samples_per_s
+                one_sps, one_cfg = e.throughput.samples_per_s, ch.config
             rows.append(ScalingRow(
                 gpus=n, strategy=ch.strategy.value, fits=True, micro_batch=ch.config.micro_batch,
                 grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
                 device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
                 time_to_train_h=e.time_to_train_h, scaling_efficiency=e.throughput.scaling_efficiency,
                 speedup=e.throughput.samples_per_s / one_sps if one_sps else None,
-                chosen=(n == chosen.gpus and ch.strategy is chosen.strategy)))
+                chosen=(n == chosen.gpus and ch.strategy is chosen.strategy),
+                changed=_changed(one_cfg, ch.config) if n > 1 else []))
         else:
             rows.append(ScalingRow(gpus=n, strategy=ch.strategy.value, fits=False,
                                    device_gib=ch.closest.memory.device_gib if ch.closest else None, note=ch.reason,
@@ -289,3 +326,20 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
         for r in rows:
             r.chosen = r.gpus == chosen.gpus
     return rows
+
+
+def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
+    """What a scaling row changed besides the GPU count, against the 1-GPU row."""
+    if one is None:
+        return []
+    out = []
+    if cfg.grad_ckpt != one.grad_ckpt:
+        out.append("checkpointing " + ("on" if cfg.grad_ckpt else "off"))
+    if cfg.micro_batch != one.micro_batch:
+        out.append(f"micro-batch {cfg.micro_batch} (1 GPU: {one.micro_batch})")
+    if cfg.compile != one.compile:
+        out.append("compile " + ("on" if cfg.compile else "off"))
+    for k in ("precision", "optimizer", "lora_rank", "cpu_offload", "optimizer_in_backward"):
+        if getattr(cfg, k) != getattr(one, k):
+            out.append(f"{k.replace('_', ' ')} {getattr(cfg, k).value if hasattr(getattr(cfg, k), 'value') else getattr(cfg, k)}")
+    return out

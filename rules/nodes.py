@@ -26,7 +26,7 @@ def _precision_text(cfg: TrainConfig) -> str:
     return {
         Precision.bf16: "bf16 autocast with fp32 master weights",
         Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
-        Precision.pure_bf16: "pure bf16 (weights and states in bf16)",
+        Precision.pure_bf16: "pure bf16 (weights and states in bf16, Kahan-compensated update)",
         Precision.fp32: "fp32",
         Precision.tf32: "tf32 matmuls, fp32 storage",
     }[cfg.precision]
@@ -38,6 +38,10 @@ def describe(ch: Choice) -> str:
              + f" = global batch {ch.global_batch}", _precision_text(c), c.optimizer.value]
     if c.lora_rank:
         parts.append(f"LoRA rank {c.lora_rank}")
+    if c.optimizer_in_backward:
+        parts.append("optimizer step in backward")
+    if c.cpu_offload:
+        parts.append("FSDP CPU offload")
     if c.grad_ckpt:
         parts.append("activation checkpointing")
     return ", ".join(parts)
@@ -80,13 +84,16 @@ def node_B(ctx: TreeContext) -> Answer:
                       f"{p.defaults.search.saturation:.0%} of the best samples/s that fits.",
                       {"peak_gib": ch.estimate.memory.peak_gib, "device_gib": ch.estimate.memory.device_gib})
     e = ch.closest
-    why = "Compromises (pure-bf16, 8-bit optimizer, LoRA, CPU offload) are not assumed; see alternatives."
+    from rules.compromise import standard_cause
+
+    ctx.verdict = f"the standard setup does not fit on 1x {p.hw.gpu.name}: {standard_cause(e)}"
+    why = "Compromises (no accumulation, pure-bf16, 8-bit AdamW, optimizer in backward, CPU offload, LoRA) are not assumed here: node H ranks them when the GPUs at hand need one."
     if e is not None:
         m = e.memory
-        why = (f"At micro-batch {e.config.micro_batch}{' with checkpointing' if e.config.grad_ckpt else ''}: weights "
-               f"{_gib(m.weights_gib)} + gradients {_gib(m.gradients_gib)} + optimizer {_gib(m.optimizer_gib)} + "
-               f"activations {_gib(m.activations_gib)} + other {_gib(m.other_gib)}. " + why)
-    return Answer("too-big", f"no: {ch.reason}", why,
+        why = (f"At micro-batch {e.config.micro_batch} x accumulation {e.config.grad_accum}"
+               f"{' with checkpointing' if e.config.grad_ckpt else ''}, the peak ({m.peak_at}): "
+               + " + ".join(f"{x.name} {_gib(x.gib)}" for x in m.peak_parts) + f"; {m.other_moment}. " + why)
+    return Answer("too-big", f"no: {standard_cause(e)}", why,
                   {"device_gib": e.memory.device_gib if e else None})
 
 
@@ -95,21 +102,24 @@ def node_C(ctx: TreeContext) -> Answer:
     ctx.min_fit = p.min_gpus(Strategy.fsdp)
     need = ctx.min_fit.gpus if ctx.min_fit else None
     need_text = f"at least {need}x {p.hw.gpu.name} sharded with FSDP" if need else "more than 64 GPUs of this kind"
-    pinned_single = ctx.req.strategy is Strategy.single
+    pinned_single = ctx.req.strategy is Strategy.single or p.base.optimizer_in_backward
     if p.available < 2 or pinned_single or need is None or need > p.available:
-        ctx.choice = ctx.one
-        ctx.end = "C"
-        have = "--strategy single is pinned" if pinned_single else f"{p.available} at hand"
-        return Answer("unavailable", f"it needs {need_text}; {have}: does not fit with the GPUs given",
-                      "No standard configuration runs here; the alternatives say what would (a memory compromise "
-                      "on one GPU, or more GPUs).", {"min_gpus": need})
+        have = (("--optimizer-in-backward runs on one GPU" if p.base.optimizer_in_backward else "--strategy single is pinned")
+                if pinned_single else f"{p.available} at hand")
+        return Answer("unavailable", f"it needs {need_text}; {have}: node H finds what runs on the GPUs given",
+                      "No standard configuration runs here; node H ranks the memory compromises that would.",
+                      {"min_gpus": need})
     return Answer("several", f"yes: {need_text}; {p.available} at hand", load_tree()["C"].why, {"min_gpus": need})
 
 
 def _pick_by_deadline(ctx: TreeContext, rows: list[Choice]) -> tuple[Choice, str]:
     """The fewest GPUs meeting the deadline; all of them when there is none; the fastest when none meets it."""
     if ctx.deadline is None:
-        return rows[-1], "no deadline: all GPUs at hand (the fastest; sharding over more GPUs also leaves more headroom)"
+        floor = ctx.planner.defaults.search.min_scaling_efficiency
+        good = [ch for ch in rows if ch.estimate.throughput.scaling_efficiency >= floor]
+        if good:
+            return good[-1], f"no deadline: the most GPUs that keep scaling efficiency >= {floor:.0%}"
+        return rows[0], f"no deadline: no count keeps scaling efficiency >= {floor:.0%}; the fewest are taken"
     for ch in rows:
         if ch.time_h is not None and ch.time_h <= ctx.deadline:
             return ch, f"the fewest GPUs that meet the {format_hours(ctx.deadline)} deadline"
@@ -143,11 +153,10 @@ def node_I(ctx: TreeContext) -> Answer:
     ctx.rows = rows
     feasible = [r for r in rows if isinstance(r, Choice)]
     if not feasible:
-        ctx.choice = rows[-1] if rows else ctx.one
-        ctx.end = "I"
         reason = rows[-1].reason if rows else "no GPU counts to try"
-        return Answer("none", f"no configuration fits on the {p.available} GPUs at hand: {reason}",
-                      "See the alternatives for compromises or more GPUs.")
+        ctx.verdict = f"the standard setup does not fit on the {p.available} GPUs at hand: {reason}"
+        return Answer("none", f"no standard configuration fits on the {p.available} GPUs at hand: {reason}",
+                      "Node H ranks the memory compromises that would.")
     ch, rule = _pick_by_deadline(ctx, feasible)
     ctx.choice, ctx.tree_strategy = ch, strategy.value
     return Answer(strategy.value, f"{lead} on {ch.gpus} GPUs ({rule}); {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
@@ -158,9 +167,19 @@ def node_I(ctx: TreeContext) -> Answer:
 def node_D(ctx: TreeContext) -> Answer:
     ch = ctx.one
     t = ch.time_h
+    p = ctx.planner
     if ctx.deadline is None:
-        return Answer("yes", "yes: no deadline given" + (f" (one GPU: {format_hours(t)})" if t is not None else ""),
-                      "Without a deadline one GPU is enough when the model fits on it.")
+        limit = p.defaults.search.one_gpu_enough_h
+        if t is not None:
+            if t <= limit:
+                return Answer("yes", f"yes: no deadline, and one GPU finishes the work in {format_hours(t)} (<= {format_hours(limit)})",
+                              "Without a deadline one GPU is enough when it finishes within an hour.", {"time_to_train_h": t})
+            return Answer("no", f"no: no deadline, but one GPU needs {format_hours(t)} (> {format_hours(limit)})",
+                          "Without a deadline, more GPUs are worth it when one GPU needs more than an hour; "
+                          "--deadline or --strategy single decides otherwise.", {"time_to_train_h": t})
+        return Answer("yes", "yes: no deadline and no dataset size given" + _faster_at_hand(ctx),
+                      "Without a deadline or the amount of work, one GPU is enough when the model fits on it; "
+                      "--deadline, --dataset-size/--epochs or --strategy decide otherwise.")
     if t <= ctx.deadline:
         return Answer("yes", f"yes: {format_hours(t)} on one GPU <= deadline {format_hours(ctx.deadline)}",
                       f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s x {ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs"
@@ -171,6 +190,20 @@ def node_D(ctx: TreeContext) -> Answer:
                   f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s with the standard setup"
                   + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
                   {"time_to_train_h": t})
+
+
+def _faster_at_hand(ctx: TreeContext) -> str:
+    """How much faster the GPUs at hand would be, and the flags that decide (node D with no workload)."""
+    p = ctx.planner
+    if p.available < 2 or ctx.req.strategy is Strategy.single:
+        return "; --deadline with --dataset-size/--epochs says whether more GPUs would be worth it"
+    multi = p.best_multi(p.available)
+    if not isinstance(multi, Choice):
+        return ""
+    x = multi.estimate.throughput.samples_per_s / ctx.one.estimate.throughput.samples_per_s
+    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}, "
+            f"{multi.estimate.throughput.scaling_efficiency:.0%} scaling efficiency): give --deadline with "
+            f"--dataset-size/--epochs, or --strategy {multi.strategy.value}, to use them")
 
 
 def node_E(ctx: TreeContext) -> Answer:
@@ -209,8 +242,16 @@ def node_G(ctx: TreeContext) -> Answer:
 
 
 def node_H(ctx: TreeContext) -> Answer:
+    if not isinstance(ctx.one, Choice) or ctx.verdict:
+        from rules.compromise import answer_memory
+
+        return answer_memory(ctx)
     ch = ctx.one
     ctx.choice, ctx.end, ctx.tree_strategy = ch, "H", "single"
+    if ctx.deadline is None:  # node D's one-hour rule said more GPUs would be worth it; there are none
+        return Answer("single", f"one GPU: {format_hours(ch.time_h)} to train on it; {describe(ch)}",
+                      "More GPUs would shorten it: give --gpus N (and --nodes) to plan for them.",
+                      {"time_to_train_h": ch.time_h})
     deadline_measures(ctx, ch)
     miss = ch.time_h - ctx.deadline
     closing = [m for m in ctx.measures if m.meets]

@@ -89,7 +89,18 @@ def model_layers(m: ModelSpec) -> int:
 def _config_key(cfg: TrainConfig) -> tuple:
     """Everything of a config the estimate depends on, except the strategy."""
     return (cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision, cfg.optimizer, cfg.compile,
-            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank)
+            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload)
+
+
+def _ladder(n: int, dense: int = 8) -> list[int]:
+    """1..min(n, dense), then the powers of two up to n, then n."""
+    out = set(range(1, min(n, dense) + 1)) | {1 << k for k in range(n.bit_length()) if 1 << k <= n} | {n}
+    return sorted(out)
+
+
+def bounded_counts(per_node: int, nodes: int) -> list[int]:
+    """The GPU counts compared for ``nodes`` nodes of ``per_node`` GPUs: within a node, whole nodes beyond."""
+    return _ladder(per_node) + [per_node * k for k in _ladder(nodes, dense=4) if k >= 2]
 
 
 def _divisors(n: int) -> list[int]:
@@ -111,6 +122,7 @@ class Planner:
         self.base_lr = base_lr
         self.base_batch = base_batch
         self._memo: dict[tuple, Estimate] = {}
+        self.host_ram_gib: float | None = None  # this machine's RAM when planning for it (CPU offload's check)
         self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
 
@@ -133,12 +145,14 @@ class Planner:
         return self.hw.model_copy(update={"gpus_per_node": per_node, "nodes": n // per_node})
 
     def counts(self, hypothetical_max: int | None = None) -> list[int]:
-        """GPU counts that can be used exactly: 1..per node, then whole nodes."""
+        """GPU counts the tree compares: a bounded set whatever the size (every count up to 8 in a
+        node, then powers of two and the node's size; whole nodes likewise: 1, 2, 4, ... and all of
+        them), so that a recommendation at 100,000 GPUs asks the estimator a few hundred times, not
+        millions (tests/test_bounded_search.py counts the calls)."""
         if hypothetical_max:
             per_node = max(self.hw.gpus_per_node, 8)
-            return list(range(1, per_node + 1)) + [per_node * k for k in range(2, hypothetical_max // per_node + 1)]
-        per_node = self.hw.gpus_per_node
-        return list(range(1, per_node + 1)) + [per_node * k for k in range(2, self.hw.nodes + 1)]
+            return bounded_counts(per_node, max(1, hypothetical_max // per_node))
+        return bounded_counts(self.hw.gpus_per_node, self.hw.nodes)
 
     # -- estimates
     def est(self, cfg: TrainConfig, n: int, hypothetical: bool = False, model: ModelSpec | None = None) -> Estimate:
@@ -179,15 +193,27 @@ class Planner:
         return next(m for m, sps in fitting if sps >= s.saturation * best)
 
     def search(self, n: int, strategy: Strategy, *, base: TrainConfig | None = None, relax_accum: bool = False,
-               hypothetical: bool = False, model: ModelSpec | None = None) -> Choice | Infeasible:
-        """The standard configuration for ``n`` GPUs with ``strategy``, or why there is none."""
+               hypothetical: bool = False, model: ModelSpec | None = None, ckpt: bool | None = None) -> Choice | Infeasible:
+        """The standard configuration for ``n`` GPUs with ``strategy``, or why there is none.
+        ``ckpt`` forces checkpointing on or off (default: off, then on if nothing fits)."""
         req = self.req
         base = base or self.base
+        if base.cpu_offload and strategy is Strategy.single:
+            strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
+        if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
+            return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
         exact = req.batch_size is not None or req.keep_global_batch
         target = req.batch_size or self.base_batch
         pin_micro = req.micro_batch
         pin_accum = None if relax_accum else req.grad_accum
-        ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [False, True]
+        ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
+        if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
+            r: Choice | Infeasible | None = None
+            for ck in ckpts:
+                r = self.search_accum1(n, strategy, base, ck)
+                if isinstance(r, Choice):
+                    return r
+            return r
         closest: Estimate | None = None
         batch_reason = None
         for ckpt in ckpts:
@@ -253,6 +279,39 @@ class Planner:
         usable = self.hw.gpu.memory_gib * self.cal.fit_fraction
         return Infeasible(n, strategy, "memory", f"the smallest configuration needs ~{dev} per GPU; "
                           f"{usable:.1f} of {self.hw.gpu.memory_gib:.0f} GiB are usable", closest)
+
+    def search_accum1(self, n: int, strategy: Strategy, base: TrainConfig, ckpt: bool) -> Choice | Infeasible:
+        """No accumulation: the largest micro-batch (a power of two up to the per-GPU share of the
+        batch) that fits with ``grad_accum`` 1; the global batch is micro-batch x GPUs."""
+        req = self.req
+        target = req.batch_size or self.base_batch
+        if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
+            return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
+        cfg0 = base.model_copy(update={"grad_ckpt": ckpt, "strategy": strategy, "grad_accum": 1})
+        if req.batch_size is not None or req.keep_global_batch:
+            if target % n:
+                return Infeasible(n, strategy, "batch", f"the global batch {target} does not split evenly over {n} GPUs")
+            micros = [target // n]
+        elif req.micro_batch:
+            micros = [req.micro_batch]
+        else:
+            top = max(1, min(self.defaults.search.max_micro_batch, target // n))
+            micros = [1 << k for k in range(top.bit_length()) if 1 << k <= top]
+        fitting, closest = [], None
+        for m in micros:
+            e = self.est(cfg0.model_copy(update={"micro_batch": m}), n)
+            if not e.memory.fits:
+                closest = e
+                break
+            fitting.append(e)
+        # the largest that fits, preferring one that leaves the "memory.tight" headroom (as search does)
+        roomy = [e for e in fitting if e.memory.device_gib <= self.defaults.search.roomy * e.memory.gpu_memory_gib]
+        best = (roomy or fitting)[-1] if fitting else None
+        if best is None:
+            reason = f"~{closest.memory.device_gib:.1f} GiB per GPU at micro-batch {micros[0]}" if closest else "nothing fits"
+            return Infeasible(n, strategy, "memory", reason, closest)
+        gb = best.config.micro_batch * n
+        return Choice(n, strategy, best.config, best, global_batch=gb, lr=self.lr_for(gb), ckpt_needed=ckpt)
 
     def compile_minutes(self, model: ModelSpec | None = None) -> float:
         """Rough one-off torch.compile time (rules/data/defaults.toml [compile])."""

@@ -33,7 +33,8 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
                          detected=hw.detected),
         model=ModelFacts(name=m.name, family=m.family, params=m.params, params_b=m.params / 1e9, is_cnn=m.family == "cnn",
                          is_vision=m.is_vision, is_text=m.is_text, is_llm=m.family == "decoder" and m.params >= 1e9,
-                         has_batchnorm=has_bn, layers=model_layers(m), tokens=tokens),
+                         has_batchnorm=has_bn, layers=model_layers(m), tokens=tokens,
+                         max_positions=m.arch.max_seq if m.is_text and m.arch is not None and m.arch.max_seq else None),
         workload=WorkloadFacts(dataset_size=req.dataset_size, epochs=req.epochs, run_known=bool(req.dataset_size and req.epochs),
                                deadline_h=req.deadline_h, has_deadline=req.deadline_h is not None, batch_size=req.batch_size,
                                keep_global_batch=req.keep_global_batch, lr_scaling=req.lr_scaling, base_lr=p.base_lr,
@@ -41,14 +42,18 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
                                want_alternatives=req.alternatives),
         pinned=PinnedFacts(**{k: getattr(req, k) is not None for k in PinnedFacts.model_fields if k != "compromise"},
                            compromise=req.precision is Precision.pure_bf16 or req.optimizer is Optimizer.adamw_8bit
-                           or req.lora_rank is not None),
-        config=_config_facts(cfg, fam.optimizer, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None),
+                           or req.lora_rank is not None or bool(req.optimizer_in_backward) or bool(req.cpu_offload)),
+        config=_config_facts(cfg, fam.optimizer, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None,
+                             context=m.arch.max_seq if m.is_text and m.arch is not None else None),
     )
 
 
-def _config_facts(cfg: TrainConfig, default_optimizer: str, micro: bool = False, patch: int | None = None) -> ConfigFacts:
+def _config_facts(cfg: TrainConfig, default_optimizer: str, micro: bool = False, patch: int | None = None,
+                  context: int | None = None) -> ConfigFacts:
     rem = cfg.image_size % patch if patch and cfg.image_size else None
-    return ConfigFacts(patch_size=patch, patch_remainder=rem,precision=cfg.precision.value, optimizer=cfg.optimizer.value, compile=cfg.compile,
+    return ConfigFacts(patch_size=patch, patch_remainder=rem, precision=cfg.precision.value, optimizer=cfg.optimizer.value,
+                       compile=cfg.compile, optimizer_in_backward=cfg.optimizer_in_backward, cpu_offload=cfg.cpu_offload,
+                       seq_beyond_context=bool(context and cfg.seq_len and cfg.seq_len > context),
                        channels_last=cfg.channels_last, grad_ckpt=cfg.grad_ckpt, strategy=cfg.strategy.value,
                        lora_rank=cfg.lora_rank, micro_batch=cfg.micro_batch if micro else None,
                        grad_accum=cfg.grad_accum if micro else None, seq_len=cfg.seq_len, image_size=cfg.image_size,
@@ -88,6 +93,7 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
         total_steps=lr.total_steps, steps_per_epoch=lr.steps_per_epoch, gpus_at_hand=p.available,
         min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),
         strategy_overridden=strategy.value != ctx.tree_strategy,
+        compromise=ctx.compromise_name, gives_up=ctx.gives_up,
     )
 
 
@@ -117,7 +123,8 @@ def with_plan(facts: Facts, ctx: TreeContext, ch: Choice, est: Estimate, strateg
     p = ctx.planner
     fam = p.defaults.for_model(p.model.name, p.model.family)
     return facts.model_copy(update={
-        "config": _config_facts(est.config, fam.optimizer, micro=True, patch=facts.config.patch_size),
+        "config": _config_facts(est.config, fam.optimizer, micro=True, patch=facts.config.patch_size,
+                                context=facts.model.max_positions),
         "plan": plan_facts(ctx, ch, strategy, est.memory.fits, path),
         "estimate": estimate_facts(p, est, ch),
         "compile": compile_facts(p, ch),

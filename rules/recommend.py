@@ -55,6 +55,12 @@ class RecommendationCore(BaseModel):
     total_steps: int | None = None
     time_to_train_h: float | None = None
     deadline_h: float | None = None
+    compromise: str | None = Field(None, description="node H's memory compromise (no-accumulation, pure-bf16, adamw-8bit, "
+                                   "optimizer-in-backward, cpu-offload, lora); None for the standard setup")
+    gives_up: str | None = Field(None, description="what the compromise gives up")
+    standard_verdict: str | None = Field(None, description="why the standard setup does not fit, when it does not")
+    optimizer_in_backward: bool = False
+    cpu_offload: bool = False
 
 
 class PathStep(BaseModel):
@@ -124,6 +130,8 @@ class ScalingRow(BaseModel):
     speedup: float | None = Field(None, description="samples/s over the 1-GPU row's (when it fits)")
     chosen: bool = False
     note: str = ""
+    changed: list[str] = Field(default_factory=list, description="what this row changed besides the GPU count, "
+                               "against the 1-GPU row (checkpointing, micro-batch, accumulation, compile)")
 
 
 class RuleSummary(BaseModel):
@@ -195,7 +203,10 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"       -> {s.answer}")
     lines.append("")
     fit = "fits" if r.fits else "DOES NOT FIT"
-    lines.append(f"recommendation: {r.strategy} on {r.gpus}x {r.gpu} ({fit})")
+    if r.standard_verdict:
+        lines.append(f"standard setup: {r.standard_verdict}")
+    lines.append(f"recommendation: {r.strategy} on {r.gpus}x {r.gpu} ({fit})"
+                 + (f", COMPROMISE {r.compromise}: gives up {r.gives_up}" if r.compromise else ""))
     lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
@@ -234,6 +245,7 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
                 channels_last=config.channels_last or None, grad_ckpt=config.grad_ckpt or None,
                 lora_rank=config.lora_rank, base_lr=base_lr, base_batch=base_batch,
+                optimizer_in_backward=config.optimizer_in_backward or None, cpu_offload=config.cpu_offload or None,
                 # accumulation follows from batch / (micro-batch x GPUs) unless the user pinned it
                 grad_accum=config.grad_accum if req.grad_accum is not None else None)
     pinned = req.model_copy(update=pins)

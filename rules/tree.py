@@ -16,7 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.request import Request
 from rules.engine import DATA_DIR
+from typing import TYPE_CHECKING
+
 from rules.planner import Choice, Infeasible, Planner
+
+if TYPE_CHECKING:
+    from rules.compromise import Outcome
 
 NODE_IDS = "ABCDEFGHIJ"
 
@@ -97,6 +102,10 @@ class TreeContext:
     rows: list[Choice | Infeasible] = field(default_factory=list)  # G/I candidates
     measures: list[Measure] = field(default_factory=list)  # H / missed deadline
     deadline_missed: bool = False
+    compromise: "Outcome | None" = None  # node H's memory compromises (rules.compromise), when nothing standard fits
+    verdict: str = ""  # the standard configuration's verdict and its cause, when it does not fit
+    compromise_name: str | None = None  # the compromise node H recommends
+    gives_up: str | None = None
 
     @property
     def req(self) -> Request:

@@ -38,7 +38,8 @@ def test_pure_bf16_halves_model_states_and_fsdp_shards_them():
     spec = catalog_model("llama3-8b")
     pure = estimate(spec, TrainConfig(micro_batch=1, seq_len=2048, precision="pure-bf16"), hw()).memory
     assert pure.weights_gib == pytest.approx(2 * N8B / GIB)
-    assert pure.optimizer_gib == pytest.approx(4 * N8B / GIB)
+    # bf16 moments (4) + the bf16 Kahan compensation buffer of KahanAdamW (2)
+    assert pure.optimizer_gib == pytest.approx(6 * N8B / GIB)
     fsdp = estimate(spec, TrainConfig(micro_batch=1, seq_len=2048, strategy="fsdp"), hw(n=8)).memory
     assert fsdp.weights_gib == pytest.approx(4 * N8B / 8 / GIB)
     assert fsdp.optimizer_gib == pytest.approx(8 * N8B / 8 / GIB)

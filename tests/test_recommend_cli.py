@@ -58,6 +58,13 @@ def test_json_contract(capsys):
     assert [s["node"] for s in d["decision_path"]] == ["A", "B", "C", "I", "J"]
     assert all({"node", "question", "answer", "why"} <= set(s) for s in d["decision_path"])
     assert all({"id", "why"} <= set(r) for r in d["rules_fired"])
+    # issue 12's additions: the compromise (None for the standard plan), the peak moment's parts
+    assert d["recommendation"]["compromise"] is None and d["recommendation"]["fits"] is True
+    mem = d["estimate"]["memory"]
+    assert sum(p["gib"] for p in mem["peak_parts"]) == pytest.approx(mem["peak_gib"])
+    assert {"autocast_copies_gib", "other_moment", "host_gib"} <= set(mem)
+    assert all(r["scaling_efficiency"] is None or r["scaling_efficiency"] <= 1.0 for r in d["scaling"])
+    assert all("changed" in r for r in d["scaling"])
     assert d["recommendation"]["command"].startswith("advise launch --model llama3-8b ")
     Plan.model_validate(d["plan"])
 
@@ -123,10 +130,14 @@ def test_readable_report(capsys):
         assert text in out, text
 
 
-def test_report_of_a_model_that_does_not_fit_lists_alternatives(capsys):
+def test_report_of_a_model_that_does_not_fit_recommends_a_compromise(capsys):
     rc, out, _ = run_cli(capsys, "--model", "llama3-8b", "--gpu", "A100-80GB", "--seq-len", "2048")
     assert rc == 0
-    assert "DOES NOT FIT" in out and "alternatives" in out and "pure-bf16" in out and "LoRA" in out
+    for text in ("standard setup", "fp32 gradients", "autocast weight copies", "compromise", "gives up",
+                 "alternatives", "pure-bf16", "lora", "--cpu-offload"):
+        assert text in out, text
+    rc, out, _ = run_cli(capsys, "--model", "llama3-70b", "--gpu", "A100-80GB", "--strategy", "single", "--seq-len", "2048")
+    assert rc == 0 and "DOES NOT FIT" in out and "alternatives" in out
 
 
 def test_save_plan(tmp_path, capsys):
@@ -134,7 +145,8 @@ def test_save_plan(tmp_path, capsys):
     rc, out, _ = run_cli(capsys, "--model", "gpt2", "--gpu", "H100", "--gpus", "2", "--json", "--save-plan", str(path))
     assert rc == 0
     assert Plan.load(path) == Plan.model_validate(json.loads(out)["plan"])
-    rc, _, err = run_cli(capsys, "--model", "llama3-8b", "--gpu", "A100-80GB", "--json", "--save-plan", str(tmp_path / "x.json"))
+    rc, _, err = run_cli(capsys, "--model", "llama3-70b", "--gpu", "A100-80GB", "--strategy", "single", "--json",
+                         "--save-plan", str(tmp_path / "x.json"))
     assert rc == 2 and "nothing fits" in err and not (tmp_path / "x.json").exists()
 
 
@@ -149,7 +161,7 @@ def test_plan_refuses_a_plan_that_does_not_fit():
     ok = plan(req("--model", "gpt2", "--gpu", "A100-80GB", "--batch-size", "32", "--micro-batch", "16"))
     assert ok.config.micro_batch == 16 and ok.global_batch == 32 and ok.config.grad_accum == 2
     with pytest.raises(UserError) as info:
-        plan(req("--model", "llama3-8b", "--gpu", "A100-80GB"))
+        plan(req("--model", "llama3-70b", "--gpu", "A100-80GB", "--strategy", "single"))
     assert "does not fit" in info.value.what and "advise launch" in info.value.fix
 
 

@@ -118,7 +118,9 @@ def test_case(case, capsys):
     for path, want in exp.get("values", {}).items():
         _check_value(path, _get(data, path), want)
     if exp.get("no_plain_amp_fit"):
-        assert not (r.fits and r.precision in ("bf16", "fp16") and r.optimizer == "adamw" and r.lora_rank is None)
+        # the standard setup (autocast, AdamW, full fine-tune, no compromise) must not be what fits
+        assert not (r.fits and r.precision in ("bf16", "fp16") and r.optimizer == "adamw" and r.lora_rank is None
+                    and r.compromise is None)
     alts = rec.alternatives
     for prefix in exp.get("alternatives_fit", []):
         assert any(a.name.startswith(prefix) and a.fits for a in alts), f"no fitting alternative '{prefix}': {[a.name for a in alts]}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -38,14 +39,28 @@ def _yn(v: bool) -> str:
 def config_text(rec: Recommendation) -> str:
     r = rec.recommendation
     where = f"{r.gpus} GPU(s)" + (f" on {r.nodes} nodes" if r.nodes > 1 else "")
-    return "\n".join([
+    lines = []
+    if r.standard_verdict:
+        lines.append(f"[red]{escape(r.standard_verdict)}[/red]")
+    if r.compromise:
+        lines.append(f"[b yellow]compromise: {r.compromise}[/] · gives up {escape(r.gives_up or '')}")
+    lines += [
         f"[b]{r.strategy.upper()}[/b] on {where} · precision [b]{r.precision}[/b]"
-        f" · compile {_yn(r.compile)} · checkpointing {_yn(r.grad_ckpt)}",
+        f" · compile {_yn(r.compile)} · checkpointing {_yn(r.grad_ckpt)}"
+        + (f" · optimizer {r.optimizer}" if r.optimizer == "adamw-8bit" else "")
+        + (f" · LoRA r{r.lora_rank}" if r.lora_rank else "")
+        + (" · optimizer step in backward" if r.optimizer_in_backward else "")
+        + (" · CPU offload" if r.cpu_offload else ""),
         f"micro-batch {r.micro_batch} x {r.grad_accum} accumulation x {r.gpus} GPU(s)"
         f" = global batch [b]{r.global_batch}[/b]",
         f"LR {r.lr:.3g} ({r.lr_scaling} scaling) · warmup {r.warmup_steps} steps"
         f" · {r.num_workers} dataloader workers per GPU",
-    ])
+    ]
+    m = rec.estimate.memory
+    if m.peak_parts:  # the peak moment's parts: they sum to the peak (the bar shows the totals by kind)
+        lines.append(f"peak at the {m.peak_at}: " + " + ".join(f"{p.name} {p.gib:.1f}" for p in m.peak_parts)
+                     + f" = {m.peak_gib:.1f} GiB" + (f" · {m.other_moment}" if m.other_moment else ""))
+    return "\n".join(lines)
 
 
 def speed_text(rec: Recommendation) -> str:
@@ -206,6 +221,8 @@ class RecommendationScreen(StepScreen):
         self.shown_version = self.wizard.version
         rec, r = view.rec, view.rec.recommendation
         fits = "" if r.fits else " [b red](does not fit)[/]"
+        if r.compromise and r.fits:
+            fits = f" [b yellow](compromise: {r.compromise})[/]"
         self.query_one("#rec-title", Static).update(
             f"{view.model.name} on {view.hardware_label}: [b]{r.strategy.upper()}[/b] on {r.gpus} GPU(s){fits}")
         self.query_one("#rec-config", Static).update(config_text(rec))
@@ -222,6 +239,7 @@ class RecommendationScreen(StepScreen):
         for row in rec.scaling:
             table.add_row(*scaling_cells(row))
         notes = [f"{row.gpus} GPU(s): {row.note}" for row in rec.scaling if row.note]
+        notes += [f"{row.gpus} GPU(s) changed besides the count: {', '.join(row.changed)}" for row in rec.scaling if row.changed]
         self.query_one("#scaling-note", Static).update(
             "\n".join(notes + ["▶ recommended · micro = micro-batch x accumulation · * GiB needed per GPU when it "
                                 "does not fit · estimates: `advise bench` measures and calibrates"])

@@ -1,0 +1,271 @@
+"""Node H's memory compromises: when no standard configuration fits the GPUs at hand, the
+configuration that fits, ranked by risk (DESIGN.md node H).
+
+The ladder, lowest risk first: no accumulation (a smaller global batch), pure-bf16 with a
+Kahan-compensated update, 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA
+(a different training: last, unless ``--task`` says adapter fine-tuning, then first).
+
+How "the fastest that fits, ranked by risk" resolves: every level is evaluated on the standard
+configuration, its variants being checkpointing off/on, the micro-batch the search picks, and
+(``with_lower``) the level combined with lower-risk levels (8-bit AdamW or the optimizer step in
+backward with pure-bf16: a combination ranks at its riskiest member); the recommendation is the
+lowest-risk level that fits, and within that level its fastest fitting variant (samples/s). A
+faster level of higher risk is never preferred to a safer one that fits; the others are listed
+as alternatives with their numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advisor.config import Optimizer, Precision, Strategy
+from advisor.estimate import Estimate
+from rules.planner import Choice, Infeasible, Planner
+
+GIB = float(2**30)
+# Rank of LoRA adapters the ladder offers (Hu et al. 2021 report r = 4-64 matching full fine-tuning
+# on GPT-3 adaptation; 16 is peft's documented common choice).
+LORA_RANK = 16
+# Share of host RAM CPU offload may take (the OS, dataloader workers and pinned buffers need the rest;
+# a rule of thumb, not measured).
+HOST_RAM_FRACTION = 0.8
+ADAPTER_TASKS = ("adapter", "lora", "peft", "adapter fine-tuning", "adapter-finetune", "instruction-lora")
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str  # recommendation.compromise
+    update: dict
+    gives_up: str
+    risk: str
+    source: str
+    accum1: bool = False  # grad_accum must be 1
+    single_only: bool = False  # one process only
+    with_lower: tuple[str, ...] = ()  # lower-risk levels it may be combined with (same risk level then)
+
+
+LEVELS: tuple[Level, ...] = (
+    Level("no-accumulation", {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
+          "per GPU, and the learning rate follows it",
+          "low: the same arithmetic on a smaller batch (noisier gradients; the scaled learning rate compensates)",
+          "Goyal et al. 2017 (linear scaling rule); the fp32 gradients of accumulation no longer meet the next "
+          "micro-batch's autocast weight copies", accum1=True),
+    Level("pure-bf16", {"precision": Precision.pure_bf16},
+          "fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated (Kahan summation, KahanAdamW)",
+          "low-medium: Kahan-compensated bf16 updates track fp32 closely; plain bf16 would round small updates away",
+          "Zamirai et al. 2020 (Revisiting BFloat16 Training)"),
+    Level("adamw-8bit", {"optimizer": Optimizer.adamw_8bit},
+          "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs bitsandbytes)",
+          "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes",
+          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=("pure-bf16",)),
+    Level("optimizer-in-backward", {"optimizer_in_backward": True},
+          "gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
+          "gradient hook as soon as its gradient is ready, and the gradient is freed",
+          "medium: no global-norm clipping (per-parameter clipping only); same update otherwise",
+          "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)",
+          accum1=True, single_only=True, with_lower=("pure-bf16",)),
+    Level("cpu-offload", {"cpu_offload": True},
+          "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
+          "and every step copies the weights over PCIe",
+          "none (same arithmetic), but many times slower; needs the host RAM",
+          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload"),
+    Level("lora", {"lora_rank": LORA_RANK},
+          f"the full fine-tune: rank-{LORA_RANK} adapters on every attention and MLP projection are trained, "
+          "the base (bf16) stays frozen",
+          "a different training: adapters only; quality can trail a full fine-tune on hard tasks",
+          "Hu et al. 2021 (LoRA); Biderman et al. 2024 (LoRA Learns Less and Forgets Less)"),
+)
+
+
+@dataclass
+class Tried:
+    level: Level
+    result: Choice | Infeasible | None  # None: not applicable here
+    why_not: str = ""
+
+
+@dataclass
+class Outcome:
+    chosen: Tried | None
+    tried: list[Tried] = field(default_factory=list)
+
+
+def ranked(task: str | None) -> list[Level]:
+    """The ladder in risk order; LoRA first when the task is adapter fine-tuning."""
+    levels = list(LEVELS)
+    if task and any(t in task.lower() for t in ADAPTER_TASKS):
+        levels.sort(key=lambda lv: lv.name != "lora")
+    return levels
+
+
+def _blocked(p: Planner, level: Level, n: int) -> str:
+    """Why a level cannot be offered here ('' when it can)."""
+    req, base = p.req, p.base
+    u = level.update
+    if "precision" in u and (req.precision is not None or not p.hw.gpu.supports_bf16):
+        return "the precision is pinned" if req.precision is not None else f"{p.hw.gpu.name} has no bf16"
+    if "optimizer" in u and (req.optimizer is not None or base.optimizer is not Optimizer.adamw):
+        return "the optimizer is pinned" if req.optimizer is not None else f"the family's optimizer is {base.optimizer.value}"
+    if "lora_rank" in u and (req.lora_rank is not None or p.model.arch is None):
+        return "--lora-rank is pinned" if req.lora_rank is not None else "LoRA needs a transformer"
+    if level.accum1 and req.grad_accum is not None and req.grad_accum > 1:
+        return "--grad-accum is pinned"
+    if level.single_only and (n > 1 or req.strategy not in (None, Strategy.single) or base.cpu_offload):
+        return "needs one process without FSDP (strategy single)"
+    if u.get("cpu_offload") and base.optimizer_in_backward:
+        return "the optimizer step in backward needs strategy single; CPU offload is FSDP's"
+    if u.get("cpu_offload") and base.optimizer is Optimizer.adamw_8bit:
+        return "bitsandbytes' 8-bit AdamW steps on the GPU; CPU offload steps on the CPU"
+    if u.get("cpu_offload") and req.strategy in (Strategy.ddp, Strategy.single):
+        return f"CPU offload runs under FSDP; --strategy {req.strategy.value} is pinned"
+    if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and base.optimizer_in_backward):
+        return "already part of the configuration"
+    return ""
+
+
+def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
+    if level.update.get("cpu_offload") or p.base.cpu_offload:
+        out = [Strategy.fsdp]
+    else:
+        out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]
+    pin = p.req.strategy
+    return [s for s in out if pin is None or s is pin]
+
+
+def try_level(p: Planner, level: Level, n: int) -> Tried:
+    """The level's fastest fitting variant: checkpointing off/on, alone or combined with the
+    lower-risk levels of ``with_lower`` (a combination's risk is its riskiest member's)."""
+    why = _blocked(p, level, n)
+    if why:
+        return Tried(level, None, why)
+    updates = [dict(level.update)]
+    for name in level.with_lower:
+        partner = next(lv for lv in LEVELS if lv.name == name)
+        if not _blocked(p, partner, n):
+            updates.append({**partner.update, **level.update})
+    ckpts = [p.req.grad_ckpt] if p.req.grad_ckpt is not None else [False, True]
+    fitting: list[Choice] = []
+    closest: Infeasible | None = None
+    for strategy in _strategies(p, level, n):
+        for update in updates:
+            base = p.base.model_copy(update=update)
+            for ck in ckpts:
+                if level.accum1:
+                    r = p.search_accum1(n, strategy, base, ck)
+                else:
+                    r = p.search(n, strategy, base=base, ckpt=ck)  # a pinned --grad-accum holds
+                if isinstance(r, Choice):
+                    fitting.append(r)
+                elif closest is None or (r.closest is not None and closest.closest is not None
+                                         and r.closest.memory.device_gib < closest.closest.memory.device_gib):
+                    closest = r
+        if fitting:  # DDP before FSDP: the first strategy that fits (node I's rule)
+            break
+    ram = p.host_ram_gib
+    if fitting and ram and level.update.get("cpu_offload"):
+        # host RAM must hold what is offloaded, per node (HOST_RAM_FRACTION of it for the rest of the machine)
+        per_node = min(n, p.hw.gpus_per_node)
+        over = [c for c in fitting if c.estimate.memory.host_gib * per_node > ram * HOST_RAM_FRACTION]
+        if len(over) == len(fitting):
+            need = over[0].estimate.memory.host_gib * per_node
+            return Tried(level, Infeasible(n, over[0].strategy, "memory", f"needs ~{need:.0f} GiB of host RAM; "
+                                           f"{ram:.0f} GiB here", over[0].estimate), f"needs ~{need:.0f} GiB of host RAM")
+        fitting = [c for c in fitting if c not in over]
+    if fitting:
+        return Tried(level, max(fitting, key=lambda c: c.estimate.throughput.samples_per_s))
+    return Tried(level, closest, closest.reason if closest else "does not fit")
+
+
+def find(p: Planner, n: int) -> Outcome:
+    """Every level on ``n`` GPUs; the lowest-risk one that fits is chosen."""
+    tried = [try_level(p, lv, n) for lv in ranked(p.req.task)]
+    chosen = next((t for t in tried if isinstance(t.result, Choice)), None)
+    return Outcome(chosen, tried)
+
+
+def standard_cause(e: Estimate | None) -> str:
+    """Why the standard configuration does not fit, from its peak moment's parts."""
+    if e is None:
+        return "no micro-batch fits"
+    m = e.memory
+    parts = {x.name: x.gib for x in m.peak_parts}
+    total = f"~{m.device_gib:.1f} GiB per GPU ({m.peak_gib:.1f} GiB allocated at the {m.peak_at})"
+    if m.peak_at == "backward" and e.config.grad_accum > 1 and parts.get("gradients") and parts.get("autocast weight copies"):
+        return (f"{total}: the fp32 gradients ({parts['gradients']:.1f} GiB) accumulated over {e.config.grad_accum} "
+                f"micro-batches are alive while the next micro-batch's autocast weight copies "
+                f"({parts['autocast weight copies']:.1f} GiB) fill")
+    if m.peak_at == "optimizer-step":
+        return (f"{total}: weights {parts.get('weights', 0):.1f} + gradients {parts.get('gradients', 0):.1f} + "
+                f"optimizer states {parts.get('optimizer states', 0):.1f} GiB alone, before any activation")
+    top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+    return f"{total}: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top)
+
+
+def _partners(level: Level, ch: Choice, p: Planner) -> list[Level]:
+    """The lower-risk levels the chosen variant of ``level`` combines with (not pinned by the user)."""
+    out = []
+    for name in level.with_lower:
+        lv = next(x for x in LEVELS if x.name == name)
+        if all(getattr(ch.config, k) == v for k, v in lv.update.items()) and not _blocked(p, lv, ch.gpus):
+            out.append(lv)
+    return out
+
+
+def name_of(level: Level, ch: Choice, p: Planner) -> str:
+    """``recommendation.compromise``: the level's name, with the lower levels it combines ("pure-bf16+adamw-8bit")."""
+    return "+".join([lv.name for lv in _partners(level, ch, p)] + [level.name])
+
+
+def gives_up(level: Level, ch: Choice, p: Planner) -> str:
+    """What this compromise gives up, with its numbers."""
+    partners = _partners(level, ch, p)
+    if partners:
+        return "; and ".join(lv.gives_up for lv in partners) + "; and " + _gives_up_one(level, ch, p)
+    return _gives_up_one(level, ch, p)
+
+
+def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
+    target = p.req.batch_size or p.base_batch
+    if level.name == "no-accumulation":
+        return (f"gradient accumulation: global batch {ch.global_batch} instead of {target}; learning rate "
+                f"{ch.lr.lr:.3g} ({ch.lr.text})")
+    if level.name == "cpu-offload":
+        return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
+    return level.gives_up
+
+
+
+def answer_memory(ctx):
+    """Node H when no standard configuration fits: the ladder on the GPUs at hand (one, or too few)."""
+    from rules.nodes import _mem_text, _time_text, describe
+    from rules.tree import Answer
+
+    p = ctx.planner
+    n = 1 if p.available < 2 or p.req.strategy is Strategy.single else p.available
+    out = ctx.compromise = find(p, n)
+    if not ctx.verdict:
+        ctx.verdict = "the standard setup does not fit"
+    ladder = "; ".join(f"{t.level.name}: " + ("fits" if isinstance(t.result, Choice) else
+                                               f"no ({t.why_not or (t.result.reason if t.result else 'n/a')})")
+                       for t in out.tried)
+    if out.chosen is None:
+        ctx.choice = ctx.one
+        need = f"at least {ctx.min_fit.gpus}x {p.hw.gpu.name} with FSDP" if ctx.min_fit else "more GPUs or a smaller model"
+        return Answer("nothing-fits", f"{ctx.verdict}; no compromise fits either: it needs {need}",
+                      f"Ranked by risk: {ladder}.")
+    ch = out.chosen.result
+    ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
+    lv = out.chosen.level
+    ctx.compromise_name, ctx.gives_up = name_of(lv, ch, p), gives_up(lv, ch, p)
+    return Answer("compromise", f"{ctx.verdict}. Compromise: {ctx.compromise_name} on {ch.gpus}x {p.hw.gpu.name}, giving up "
+                  f"{gives_up(lv, ch, p)}; {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
+                  f"The lowest-risk compromise that fits, its fastest variant (ranked by risk: {ladder}). Risk: {lv.risk}.",
+                  {"compromise": ctx.compromise_name, "gpus": ch.gpus})
+
+
+def pinned(cfg, req) -> list[Level]:
+    """The compromises the user pinned (--precision pure-bf16, --optimizer adamw-8bit, --lora-rank,
+    --optimizer-in-backward, --cpu-offload) that the configuration has, in ladder order."""
+    return [lv for lv in LEVELS if lv.update
+            and all(getattr(cfg, k) == v or (k == "lora_rank" and cfg.lora_rank) for k, v in lv.update.items())
+            and all(getattr(req, k) is not None for k in lv.update)]

@@ -1,0 +1,70 @@
+"""Any --gpus/--nodes answers with a bounded number of estimator calls (issue 12: --gpus 100000
+used to call it ~12,800 times at 2,048 GPUs and hang). Calls are counted, never timed: timings
+live in benchmarks/search_timing.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.hardware import Machine
+from advisor.plan import ModelRef
+from advisor.request import Request
+from rules.planner import bounded_counts
+
+# The most estimator calls one recommendation may make, at any size (a few hundred in practice).
+MAX_CALLS = 1500
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    import rules.planner as planner
+
+    count = [0]
+    real = planner.estimate
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "estimate", counting)
+    return count
+
+
+def _run(**kw):
+    from rules.api import recommend
+
+    return recommend(Request(model=ModelRef(name=kw.pop("model")), gpu=kw.pop("gpu", "H100"), **kw),
+                     machine=Machine(cpu_cores=64))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(model="gpt2", gpus=100_000),
+    dict(model="llama3-8b", gpus=100_000, seq_len=2048),
+    dict(model="llama3-8b", gpus=8, nodes=100_000, seq_len=2048),
+    dict(model="llama3-8b", gpus=8, nodes=256, seq_len=2048),
+    dict(model="vit-h-14", gpus=8, nodes=100_000, image_size=512, batch_size=4096, dataset_size=1_281_167, epochs=10,
+         deadline_h=1.0),
+    dict(model="llama3-70b", gpus=1, seq_len=2048),
+])
+def test_any_size_asks_the_estimator_a_bounded_number_of_times(calls, kw):
+    rec = _run(**kw)
+    assert calls[0] <= MAX_CALLS, f"{calls[0]} estimator calls for {kw}"
+    assert rec.recommendation.gpus <= (kw.get("gpus") or 1) * kw.get("nodes", 1)
+    for row in rec.scaling:
+        assert row.scaling_efficiency is None or row.scaling_efficiency <= 1.0
+
+
+def test_calls_grow_no_faster_than_the_log_of_the_size(calls):
+    _run(model="llama3-8b", gpus=8, nodes=8, seq_len=2048)
+    small = calls[0]
+    calls[0] = 0
+    _run(model="llama3-8b", gpus=8, nodes=100_000, seq_len=2048)
+    assert calls[0] <= 4 * small, (small, calls[0])
+
+
+def test_the_counts_compared_are_every_small_count_then_powers_of_two_and_the_whole():
+    assert bounded_counts(8, 1) == [1, 2, 3, 4, 5, 6, 7, 8]
+    big = bounded_counts(100_000, 1)
+    assert big[:8] == list(range(1, 9)) and big[-1] == 100_000 and len(big) < 30
+    nodes = bounded_counts(8, 100_000)
+    assert nodes[-1] == 800_000 and 16 in nodes and len(nodes) < 40

@@ -1,0 +1,176 @@
+"""Issue 12: each memory compromise as the estimator models it (the runtime's semantics), node H's
+recommendation on one H200 / A100-80GB / RTX 4090, and the peak moment's parts."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from advisor.catalog import catalog_model
+from advisor.compromise_memory import BNB_BLOCK, largest_tensor_params, lora_params, small_tensor_params
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.errors import UserError
+from advisor.estimate import estimate
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec, Machine
+
+GIB = float(2**30)
+N8B = 8_030_261_248
+
+
+def _est(model="llama3-8b", gpu="H200", **cfg):
+    cfg.setdefault("micro_batch", 1)
+    cfg.setdefault("seq_len", 2048)
+    return estimate(catalog_model(model), TrainConfig(**cfg), HardwareSpec(gpu=get_gpu(gpu)))
+
+
+def test_pure_bf16_keeps_a_kahan_buffer_per_parameter():
+    m = _est(precision=Precision.pure_bf16).memory
+    assert m.weights_gib == pytest.approx(2 * N8B / GIB)
+    assert m.gradients_gib == pytest.approx(2 * N8B / GIB)
+    assert m.optimizer_gib == pytest.approx((4 + 2) * N8B / GIB)  # bf16 m, v + bf16 compensation
+
+
+def test_adamw_8bit_is_bitsandbytes_blockwise_with_fp32_small_tensors():
+    spec = catalog_model("gpt2")  # d_model 768: every norm and bias is under min_8bit_size
+    m = estimate(spec, TrainConfig(micro_batch=1, seq_len=1024, optimizer=Optimizer.adamw_8bit),
+                 HardwareSpec(gpu=get_gpu("H200"))).memory
+    a = spec.arch
+    h, f = a.d_model, a.d_ff
+    small = a.n_layers * (4 * h + (3 * h) + h + f + h) + 2 * h  # norms, qkv bias, o bias, fc/proj biases, final norm
+    assert small_tensor_params(spec, TrainConfig()) == small
+    big = spec.params - small
+    assert m.optimizer_gib == pytest.approx((big * (2 + 8 / BNB_BLOCK) + small * 8) / GIB)
+    # Llama 3 8B's norms have 4,096 elements: not under the threshold, all 8-bit
+    assert small_tensor_params(catalog_model("llama3-8b"), TrainConfig()) == 0
+
+
+def test_optimizer_in_backward_keeps_one_gradient_alive():
+    std = _est(grad_ckpt=True).memory
+    oib = _est(grad_ckpt=True, optimizer_in_backward=True).memory
+    one = largest_tensor_params(catalog_model("llama3-8b"))
+    assert one == 128256 * 4096  # the embedding (and the untied LM head)
+    assert oib.gradients_gib == pytest.approx(4 * one / GIB)
+    assert oib.peak_gib < std.peak_gib - 5 and oib.peak_at == "backward"  # the optimizer-step moment is gone
+    with pytest.raises(UserError):
+        TrainConfig(optimizer_in_backward=True, grad_accum=2)
+    with pytest.raises(UserError):
+        TrainConfig(optimizer_in_backward=True, strategy=Strategy.ddp)
+
+
+def test_cpu_offload_keeps_states_in_host_ram():
+    m = _est(gpu="RTX-4090", cpu_offload=True, strategy=Strategy.fsdp, grad_ckpt=True).memory
+    assert m.weights_gib == m.optimizer_gib == 0
+    assert m.host_gib == pytest.approx(16 * N8B / GIB)  # fp32 weights, grads, two moments
+    assert m.detail["fsdp_gathered_gib"] > 0 and m.fits
+
+
+def test_lora_loads_the_base_in_bf16_and_autocast_copies_only_the_adapters():
+    spec = catalog_model("llama3-8b")
+    nt = lora_params(spec, 16)
+    lora = _est(lora_rank=16).memory
+    assert lora.weights_gib == pytest.approx(((N8B - nt) * 2 + nt * 4) / GIB)
+    assert lora.autocast_copies_gib == pytest.approx(2 * nt / GIB)
+    assert lora.optimizer_gib == pytest.approx(8 * nt / GIB)
+    full = _est().memory
+    assert lora.peak_gib < 0.6 * full.peak_gib  # measured: about half of the old estimate (issue 12)
+
+
+def test_accumulation_keeps_fp32_gradients_beside_the_next_autocast_copies():
+    acc = _est(grad_ckpt=True, grad_accum=8).memory
+    one = _est(grad_ckpt=True).memory
+    parts = {p.name: p.gib for p in acc.peak_parts}
+    assert acc.peak_at == "backward" and parts["gradients"] == pytest.approx(4 * N8B / GIB)
+    assert parts["autocast weight copies"] > 10
+    assert one.peak_gib < acc.peak_gib
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(grad_accum=4), dict(precision=Precision.pure_bf16),
+                                 dict(optimizer=Optimizer.adamw_8bit), dict(optimizer_in_backward=True),
+                                 dict(cpu_offload=True, strategy=Strategy.fsdp), dict(lora_rank=8),
+                                 dict(grad_ckpt=True, micro_batch=4)])
+def test_the_peak_moments_parts_sum_to_the_peak(cfg):
+    m = _est(**cfg).memory
+    assert sum(p.gib for p in m.peak_parts) == pytest.approx(m.peak_gib)
+    assert "activations" not in {p.name for p in m.peak_parts} or m.autocast_copies_gib == 0 or \
+        "autocast weight copies" in {p.name for p in m.peak_parts} or m.peak_at == "optimizer-step"
+
+
+def _recommend(argv):
+    from cli.flags import request_from_namespace
+    from cli.main import build_parser
+    from rules.api import recommend
+
+    return recommend(request_from_namespace(build_parser("recommend").parse_args(argv)), machine=Machine(cpu_cores=16))
+
+
+@pytest.mark.parametrize("gpu", ["H200", "A100-80GB", "RTX-4090"])
+def test_llama3_8b_on_one_gpu_recommends_a_compromise_that_fits_and_launches(gpu):
+    from cli.flags import request_from_namespace
+    from cli.main import build_parser
+    from rules.api import plan
+
+    rec = _recommend(["--model", "llama3-8b", "--gpu", gpu, "--gpus", "1"])
+    r = rec.recommendation
+    data = rec.model_dump(mode="json")["recommendation"]
+    assert r.fits and rec.estimate.memory.fits and data["fits"] is True
+    assert set(data["compromise"].split("+")) <= {"no-accumulation", "pure-bf16", "adamw-8bit", "optimizer-in-backward",
+                                                  "cpu-offload", "lora"}
+    assert r.gives_up and r.standard_verdict and rec.decision_path[-1].node == "H"
+    # the command is `advise launch`'s, and the plan it gives back carries the compromise
+    argv = shlex.split(r.command)
+    assert argv[:2] == ["advise", "launch"]
+    again = plan(request_from_namespace(build_parser("launch").parse_args(argv[2:] + ["--recipe", "synthetic"])))
+    assert again == rec.plan
+    if r.compromise == "cpu-offload":
+        assert again.config.cpu_offload and again.config.strategy is Strategy.fsdp
+
+
+def test_the_lowest_risk_level_that_fits_wins_over_a_faster_riskier_one():
+    rec = _recommend(["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1"])
+    fitting = {a.name.split(" ")[0]: a for a in rec.alternatives if a.kind in ("compromise", "offload") and a.fits}
+    assert rec.recommendation.compromise == "no-accumulation"
+    assert "lora" in fitting and fitting["lora"].samples_per_s > rec.estimate.throughput.samples_per_s
+
+
+def test_a_level_may_combine_with_lower_risk_levels_and_keeps_its_rank():
+    rec = _recommend(["--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "1"])
+    r = rec.recommendation
+    # pure-bf16 alone (with its Kahan buffer) does not fit 80 GB, 8-bit AdamW alone neither; together they
+    # do, at the 8-bit level's risk, before the optimizer-in-backward and CPU offload levels
+    assert r.compromise == "pure-bf16+adamw-8bit" and r.precision == "pure-bf16" and r.optimizer == "adamw-8bit"
+    assert "fp32 master weights" in r.gives_up and "8 bits" in r.gives_up
+
+
+def test_the_wizard_shows_the_verdict_the_compromise_and_the_peak_parts():
+    from tui.screens.recommendation import config_text
+
+    text = config_text(_recommend(["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1"]))
+    assert "compromise: no-accumulation" in text and "gives up" in text and "fp32 gradients" in text
+    assert "autocast weight copies" in text or "peak at the" in text
+
+
+PINS = [[], ["--optimizer-in-backward"], ["--optimizer-in-backward", "--strategy", "single"], ["--cpu-offload"],
+        ["--precision", "pure-bf16", "--optimizer", "adamw-8bit"], ["--lora-rank", "8"], ["--grad-accum", "4"],
+        ["--optimizer-in-backward", "--strategy", "single", "--lora-rank", "16"], ["--task", "adapter"]]
+
+
+@pytest.mark.parametrize("gpus", ["1", "4"])
+@pytest.mark.parametrize("pins", PINS, ids=[" ".join(p) or "none" for p in PINS])
+def test_pins_and_compromises_never_crash_and_the_command_gives_the_plan_back(pins, gpus):
+    argv = ["--model", "llama3-8b", "--gpu", "RTX-4090", "--gpus", gpus, "--seq-len", "2048", "--alternatives"] + pins
+    try:
+        rec = _recommend(argv)
+    except UserError as exc:  # a refusal must say what and how to fix it
+        assert exc.fix
+        return
+    r = rec.recommendation
+    if r.fits:
+        again = _recommend(shlex.split(r.command)[2:])
+        assert again.plan == rec.plan, r.command
+        c = rec.plan.config
+        assert not (c.optimizer_in_backward and (c.grad_accum > 1 or rec.plan.world_size > 1))
+        assert not (c.cpu_offload and c.strategy is not Strategy.fsdp)
+    else:
+        assert r.compromise is None and rec.alternatives
