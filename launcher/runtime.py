@@ -23,8 +23,9 @@ What it applies, and why here rather than in each script:
 - Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
 - Data sharding per rank: ``accelerator.prepare`` of the DataLoader (Accelerate's equivalent of
   DistributedSampler), ``set_epoch`` every epoch.
-- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, rank, time, attempt};
-  timing synchronises the device only at logging steps, so measuring does not slow training.
+- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, reserved_gib, rank, time,
+  attempt}; the peaks are reset after the first optimizer step (steady state, as ``advise estimate``'s
+  ``peak_gib``: model building and the optimizer's first allocation are not training); timing synchronises the device only at logging steps, so measuring does not slow training.
 """
 
 from __future__ import annotations
@@ -257,6 +258,8 @@ class Runtime:
         if self.step == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
             self._sync()
             self.first_step_time = time.time()
+            if self.device.type == "cuda":  # peak_gib is the steady state's, as the estimate's (not the build's)
+                torch.cuda.reset_peak_memory_stats(self.device)
         mean = total / self.plan.config.grad_accum
         self._loss_sum = mean if self._loss_sum is None else self._loss_sum + mean
         self._since_log += 1
@@ -280,6 +283,7 @@ class Runtime:
             "samples_per_s": samples / dt,
             "tokens_per_s": samples * self.tokens_per_sample / dt if self.tokens_per_sample else None,
             "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30 if self.device.type == "cuda" else None,
             "rank": self.rank,
             "time": time.time(),
             "attempt": self.attempt,
