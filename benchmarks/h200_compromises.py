@@ -88,9 +88,14 @@ def estimate_of(plan: Plan) -> dict:
             "activations_gib": m.activations_gib, "other_gib": m.other_gib}
 
 
-def measured_of(run_dir: Path) -> dict:
+def steps_of(plan: Plan) -> tuple[int, int]:
+    """(warm-up, timed) steps: CPU offload steps AdamW on the host (seconds per step), so fewer of them."""
+    return (2, 3) if plan.config.cpu_offload else (WARMUP, TIMED)
+
+
+def measured_of(run_dir: Path, warmup: int = WARMUP) -> dict:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    timed = [r for r in rows if r["step"] > WARMUP] or rows
+    timed = [r for r in rows if r["step"] > warmup] or rows
     peaks = [r["peak_gib"] for r in timed if r.get("peak_gib") is not None]
     reserved = [r["reserved_gib"] for r in timed if r.get("reserved_gib") is not None]
     what = run_dir / "compromise.json"
@@ -110,7 +115,7 @@ def run_one(name: str, plan: Plan, home: Path, out: Path, timeout_s: float) -> d
     plan_path = home / f"{name}.plan.json"
     plan.save(plan_path)
     cmd = [sys.executable, "-m", "cli.main", "launch", "--plan", str(plan_path), "--recipe", "synthetic",
-           "--max-steps", str(WARMUP + TIMED), "--max-oom-retries", "0", "--home", str(home / name), "--json",
+           "--max-steps", str(sum(steps_of(plan))), "--max-oom-retries", "0", "--home", str(home / name), "--json",
            "--", "--pool", "1", "--log-every", "1"]
     row["command"] = cmd
     t0 = time.perf_counter()
@@ -142,7 +147,7 @@ def run_one(name: str, plan: Plan, home: Path, out: Path, timeout_s: float) -> d
     row["status"] = "oom" if any(a.get("status") == "oom" for a in rec.get("attempts", [])) else rec.get("status")
     run_dir = Path(rec["run_dir"])
     if (run_dir / "metrics.jsonl").is_file():
-        row["measured"] = measured_of(run_dir)
+        row["measured"] = measured_of(run_dir, steps_of(plan)[0])
     return row
 
 
@@ -152,7 +157,7 @@ def fmt(v, digits=1) -> str:
 
 def table(rows: list[dict], device: str, seq_len: int) -> str:
     lines = [f"# Memory compromises on one {device} (benchmarks/h200_compromises.py)", "",
-             f"seq {seq_len}, {WARMUP} warm-up + {TIMED} timed steps, `advise launch --plan ... --recipe synthetic`; "
+             f"seq {seq_len}, {WARMUP} warm-up + {TIMED} timed steps (cpu-offload 2 + 3), `advise launch --plan ... --recipe synthetic`; "
              "measured peak = max_memory_allocated after the first optimizer step; estimate = advisor.estimate.", "",
              "| config | model | micro-batch | status | peak GiB meas. | est. | reserved GiB | samples/s meas. | est. "
              "| optimizer ran | loss first→last |",
