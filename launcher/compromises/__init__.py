@@ -19,11 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from advisor.config import Optimizer, Precision
 from advisor.plan import Plan
+
+if TYPE_CHECKING:  # torch is imported where a rank needs it: `advise launch` plans (checks.py) without it
+    import torch
 
 COMPROMISE_FILE = "compromise.json"
 
@@ -48,6 +50,8 @@ def names(plan: Plan) -> list[str]:
 def apply_to_model(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:
     """LoRA last (peft wraps the model as the plan's other choices left it)."""
     if plan.config.lora_rank:
+        import torch
+
         from launcher.compromises.lora import apply_lora
 
         base = torch.float16 if plan.config.precision is Precision.fp16 else torch.bfloat16
@@ -56,6 +60,8 @@ def apply_to_model(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _one_optimizer(plan: Plan, params: list, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
+    import torch
+
     c = plan.config
     if c.optimizer is Optimizer.sgd:
         return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
