@@ -173,7 +173,8 @@ def test_cpu_offload_plan_is_fsdp_with_offload_even_on_one_process():
 
 
 def test_force_on_gpu_plans_shows_why_in_the_dry_run(capsys, tmp_path):
-    args = ["launch", "--gpu", "rtx4090", "--model", "llama3-8b", "--micro-batch", "1", "--recipe", "synthetic",
+    # 70B parameters on one 24 GB card: no compromise fits (not even LoRA: the bf16 base alone is 131 GiB)
+    args = ["launch", "--gpu", "rtx4090", "--gpus", "1", "--model", "llama3-70b", "--micro-batch", "1", "--recipe", "synthetic",
             "--dry-run", "--json", "--home", str(tmp_path)]
     assert main(args) == 2 and "does not fit" in capsys.readouterr().err
     assert main([*args, "--force"]) == 0
