@@ -110,6 +110,8 @@ class Plan(BaseModel):
     prefetch_factor: int | None = Field(None, ge=1, description="DataLoader batches prefetched per worker")
     sync_batchnorm: bool = Field(False, description="convert BatchNorm to SyncBatchNorm across ranks")
     task: str | None = None
+    forced: str | None = Field(None, description="launched with --force although the estimate says it will not fit: "
+                                                 "why it says so")
 
     @property
     def world_size(self) -> int:
@@ -119,6 +121,8 @@ class Plan(BaseModel):
     def mixed_precision(self) -> Literal["no", "bf16", "fp16"]:
         """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead."""
         p = self.config.precision.value
+        if self.config.lora_rank:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
+            return "fp16" if p == "fp16" else "bf16"
         return p if p in ("bf16", "fp16") else "no"
 
     @model_validator(mode="after")

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from cli import flags
-from cli.launch_plan import options_from_flags, plan_from_flags, require_gpus, target_from_flags
+from cli.launch_plan import check_here, options_from_flags, plan_from_flags, require_gpus, target_from_flags
 from launcher.recipes import RECIPES  # a dict in an otherwise empty package: cheap at parse time
 
 
@@ -51,6 +51,9 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--main-port", type=flags.port, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
     g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=3, metavar="N",
                    help="retries with half the micro-batch after a CUDA OOM (default 3)")
+    g.add_argument("--force", action="store_true",
+                   help="launch the pinned plan even if the estimate says it will not fit (the OOM retry still "
+                        "halves the micro-batch when it runs out of memory)")
     g.add_argument("--dry-run", action="store_true", help=shown("print the Accelerate config and command; run nothing"))
     g.add_argument("--emit", choices=("slurm",), help=shown("print an sbatch script for the plan instead of running it"))
     g.add_argument("--save-plan", type=Path, metavar="plan.json", help="also write the plan to this file")
@@ -145,10 +148,8 @@ def run(args: argparse.Namespace) -> int:
     flags.check_output_file(args.save_plan, "--save-plan", "plan.json")
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
-    if plan.cpu and not (args.dry_run or args.emit):
-        from launcher.host_fit import check_host_fit
-
-        check_host_fit(plan)  # RAM and cores of this machine, before anything is recorded or started
+    if not (args.dry_run or args.emit):
+        plan = check_here(plan, force=args.force)  # before anything is recorded or started
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.save_plan:

@@ -55,7 +55,48 @@ def plan_from_flags(args: argparse.Namespace):
     if args.script and not args.recipe:  # a user's script: plan for the code it most likely loads
         ref, note = as_script_runs_it(req.model)
         req, notes = req.model_copy(update={"model": ref}), [note] if note else []
-    return plan(req, calibration=load_calibration(flags.home_dir(args))), notes
+    calibration = load_calibration(flags.home_dir(args))
+    if not getattr(args, "force", False):
+        return plan(req, calibration=calibration), notes  # refuses what the estimate says will not fit
+    from rules.api import recommend
+
+    rec = recommend(req, calibration=calibration)  # the plan `advise` shows for the same flags
+    if rec.recommendation.fits:
+        return rec.plan, [*notes, "--force: the estimate says this plan fits; nothing to force"]
+    m, hw = rec.estimate.memory, rec.estimate.hardware
+    why = (f"the estimate says {rec.estimate.model.name} needs ~{m.device_gib:.1f} GiB per GPU (peak allocated "
+           f"{m.peak_gib:.1f}: weights {m.weights_gib:.1f}, gradients {m.gradients_gib:.1f}, optimizer "
+           f"{m.optimizer_gib:.1f}, activations {m.activations_gib:.1f}), more than the {hw.memory_gib:.1f} GiB of "
+           f"one {hw.gpu}")
+    return forced(rec.plan, why), notes
+
+
+def forced(plan, why: str):
+    """``plan`` marked as launched against the estimate (recorded in the run's plan), and said so once."""
+    import sys
+
+    print(f"advise: forced (--force): {why}; launching anyway, the OOM retry still halves the micro-batch if it "
+          "runs out of memory (--max-oom-retries)", file=sys.stderr)
+    return plan.model_copy(update={"forced": why})
+
+
+def check_here(plan, *, force: bool = False):
+    """What this machine must have before a launch starts: host RAM and cores for CPU ranks
+    (``launcher.host_fit``; ``--force`` launches anyway) and what the plan's compromises need
+    (``launcher.compromises.checks``: packages, combinations, host RAM for offload; never forced)."""
+    from launcher.compromises.checks import check_compromises
+
+    check_compromises(plan)
+    if plan.cpu:
+        from launcher.host_fit import check_host_fit, host_need, max_processes
+
+        if force and plan.processes_per_node <= max_processes():
+            need = host_need(plan)
+            if need.total_gib > need.usable_gib:
+                return forced(plan, f"the estimate says {need.model} needs ~{need.total_gib:.1f} GiB of host RAM for "
+                                    f"{need.ranks} CPU process(es), more than the {need.usable_gib:.1f} GiB usable here")
+        check_host_fit(plan)
+    return plan
 
 
 def target_from_flags(args: argparse.Namespace, plan):

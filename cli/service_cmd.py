@@ -136,7 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from advisor.errors import UserError
     from launcher import service
-    from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
+    from cli.launch_plan import check_here, options_from_flags, plan_from_flags, target_from_flags
     from launcher.home import resolve_home
 
     for flag, given in (("--dry-run", args.dry_run), ("--emit", args.emit), ("--probe", args.probe)):
@@ -148,10 +148,7 @@ def _submit(args: argparse.Namespace) -> int:
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
     options = options_from_flags(args, plan)
-    if plan.cpu:  # the service runs it on this machine
-        from launcher.host_fit import check_host_fit
-
-        check_host_fit(plan)
+    plan = check_here(plan, force=args.force)  # the service runs it on this machine
     if args.save_plan:
         plan.save(args.save_plan)
     rec, more = service.submit(resolve_home(args.home), plan, target, options, need_gib=args.need_gib,

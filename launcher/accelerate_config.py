@@ -33,6 +33,8 @@ _ZOO_TRANSFORMER_LAYER = "Block"
 def distributed_type(plan: Plan) -> str:
     """Accelerate's ``distributed_type`` for the plan (see the module docstring for CPU)."""
     strategy = plan.config.strategy
+    if plan.config.cpu_offload and strategy is not Strategy.ddp:
+        strategy = Strategy.fsdp  # CPU offload is FSDP's, on one process too (FSDP over world size 1)
     if strategy is Strategy.dp:
         raise UserError("DataParallel plans are for `advise bench` only: Accelerate launches one process per device",
                         fix="use --strategy ddp (one process per GPU), or run `advise bench --modes dp,ddp` to compare")
@@ -63,7 +65,9 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     sec: dict[str, Any] = {
         "fsdp_version": 2,
         "fsdp_reshard_after_forward": True,  # ZeRO-3: free gathered weights after each unit's forward
-        "fsdp_offload_params": False,
+        # --cpu-offload: FSDP2's CPUOffloadPolicy (Accelerate maps fsdp_offload_params to it): sharded
+        # parameters, gradients and optimizer states live in host memory, the optimizer steps on the CPU.
+        "fsdp_offload_params": bool(plan.config.cpu_offload),
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",  # each rank saves its shard: no rank-0 gather
         "fsdp_cpu_ram_efficient_loading": False,
         "fsdp_activation_checkpointing": bool(plan.config.grad_ckpt),

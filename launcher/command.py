@@ -95,9 +95,6 @@ def check_target(target: "Target", plan) -> None:
     from advisor.catalog import catalog_model
 
     catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
-    if plan.config.lora_rank:
-        raise UserError(f"recipe {target.name} trains all parameters, not LoRA adapters",
-                        fix="drop --lora-rank, or launch your own script (e.g. with peft): advise launch ... -- train.py")
     if target.name == "text-classification":
         if plan.model.name != "mini-transformer":
             raise UserError("recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
@@ -205,7 +202,7 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
     exists when there are several ranks; one rank's output is the launcher's own.
     """
     cmd = [python or sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_path)]
-    multi = plan.world_size > 1 or plan.config.strategy.value == "fsdp"
+    multi = plan.world_size > 1 or plan.config.strategy.value == "fsdp" or plan.config.cpu_offload
     if multi and plan.nodes == 1:
         # One machine: the ranks meet on the loopback (MASTER_ADDR), not on a public address.
         cmd += ["--main_process_ip", LOOPBACK, "--main_process_port", str(main_port or free_port())]

@@ -36,7 +36,12 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
     nodes = req.nodes
     ranks = procs * nodes
 
-    precision = req.precision or Precision.fp32
+    precision = req.precision
+    if precision is None:
+        # LoRA trains on a frozen bf16 base under bf16 autocast (launcher.compromises.lora): say so.
+        precision = Precision.bf16 if req.lora_rank else Precision.fp32
+        if req.lora_rank:
+            notes.append("precision bf16 for --lora-rank (frozen bf16 base, fp32 adapters, bf16 autocast)")
     if precision is Precision.fp16:
         raise UserError("fp16 autocast needs a GPU", fix="use --precision bf16 (CPUs run bf16 autocast) or fp32")
     strategy = req.strategy or (Strategy.ddp if ranks > 1 else Strategy.single)
@@ -98,7 +103,8 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
                          precision=precision, optimizer=optimizer, compile=bool(req.compile),
                          channels_last=bool(req.channels_last),
                          grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
-                         lora_rank=req.lora_rank)
+                         lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                         cpu_offload=bool(req.cpu_offload))
     plan = Plan(model=model, config=config, gpu=None, processes_per_node=procs, nodes=nodes, cpu=True,
                 global_batch=global_batch, lr=lr, base_lr=base_lr, base_batch=base_batch, lr_scaling=rule,
                 warmup_steps=warmup, total_steps=total, epochs=epochs, dataset_size=dataset,

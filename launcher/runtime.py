@@ -15,14 +15,17 @@ What it applies, and why here rather than in each script:
   accumulation; gradients are all-reduced only on the last micro-batch (``no_sync``).
 - LR: the plan's (already scaled) LR with linear warmup, then cosine to 10% when the number of
   steps is known (nanoGPT's min_lr = lr/10), else constant. One scheduler step per optimizer step.
-- pure-bf16 = ``model.to(bfloat16)``: weights, gradients and AdamW states in bf16.
+- pure-bf16 = ``model.to(bfloat16)``: weights, gradients and AdamW states in bf16, stepped by
+  ``KahanAdamW`` (a compensated update). The other memory compromises (8-bit AdamW, the step in
+  backward, LoRA; FSDP CPU offload is the Accelerate config's) live in ``launcher.compromises``.
 - ``torch.compile`` when planned, unless Accelerate's dynamo config already compiles in
   ``prepare`` (the config cardwise writes does that, so plain Accelerate scripts get it too).
 - Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
 - Data sharding per rank: ``accelerator.prepare`` of the DataLoader (Accelerate's equivalent of
   DistributedSampler), ``set_epoch`` every epoch.
-- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, rank, time, attempt};
-  timing synchronises the device only at logging steps, so measuring does not slow training.
+- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, reserved_gib, rank, time,
+  attempt}; the peaks are reset after the first optimizer step (steady state, as ``advise estimate``'s
+  ``peak_gib``: model building and the optimizer's first allocation are not training); timing synchronises the device only at logging steps, so measuring does not slow training.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 
 import torch
 
-from advisor.config import Optimizer, Precision
+from advisor.config import Precision
 from advisor.plan import Plan
 from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR
 
@@ -176,23 +179,16 @@ class Runtime:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             elif self.is_main:
                 print("cardwise: the plan asks for --grad-ckpt but this model has no checkpointing switch", file=sys.stderr)
-        return model
+        from launcher import compromises
+
+        return compromises.apply_to_model(self.plan, model)  # LoRA adapters (peft), last
 
     def optimizer(self, model_or_params: torch.nn.Module | Iterable, weight_decay: float = 0.01) -> torch.optim.Optimizer:
         """The plan's optimizer at the plan's LR (the schedule multiplies it from step 0)."""
+        from launcher import compromises
+
         params = model_or_params.parameters() if isinstance(model_or_params, torch.nn.Module) else model_or_params
-        params = [p for p in params if p.requires_grad]
-        opt, lr = self.plan.config.optimizer, self.plan.lr
-        if opt is Optimizer.sgd:
-            return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
-        if opt is Optimizer.adamw_8bit:
-            try:
-                import bitsandbytes as bnb
-            except ImportError:
-                raise SystemExit("the plan uses --optimizer adamw-8bit, which needs bitsandbytes: pip install bitsandbytes") from None
-            return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
-        fused = self.device.type == "cuda"
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
+        return compromises.make_optimizer(self.plan, params, self.device, weight_decay)
 
     def dataloader(self, dataset, *, shuffle: bool = True, collate_fn: Callable | None = None) -> torch.utils.data.DataLoader:
         """A DataLoader of micro-batches with the plan's workers/pinning; pass it to ``prepare``."""
@@ -211,7 +207,20 @@ class Runtime:
         model, optimizer, *loaders = self.accelerator.prepare(model, optimizer, *loaders)
         if self.plan.config.compile and not self._accelerate_compiles():
             model = torch.compile(model)
+        self._compromise_hooks(model, optimizer)
         return (model, optimizer, *loaders)
+
+    def _compromise_hooks(self, model, optimizer) -> None:
+        """Record what the compromises run as (compromise.json); no clipping with the step in backward."""
+        from launcher import compromises
+
+        if self.clip_grad_norm and not compromises.can_clip(optimizer):
+            if self.is_main:
+                print("cardwise: --optimizer-in-backward steps each parameter as its gradient arrives, so gradient "
+                      "clipping (the global norm) is not possible; training without it", file=sys.stderr)
+            self.clip_grad_norm = None
+        if self.is_main:
+            compromises.write_description(self.run_dir, compromises.describe(self.plan, model, optimizer, self.accelerator))
 
     def batches(self, loader) -> Iterator:
         """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks)."""
@@ -249,6 +258,8 @@ class Runtime:
         if self.step == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
             self._sync()
             self.first_step_time = time.time()
+            if self.device.type == "cuda":  # peak_gib is the steady state's, as the estimate's (not the build's)
+                torch.cuda.reset_peak_memory_stats(self.device)
         mean = total / self.plan.config.grad_accum
         self._loss_sum = mean if self._loss_sum is None else self._loss_sum + mean
         self._since_log += 1
@@ -272,6 +283,7 @@ class Runtime:
             "samples_per_s": samples / dt,
             "tokens_per_s": samples * self.tokens_per_sample / dt if self.tokens_per_sample else None,
             "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30 if self.device.type == "cuda" else None,
             "rank": self.rank,
             "time": time.time(),
             "attempt": self.attempt,
@@ -301,6 +313,9 @@ class Runtime:
             self._log()
         acc = self.accelerator
         acc.wait_for_everyone()
+        from launcher import compromises
+
+        compromises.at_finish(model, acc, self.run_dir)  # LoRA adapters -> run_dir/adapters (safetensors)
         digest, total = hashlib.sha256(), 0.0
         for name, p in sorted(acc.unwrap_model(model).named_parameters()):
             t = p.detach().cpu().contiguous()

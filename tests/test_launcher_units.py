@@ -256,13 +256,15 @@ def test_runs_empty_home(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == []
 
 
-def test_recipes_refuse_lora_before_any_rank_starts(tmp_path, capsys):
+def test_recipes_refuse_lora_without_projections_before_any_rank_starts(tmp_path, capsys):
+    # Recipes train LoRA adapters (launcher.compromises, tests/test_compromises.py); a model with no
+    # attention/MLP projection to put them on is refused up front.
     from cli.main import main
 
-    rc = main(["launch", "--cpu", "--processes", "1", "--model", "mini-transformer", "--lora-rank", "8",
+    rc = main(["launch", "--cpu", "--processes", "1", "--model", "resnet18", "--lora-rank", "8",
                "--recipe", "synthetic", "--max-steps", "2", "--home", str(tmp_path)])
     err = capsys.readouterr().err
-    assert rc == 2 and "LoRA" in err and "Traceback" not in err
+    assert rc == 2 and "--lora-rank" in err and "resnet18 has none" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

@@ -59,7 +59,11 @@ def check_fits(plan: Plan) -> None:
 
     The form's default (two processes) is no promise for every model: llama3-8b on CPU needs
     ~150 GiB per process. Called from the launch worker, before any record or process: sizing a
-    ``--module`` model traces it, which must not freeze the screen."""
+    ``--module`` model traces it, which must not freeze the screen. What the plan's memory
+    compromises need (packages, combinations) is checked as ``advise launch`` checks it."""
+    from launcher.compromises.checks import check_compromises
+
+    check_compromises(plan)
     if plan.cpu:
         from launcher.host_fit import check_host_fit
 

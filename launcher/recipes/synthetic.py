@@ -64,13 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     if not plan.model.name:
         raise SystemExit("the synthetic recipe trains catalog models (--model NAME); for --module or --hf-config "
                          "models launch your own script: advise launch ... -- train.py")
-    if plan.config.lora_rank:
-        raise SystemExit("the synthetic recipe trains all parameters; LoRA needs your own script (e.g. with peft)")
     spec = catalog_model(plan.model.name)
     set_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = build_trainable(spec, image_size=plan.config.image_size)
-    if spec.arch is not None:
-        init_weights(model)
+    with torch.device(rt.device):  # built and initialised where it trains: an 8B model is no minute of CPU init
+        model = build_trainable(spec, image_size=plan.config.image_size)
+        if spec.arch is not None:
+            init_weights(model)
     model = rt.setup_model(model)
     model, optimizer = rt.prepare(model, rt.optimizer(model))
     if spec.arch is not None and not spec.is_vision:

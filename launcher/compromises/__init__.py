@@ -1,0 +1,142 @@
+"""The memory compromises of decision node H, as the runtime applies them (issue #12).
+
+``launcher.runtime.Runtime`` calls three hooks here, so that every recipe and every user script
+that uses the runtime gets the same behaviour:
+
+- ``apply_to_model``  (from ``setup_model``): LoRA adapters (``lora``) after the plan's other model choices;
+- ``make_optimizer``  (from ``optimizer``): KahanAdamW for pure-bf16 (``kahan``), bitsandbytes
+  AdamW8bit for adamw-8bit, either wrapped per parameter for --optimizer-in-backward (``in_backward``);
+- ``describe``        (from ``prepare``): ``compromise.json`` in the run directory, what really ran
+  (optimizer class, parameter dtypes, trainable counts, FSDP offload), for the run record and the tests.
+
+FSDP CPU offload needs no runtime code: the Accelerate config says ``fsdp_offload_params``
+(``launcher.accelerate_config``). ``checks.check_compromises`` refuses, at plan time, what cannot
+run. ``advisor.memory`` models each compromise's bytes with the same semantics.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from advisor.config import Optimizer, Precision
+from advisor.plan import Plan
+
+if TYPE_CHECKING:  # torch is imported where a rank needs it: `advise launch` plans (checks.py) without it
+    import torch
+
+COMPROMISE_FILE = "compromise.json"
+
+
+def names(plan: Plan) -> list[str]:
+    """The compromises a plan asks for, in decision node H's order (empty: the standard setup)."""
+    c = plan.config
+    out = []
+    if c.precision is Precision.pure_bf16:
+        out.append("pure-bf16")
+    if c.optimizer is Optimizer.adamw_8bit:
+        out.append("adamw-8bit")
+    if c.optimizer_in_backward:
+        out.append("optimizer-in-backward")
+    if c.cpu_offload:
+        out.append("cpu-offload")
+    if c.lora_rank:
+        out.append(f"lora-r{c.lora_rank}")
+    return out
+
+
+def apply_to_model(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:
+    """LoRA last (peft wraps the model as the plan's other choices left it)."""
+    if plan.config.lora_rank:
+        import torch
+
+        from launcher.compromises.lora import apply_lora
+
+        base = torch.float16 if plan.config.precision is Precision.fp16 else torch.bfloat16
+        model = apply_lora(model, plan.config.lora_rank, base_dtype=base)
+    return model
+
+
+def _one_optimizer(plan: Plan, params: list, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
+    import torch
+
+    c = plan.config
+    if c.optimizer is Optimizer.sgd:
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
+    if c.optimizer is Optimizer.adamw_8bit:
+        import bitsandbytes as bnb  # presence checked at plan time (checks.check_compromises)
+
+        return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
+    if c.precision is Precision.pure_bf16:
+        from launcher.compromises.kahan import KahanAdamW
+
+        return KahanAdamW(params, lr=lr, weight_decay=weight_decay)
+    # Fused AdamW on CUDA: one kernel over all parameters instead of a loop of small ones. Not with
+    # CPU offload, where the parameters and states the step touches live in host memory.
+    fused = device.type == "cuda" and not c.cpu_offload
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+
+
+def make_optimizer(plan: Plan, params: Iterable, device: torch.device, weight_decay: float = 0.01) -> torch.optim.Optimizer:
+    """The plan's optimizer at the plan's LR over the trainable ``params``."""
+    params = [p for p in params if p.requires_grad]
+    if plan.config.optimizer_in_backward:
+        from launcher.compromises.in_backward import InBackwardOptimizer
+
+        return InBackwardOptimizer(params, lambda ps: _one_optimizer(plan, ps, plan.lr, weight_decay, device))
+    return _one_optimizer(plan, params, plan.lr, weight_decay, device)
+
+
+def can_clip(optimizer) -> bool:
+    """Gradient clipping needs every gradient at once: not with the step in backward."""
+    from launcher.compromises.in_backward import InBackwardOptimizer
+
+    inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer wraps it
+    return not isinstance(inner, InBackwardOptimizer)
+
+
+def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict:
+    """What really runs: the optimizer class, parameter dtypes, trainable counts, FSDP offload."""
+    from launcher.compromises.in_backward import InBackwardOptimizer
+
+    inner = getattr(optimizer, "optimizer", optimizer)
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    info = {
+        "compromises": names(plan),
+        "optimizer": type(inner).__name__,
+        "optimizer_module": type(inner).__module__,
+        "in_backward": isinstance(inner, InBackwardOptimizer),
+        "inner_optimizer": inner.inner_class if isinstance(inner, InBackwardOptimizer) else None,
+        "param_dtypes": dtypes,
+        "trainable_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in trainable}),
+        "trainable_params": sum(p.numel() for p in trainable),
+        "total_params": sum(p.numel() for p in params),
+        "mixed_precision": accelerator.mixed_precision,
+    }
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is not None:
+        info["fsdp_version"] = getattr(plugin, "fsdp_version", None)
+        off = getattr(plugin, "cpu_offload", None)  # FSDP2: CPUOffloadPolicy or OffloadPolicy; FSDP1: CPUOffload
+        info["fsdp_cpu_offload"] = type(off).__name__ == "CPUOffloadPolicy" or bool(getattr(off, "offload_params", False))
+    if plan.config.lora_rank:
+        cfg = getattr(accelerator.unwrap_model(model), "peft_config", {}).get("default")
+        info["lora_targets"] = sorted(cfg.target_modules) if cfg is not None else None
+    return info
+
+
+def write_description(run_dir: Path | None, info: dict) -> None:
+    if run_dir is not None:
+        (Path(run_dir) / COMPROMISE_FILE).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def at_finish(model, accelerator, run_dir: Path | None) -> Path | None:
+    """Save LoRA adapters (main process, safetensors) into the run directory; None when there are none."""
+    if run_dir is None or not accelerator.is_main_process:
+        return None
+    from launcher.compromises.lora import save_adapters
+
+    return save_adapters(accelerator.unwrap_model(model), Path(run_dir))

@@ -1,0 +1,87 @@
+"""LoRA adapters through peft (``--lora-rank R``): a different training, of the adapters only.
+
+How peft users set it up, and what ``advise estimate`` models (issue #12's measured runs): the
+frozen base cast to bf16 before wrapping, ``LoraConfig(r=R, lora_alpha=2R, lora_dropout=0)`` on
+every linear projection of attention and MLP, adapters kept in fp32 (peft's
+``autocast_adapter_dtype``), the forward under bf16 autocast (the plan's ``mixed_precision``).
+lora_alpha = 2r is the common choice (Raschka, "Practical Tips for Finetuning LLMs Using LoRA",
+2023; the QLoRA paper's configs use alpha/r = 2 for small ranks as well), and dropout 0 keeps the
+step deterministic and cheap (Hu et al. 2021 use none for GPT-3).
+
+Target modules, by the names each implementation gives its projections:
+- cardwise's own models (advisor.zoo): attention ``q k v o``, MLP ``up gate down``;
+- Hugging Face llama / qwen2 / mistral (and most decoders since): ``q_proj k_proj v_proj o_proj
+  gate_proj up_proj down_proj``;
+- Hugging Face gpt2: ``c_attn c_proj c_fc``, ``Conv1D`` layers whose weight is (in, out): peft
+  needs ``fan_in_fan_out=True``;
+- Hugging Face bert: ``query key value dense``.
+The names found in the model decide; a model with none of them is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+ZOO_TARGETS = ("q", "k", "v", "o", "up", "gate", "down")
+HF_DECODER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
+BERT_TARGETS = ("query", "key", "value", "dense")
+FAMILIES = (ZOO_TARGETS, HF_DECODER_TARGETS, GPT2_TARGETS, BERT_TARGETS)
+ADAPTER_DIR = "adapters"  # under the run directory
+
+
+def _projection_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Leaf modules peft can adapt (``nn.Linear`` and transformers' ``Conv1D``), by full name."""
+    found = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D":
+            found[name] = m
+    return found
+
+
+def target_modules(model: torch.nn.Module) -> tuple[list[str], bool]:
+    """(the target names present in ``model``, whether they are gpt2-style ``Conv1D``); ValueError if none."""
+    layers = _projection_layers(model)
+    suffixes = {name.rsplit(".", 1)[-1] for name in layers}
+    for family in FAMILIES:
+        names = [t for t in family if t in suffixes]
+        if names:
+            conv1d = any(type(m).__name__ == "Conv1D" for n, m in layers.items() if n.rsplit(".", 1)[-1] in names)
+            return names, conv1d
+    raise ValueError("no attention or MLP projection found to put LoRA adapters on (looked for "
+                     + ", ".join("/".join(f) for f in FAMILIES) + ")")
+
+
+def apply_lora(model: torch.nn.Module, rank: int, base_dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """The peft model: ``model`` frozen and cast to ``base_dtype``, fp32 adapters of rank ``rank`` on its projections."""
+    from peft import LoraConfig, get_peft_model
+
+    names, conv1d = target_modules(model)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=names,
+                        fan_in_fan_out=conv1d, bias="none")
+    model = model.to(base_dtype)
+    model = get_peft_model(model, config, autocast_adapter_dtype=True)
+    for p in model.parameters():  # adapters in fp32 whatever peft's version does by default
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return model
+
+
+def trainable_summary(model: torch.nn.Module) -> dict:
+    """Counts and dtypes of what trains and what is frozen (for the run's final record)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    return {"trainable_params": sum(p.numel() for p in trainable), "frozen_params": sum(p.numel() for p in frozen),
+            "adapter_dtype": str(trainable[0].dtype).replace("torch.", "") if trainable else None,
+            "base_dtype": str(frozen[0].dtype).replace("torch.", "") if frozen else None}
+
+
+def save_adapters(model: torch.nn.Module, run_dir: Path) -> Path | None:
+    """``save_pretrained`` of a peft model (safetensors) into ``run_dir/adapters``; None if not a peft model."""
+    if not hasattr(model, "peft_config"):
+        return None
+    out = Path(run_dir) / ADAPTER_DIR
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
