@@ -108,6 +108,9 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
         return "the optimizer is pinned" if req.optimizer is not None else f"the family's optimizer is {base.optimizer.value}"
     if "lora_rank" in u and (req.lora_rank is not None or p.model.arch is None):
         return "--lora-rank is pinned" if req.lora_rank is not None else "LoRA needs a transformer"
+    for field in ("optimizer_in_backward", "cpu_offload"):  # --no-... given: the user pinned it off
+        if field in u and getattr(req, field) is False:
+            return f"--no-{field.replace('_', '-')} is pinned"
     if level.accum1 and req.grad_accum is not None and req.grad_accum > 1:
         return "--grad-accum is pinned"
     if level.single_only and (n > 1 or req.strategy not in (None, Strategy.single) or base.cpu_offload):
