@@ -3,7 +3,7 @@ optimizer step in backward's per-parameter launches, the Kahan buffer's traffic.
 
 ``throughput.estimate_throughput`` calls ``compromise_cost`` once, after the standard step time
 (compute + optimizer + exposed communication) is known, and adds what it returns. Rough where it
-says so: these constants are stated, not fit, until ``benchmarks/compromises_h200.py`` measures
+says so: these constants are stated, not fit, until ``benchmarks/h200_compromises.py`` measures
 each compromise on the H200 (results in benchmarks/results/).
 """
 
