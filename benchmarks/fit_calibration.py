@@ -244,6 +244,19 @@ def _stats(errs: list[float]) -> str:
     return f"{statistics.median(errs):.1%} | {max(errs):.1%}" if errs else "- | -"
 
 
+def _before_after(title: str, column: str, groups: dict) -> list[str]:
+    """A markdown table of errors before/after per group ({name: (before, after)}), and a row for all."""
+    lines = ["", title, "", f"| {column} | n | before median | before worst | after median | after worst |",
+             "|---|---:|---:|---:|---:|---:|"]
+    allb, alla = [], []
+    for name, (b, a) in sorted(groups.items()):
+        allb += b
+        alla += a
+        lines.append(f"| {name} | {len(a)} | {_stats(b)} | {_stats(a)} |")
+    lines.append(f"| all | {len(alla)} | {_stats(allb)} | {_stats(alla)} |")
+    return lines
+
+
 REPEATS = (RESULTS / "h200-hostbound-repeat.jsonl", RESULTS / "h200-reference-eager.jsonl")
 
 
@@ -324,23 +337,10 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     for split, (m, t) in errs.items():
         if m:
             lines.append(f"| {split} | {len(m)} | {_stats(m)} | {_stats(t)} |")
-    lines += ["", "Throughput on the holdout rows per model source, before the refit (commit 6e16ead, "
-              f"`{BEFORE_REFIT.name}`) and after (abs error, median | worst):", "",
-              "| source | n | before median | before worst | after median | after worst |", "|---|---:|---:|---:|---:|---:|"]
-    allb, alla = [], []
-    for s_, (b, a) in sorted(src.items()):
-        allb += b
-        alla += a
-        lines.append(f"| {s_} | {len(a)} | {_stats(b)} | {_stats(a)} |")
-    lines.append(f"| all | {len(alla)} | {_stats(allb)} | {_stats(alla)} |")
-    lines += ["", "Throughput on the holdout rows per family, before and after (abs error, median | worst):", "",
-              "| family | n | before median | before worst | after median | after worst |", "|---|---:|---:|---:|---:|---:|"]
-    allb, alla = [], []
-    for f, (b, a) in sorted(fam.items()):
-        allb += b
-        alla += a
-        lines.append(f"| {f} | {len(a)} | {_stats(b)} | {_stats(a)} |")
-    lines.append(f"| all | {len(alla)} | {_stats(allb)} | {_stats(alla)} |")
+    lines += _before_after("Throughput on the holdout rows per model source, before the refit (commit 6e16ead, "
+                           f"`{BEFORE_REFIT.name}`) and after (abs error, median | worst):", "source", src)
+    lines += _before_after("Throughput on the holdout rows per family, before and after (abs error, median | worst):",
+                           "family", fam)
     lines += _repeats(rows)
     lines += ["", "Bars (DESIGN.md): throughput on the same GPU kind within 10% median, 25% worst; memory 5% / 15% "
               "(the memory side is issue 16's other half).", "", "Fitted constants:", "", "```",

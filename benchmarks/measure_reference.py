@@ -2,8 +2,9 @@
 
 For each configuration: build the zoo model on the GPU, train with fused AdamW on synthetic data
 already on the device (zero_grad(set_to_none=True), as Accelerate does), run warm-up steps
-(compile happens there), reset the peak counter after the first optimizer step, then time
-``--steps`` steps with CUDA events. Records ``torch.cuda.max_memory_allocated()`` over the timed
+(compile happens there), reset the peak counter after the warm-up, then time
+``--steps`` steps with CUDA events (the step loop is ``steploop.py``'s, shared with
+``measure_users_models.py``). Records ``torch.cuda.max_memory_allocated()`` over the timed
 steps (DESIGN.md's ``peak_gib``), the device memory in use (``device_gib``), samples/s and step time.
 Also measures the two ceilings (bf16 matmul rate, copy bandwidth) once (device/METHOD.md).
 
@@ -16,7 +17,6 @@ Rows go to the JSONL as they finish, so a run stopped at its time limit keeps wh
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import time
@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from advisor.catalog import catalog_model  # noqa: E402
 from advisor.zoo import build_trainable, init_weights, synthetic_batch  # noqa: E402
+from steploop import ceilings, free_device, make_step, memory, timed, warm_up  # noqa: E402
 
 # (id, model, micro_batch, seq_len, image_size, precision, compile, grad_ckpt, channels_last, split)
 # split: "fit" rows may be used to fit calibration constants; "holdout" rows never are, and the
@@ -119,34 +120,6 @@ KEYS = ("id", "model", "micro_batch", "seq_len", "image_size", "precision", "com
         "channels_last", "split")
 
 
-def ceilings(device) -> dict:
-    """bf16 matmul TFLOP/s and copy GB/s (read + write), median of 10 after warm-up."""
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    src = torch.randn(2**30 // 4, device=device)
-    dst = torch.empty_like(src)
-
-    def timed(fn, n=10):
-        for _ in range(3):
-            fn()
-        ts = []
-        for _ in range(n):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3)
-        return sorted(ts)[len(ts) // 2]
-
-    mm = timed(lambda: a @ b)
-    cp = timed(lambda: dst.copy_(src))
-    out = {"bf16_matmul_tflops": 2 * 8192**3 / mm / 1e12, "copy_gbps": 2 * src.numel() * 4 / cp / 1e9}
-    del a, b, src, dst
-    torch.cuda.empty_cache()
-    return out
-
-
 def precision_flags(prec: str) -> tuple[bool, bool]:
     """(matmul TF32, cuDNN TF32) for a precision name, DESIGN.md's meaning, as the runtime applies it:
     fp32 = PyTorch's defaults (cuDNN convolutions TF32, matmuls fp32), tf32 = TF32 for both. (The
@@ -196,48 +169,18 @@ def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
     if row["channels_last"]:
         x = x.contiguous(memory_format=torch.channels_last)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=prec in ("bf16", "fp16"))
-
-    def step():
-        with autocast:
-            loss = step_fn(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    t0 = time.perf_counter()
-    first_loss = float(step().detach())  # first optimizer step: states now exist
-    for _ in range(max(0, warmup - 1)):
-        step()
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    sync()
-    warm_s = time.perf_counter() - t0
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-    t1 = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    if device == "cuda":
-        end.record()
-    sync()
-    elapsed = start.elapsed_time(end) / 1e3 if device == "cuda" else time.perf_counter() - t1
+    step = make_step(lambda: step_fn(x, y), opt, autocast)
+    warm = warm_up(step, warmup, device)
+    run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
+    elapsed = run["elapsed_s"]
     out = dict(row)
-    out.update(step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed, warmup_s=warm_s,
-               first_loss=first_loss, last_loss=float(loss), params=sum(p.numel() for p in model.parameters()),
-               matmul_tf32=mm_tf32, cudnn_tf32=cudnn_tf32)
+    out.update(step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed,
+               warmup_s=warm["warmup_s"], first_loss=warm["first_loss"], last_loss=run["last_loss"],
+               params=sum(p.numel() for p in model.parameters()), matmul_tf32=mm_tf32, cudnn_tf32=cudnn_tf32)
+    out.update(memory(device))  # before count_kernels: its step is not part of the timed region
     out["cuda_kernels"] = count_kernels(step, device)  # what one step launches (host-bound regime)
-    if device == "cuda":
-        free, total = torch.cuda.mem_get_info()
-        out.update(peak_gib=torch.cuda.max_memory_allocated() / 2**30,
-                   reserved_gib=torch.cuda.max_memory_reserved() / 2**30,
-                   device_gib=(total - free) / 2**30)
-    del model, opt, step_fn, x, y
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch._dynamo.reset()
+    del model, opt, step_fn, x, y, step
+    free_device(device)
     return out
 
 
@@ -281,8 +224,7 @@ def main() -> None:
                 res = run_config(row, device, args.steps, args.warmup)
             except torch.cuda.OutOfMemoryError as exc:
                 res = dict(row, error=f"OOM: {str(exc)[:200]}")
-                gc.collect()
-                torch.cuda.empty_cache()
+                free_device(device)
             except Exception as exc:  # keep going: one broken row must not cost the whole call
                 res = dict(row, error=f"{type(exc).__name__}: {str(exc)[:300]}")
             f.write(json.dumps(res) + "\n")

@@ -3,15 +3,16 @@
 The models are written the way users write them (``benchmarks/users_models/*.py``, each with a
 zero-argument ``build()``) or built by transformers from a hand-written config
 (``benchmarks/users_models/hf/<name>/config.json``, random init, no downloads). This script imports
-no cardwise module: the GPU machine it runs on has only torch and transformers.
+no cardwise module (``steploop.py`` beside it imports only torch): the GPU machine it runs on has
+only torch and transformers.
 
 For each configuration (CONFIGS below, declared with its fit/holdout split before any measurement):
 build the model on the GPU, train with ``torch.optim.AdamW(fused=True)`` on synthetic data already
 on the device, ``zero_grad(set_to_none=True)``, run warm-up steps (compile happens there), call
 ``torch.cuda.reset_peak_memory_stats()``, then time N steps with CUDA events (N chosen from the last
-warm-up step so the timed region lasts about ``--target-s``). The step is the convention of
-``measure_reference.py``: forward and loss under autocast (bf16 rows), backward, optimizer step,
-zero_grad.
+warm-up step so the timed region lasts about ``--target-s``). The step and its timing are
+``steploop.py``'s, shared with ``measure_reference.py``: forward and loss under autocast (bf16 rows),
+backward, optimizer step, zero_grad.
 
 Losses: ``--module`` models are trained as cardwise assumes for ``--loss ce`` (cross-entropy over the
 output's last dimension with int64 targets: [B] for classifiers, [B, S] for language models) or
@@ -33,7 +34,6 @@ out-of-memory row is recorded with ``"oom": true`` and the run goes on.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
 import math
@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from steploop import ceilings, free_device, is_oom, make_step, memory, timed, warm_up
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "users_models"
@@ -262,94 +263,23 @@ def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: 
         def loss_fn():
             return F.mse_loss(fwd(x), y)
 
-    def step():
-        with autocast:
-            loss = loss_fn()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
+    step = make_step(loss_fn, opt, autocast)
     cuda = device == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    t0 = time.perf_counter()
-    first_loss = float(step())  # first optimizer step (compile happens here): states now exist
-    for _ in range(max(0, warmup - 2)):
-        step()
-    sync()
-    t_last = time.perf_counter()
-    step()  # last warm-up step, timed on the host to choose the number of timed steps
-    sync()
-    now = time.perf_counter()
-    last_warm_s, warm_s = now - t_last, now - t0
-    steps = max(min_steps, min(max_steps, math.ceil(target_s / max(last_warm_s, 1e-6))))
+    warm = warm_up(step, warmup, device)  # the last warm-up step's host time sets the timed steps
+    steps = max(min_steps, min(max_steps, math.ceil(target_s / max(warm["last_warm_s"], 1e-6))))
     out = dict(row)
     if cuda:
         out["warmup_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        torch.cuda.reset_peak_memory_stats()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-    t1 = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    if cuda:
-        end.record()
-    sync()
-    host_s = time.perf_counter() - t1
-    elapsed = start.elapsed_time(end) / 1e3 if cuda else host_s
+    run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
+    elapsed = run["elapsed_s"]
     out.update(source=source_of(model), cardwise_flags=cardwise_flags(row), oom=False, steps=steps,
                step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed,
-               host_step_s=host_s / steps, warmup_s=warm_s, first_loss=first_loss, last_loss=float(loss),
-               params=sum(p.numel() for p in net.parameters()),
+               host_step_s=run["host_s"] / steps, warmup_s=warm["warmup_s"], first_loss=warm["first_loss"],
+               last_loss=run["last_loss"], params=sum(p.numel() for p in net.parameters()),
                param_dtype=str(next(net.parameters()).dtype).replace("torch.", ""), **info)
     if smoke:
         out["smoke_tiny"] = True  # a tiny variant (MODEL_SOURCES' "tiny" / SMOKE_HF), not build()
-    if cuda:
-        free, total = torch.cuda.mem_get_info()
-        out.update(peak_gib=torch.cuda.max_memory_allocated() / 2**30,
-                   reserved_gib=torch.cuda.max_memory_reserved() / 2**30,
-                   device_gib=(total - free) / 2**30)
-    return out
-
-
-def free_device(device: str) -> None:
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    torch._dynamo.reset()
-
-
-def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def ceilings(device) -> dict:
-    """bf16 matmul TFLOP/s and copy GB/s (read + write), median of 10 after warm-up (random data)."""
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    src = torch.randn(2**30 // 4, device=device)
-    dst = torch.empty_like(src)
-
-    def timed(fn, n=10):
-        for _ in range(3):
-            fn()
-        ts = []
-        for _ in range(n):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3)
-        return sorted(ts)[len(ts) // 2]
-
-    mm = timed(lambda: a @ b)
-    cp = timed(lambda: dst.copy_(src))
-    out = {"bf16_matmul_tflops": 2 * 8192**3 / mm / 1e12, "copy_gbps": 2 * src.numel() * 4 / cp / 1e9}
-    del a, b, src, dst
-    torch.cuda.empty_cache()
+    out.update(memory(device))
     return out
 
 

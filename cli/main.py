@@ -13,6 +13,7 @@ import gc
 import importlib
 import os
 import sys
+import types
 
 # name -> (module, one-line help). Order is the order of `advise --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -100,6 +101,32 @@ def _command_name(argv: list[str]) -> str | None:
     return argv[0] if argv[0] in COMMANDS else "recommend"
 
 
+class _PluginsOff(types.ModuleType):
+    """``pydantic.plugin._loader`` for a process whose pydantic plugins are off.
+
+    The real module imports ``importlib.metadata`` (and through it ``email``, ``socket``, ...: ~20 ms
+    of the catalog recommendation's ~0.3 s CPU) only to look the plugins up, and its
+    ``get_plugins()`` answers ``()`` without looking when ``PYDANTIC_DISABLE_PLUGINS`` is one of
+    ``OFF`` (pydantic 2.x, ``pydantic/plugin/_loader.py``). This stand-in gives the same answer. Any
+    other name pydantic asks for loads the real module, so a pydantic that needs more still works.
+    """
+
+    NAME = "pydantic.plugin._loader"
+    OFF = ("__all__", "1", "true")
+
+    @staticmethod
+    def get_plugins() -> tuple:
+        return ()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # the import system asks for __path__ and the like: a plain module has none
+            raise AttributeError(name)
+        del sys.modules[self.NAME]
+        real = importlib.import_module(self.NAME)
+        sys.modules[self.NAME] = real
+        return getattr(real, name)
+
+
 def console() -> None:
     """The ``advise`` console script: ``main`` on ``sys.argv``, owning the process.
 
@@ -109,7 +136,8 @@ def console() -> None:
       collection would scan again; refcounting frees the short-lived ones;
     - pydantic's plugin discovery (~40 ms): it reads the entry points of every installed
       distribution (torch included) at the first model build; cardwise's models use no plugin.
-      The variable is left alone when the user set it, and no one-shot command starts processes;
+      The variable is left alone when the user set it, and no one-shot command starts processes.
+      With plugins off, the loader module itself is not imported either (``_PluginsOff``, ~20 ms);
     - interpreter teardown (~90 ms): freeing every module and object at exit. Output is flushed
       first, and nothing in these commands needs an atexit hook; under a profiler or a tracer
       (cProfile, coverage), which write their results at exit, the exit is the normal one.
@@ -120,6 +148,8 @@ def console() -> None:
     if one_shot:
         gc.disable()
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+        if os.environ["PYDANTIC_DISABLE_PLUGINS"] in _PluginsOff.OFF and _PluginsOff.NAME not in sys.modules:
+            sys.modules[_PluginsOff.NAME] = _PluginsOff(_PluginsOff.NAME)
     rc = main(argv)
     if one_shot and sys.getprofile() is None and sys.gettrace() is None:
         sys.stdout.flush()

@@ -13,13 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from cli.main import main
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -110,9 +110,8 @@ def test_oom_gives_up_at_the_limit(tmp_path, capsys):
 
 
 def test_crashing_rank_fails_the_run(tmp_path, capsys):
-    t0 = time.monotonic()
     rc, rec = launch_json(capsys, "--cpu", "--processes", "2", *TINY, "--home", str(tmp_path), "--", str(SCRIPTS / "crash.py"))
-    assert time.monotonic() - t0 < 30  # rank 0 would sleep 60 s: torchrun ended it
+    assert not glob.glob(os.path.join(rec["run_dir"], "survived-*"))  # rank 0 sleeps 10 min: torchrun ended it
     assert rc == 1 and rec["status"] == "failed" and rec["exit_code"] == 3
     assert "rank 1" in rec["error"]
     pids = [int(Path(p).read_text()) for p in glob.glob(os.path.join(rec["run_dir"], "pid-*"))]
@@ -126,14 +125,13 @@ def test_cancel_stops_every_process(tmp_path, sig, procs):
                           "--home", str(tmp_path), "--json", "--", str(SCRIPTS / "sleeper.py")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) < int(procs):
-            assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else "timeout"
-            time.sleep(0.1)
+        wait_for(lambda: len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) >= int(procs) or p.poll() is not None,
+                 300, "every rank's pids file")
+        assert p.poll() is None, p.stderr.read()
         tree = psutil.Process(p.pid).children(recursive=True)
         pids = [int(x) for f in glob.glob(str(tmp_path / "runs" / "*" / "pids-*")) for x in Path(f).read_text().split()]
         p.send_signal(sig)
-        out, err = p.communicate(timeout=60)
+        out, err = p.communicate(timeout=600)  # a hang guard
     finally:
         if p.poll() is None:
             p.kill()
@@ -152,7 +150,7 @@ def test_two_nodes_on_localhost(tmp_path):
                                *TINY, "--micro-batch", "2", "--recipe", "synthetic", "--max-steps", "3",
                                "--home", str(tmp_path / f"node{r}"), "--json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
-    outs = [n.communicate(timeout=120) for n in nodes]
+    outs = [n.communicate(timeout=600) for n in nodes]  # a hang guard
     recs = [json.loads(o) for o, _ in outs]
     assert [r["status"] for r in recs] == ["succeeded", "succeeded"], [e[-2000:] for _, e in outs]
     finals = [json.loads((Path(r["run_dir"]) / f"final-rank{i}.json").read_text()) for i, r in enumerate(recs)]
@@ -178,20 +176,17 @@ def test_sigkill_of_advise_itself_stops_the_launch(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     grandchildren = []
     try:
-        deadline = time.monotonic() + 60
-        while len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) < 2:
-            assert time.monotonic() < deadline and p.poll() is None, "timeout"
-            time.sleep(0.1)
+        wait_for(lambda: len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) >= 2 or p.poll() is not None, 300,
+                 "both ranks' pids files")
+        assert p.poll() is None, p.stderr.read()
         launcher_tree = [q.pid for q in psutil.Process(p.pid).children(recursive=True)]
         pids = [[int(x) for x in Path(f).read_text().split()] for f in glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))]
         ranks = [r for r, _ in pids]
         grandchildren = [g for _, g in pids]  # the user script's own children: only a live runner can sweep them
         p.kill()
         p.wait()
-        deadline = time.monotonic() + 30
-        while any(alive(x) for x in ranks + launcher_tree if x not in grandchildren) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not [x for x in ranks + launcher_tree if x not in grandchildren and alive(x)]
+        wait_for(lambda: not any(alive(x) for x in ranks + launcher_tree if x not in grandchildren), 300,
+                 "the launcher and its ranks to exit (PR_SET_PDEATHSIG)")
     finally:
         for pid in grandchildren + ([p.pid] if p.poll() is None else []):
             try:

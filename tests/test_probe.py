@@ -26,6 +26,7 @@ from advisor.plan import ModelRef
 from advisor.probe_factors import ModelFactor, factor_key, read_model_factors, save_model_factor
 from advisor.request import Request
 from cli.main import main
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).with_name("data")
@@ -130,8 +131,10 @@ def test_oom_halves_the_micro_batch_and_reports_each_attempt(tmp_path):
 
 @pytest.mark.slow
 def test_launch_probe_refuses_when_every_micro_batch_runs_out(tmp_path):
+    # From micro-batch 1: one attempt (a child process each) shows the refusal; the halving down to
+    # it is test_oom_halves_the_micro_batch_and_reports_each_attempt's.
     proc = advise("launch", "--probe", "--cpu", "--module", "tests/data/oom_net.py:never_fits", "--input-shape", "16",
-                  "--micro-batch", "2", *QUICK, "--", "tests/scripts/oom_train.py", home=tmp_path)
+                  "--micro-batch", "1", *QUICK, "--", "tests/scripts/oom_train.py", home=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "advise: error: the probe ran out of GPU memory at every micro-batch down to 1" in proc.stderr
     assert "--grad-ckpt" in proc.stderr and "Traceback" not in proc.stderr
@@ -160,15 +163,11 @@ def test_ctrl_c_stops_and_reaps_the_child(tmp_path):
                              "--home", str(tmp_path), "--json"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        children: list = []
-        end = time.monotonic() + 120
-        while not children and time.monotonic() < end:  # the child exists once the attempt started
-            time.sleep(0.5)
-            children = psutil.Process(proc.pid).children(recursive=True)
-        assert children, "no child started"
+        # the child exists once the attempt started
+        children = wait_for(lambda: psutil.Process(proc.pid).children(recursive=True), 300, "the probe's child")
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=300)  # a hang guard
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -66,7 +66,7 @@ time.sleep(300)
 '''
 
 
-def advise(home: Path, command: str, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def advise(home: Path, command: str, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", command, "--home", str(home), *argv],
                           capture_output=True, text=True, timeout=timeout)
 
@@ -83,7 +83,7 @@ def serving(home: Path, *argv: str):
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--home", str(home), "--poll", "0.2",
                              "--grace", "3", *argv], stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: service_pid(home) == proc.pid or proc.poll() is not None, 30, "the service to start")
+        wait_for(lambda: service_pid(home) == proc.pid or proc.poll() is not None, 120, "the service to start")
         assert proc.poll() is None, Path(log.name).read_text()
         proc.log_path = Path(log.name)
         yield proc
@@ -145,7 +145,7 @@ def test_five_runs_on_two_slots_survive_a_sigkill_of_the_service(home, locks, tm
             done = sum(r.status == "succeeded" for r in recs)
             return running if done >= 1 and len(running) == 2 and all(pids_of(locks, "started", i) for i in running) else None
 
-        victims = wait_for(midway, 90, "one run done and two running")
+        victims = wait_for(midway, 300, "one run done and two running")
         os.kill(svc.pid, signal.SIGKILL)
         svc.wait(10)
     orphans = [pid for rid in victims for pid in pids_of(locks, "started", rid)]
@@ -153,11 +153,11 @@ def test_five_runs_on_two_slots_survive_a_sigkill_of_the_service(home, locks, tm
 
     with serving(home, "--cpu", "--slots", "2") as svc:
         # While it works: follow the newest run's logs to its end.
-        follow = advise(home, "logs", ids[-1], "-f", timeout=120)
+        follow = advise(home, "logs", ids[-1], "-f", timeout=600)
         assert follow.returncode == 0 and "step 4" in follow.stdout, follow.stderr
-        wait_for(lambda: all(r.terminal for r in store.list()), 120, "all five runs to end")
+        wait_for(lambda: all(r.terminal for r in store.list()), 600, "all five runs to end")
         svc.send_signal(signal.SIGTERM)
-        assert svc.wait(30) == 0
+        assert svc.wait(120) == 0
         log = svc.log_path.read_text()
 
     recs = {r.id: r for r in store.list()}
@@ -192,7 +192,7 @@ def test_lock_cancel_and_graceful_stop(home, locks, tmp_path):
         s1 = submit(home, "--", str(sleeper), str(locks))
         s2 = submit(home, "--", str(sleeper), str(locks))
         store = RunStore.open(home)
-        wait_for(lambda: pids_of(locks, "sleeper", s1), 60, "the first run to start")
+        wait_for(lambda: pids_of(locks, "sleeper", s1), 300, "the first run to start")
         assert store.get(s2).status == "queued"  # one slot
 
         res = advise(home, "cancel", s2)
@@ -207,10 +207,10 @@ def test_lock_cancel_and_graceful_stop(home, locks, tmp_path):
         assert not alive(pid1)
 
         s3 = submit(home, "--", str(sleeper), str(locks))
-        wait_for(lambda: pids_of(locks, "sleeper", s3), 60, "the third run to start")
+        wait_for(lambda: pids_of(locks, "sleeper", s3), 300, "the third run to start")
         pid3 = pids_of(locks, "sleeper", s3)[0]
         svc.send_signal(signal.SIGTERM)
-        assert svc.wait(30) == 0
+        assert svc.wait(120) == 0
     rec = store.get(s3)
     assert rec.status == "queued" and "requeued" in rec.error and rec.pid is None
     assert not alive(pid3)
@@ -225,7 +225,7 @@ def test_cancel_with_the_service_dead_stops_the_orphans(home, locks, tmp_path):
     sleeper.write_text(SLEEPER)
     rid = submit(home, "--", str(sleeper), str(locks))
     with serving(home, "--cpu") as svc:
-        wait_for(lambda: pids_of(locks, "sleeper", rid), 60, "the run to start")
+        wait_for(lambda: pids_of(locks, "sleeper", rid), 300, "the run to start")
         os.kill(svc.pid, signal.SIGKILL)
         svc.wait(10)
     pid = pids_of(locks, "sleeper", rid)[0]

@@ -1,0 +1,139 @@
+"""The timed training step of the GPU measurement scripts, written once (torch only).
+
+``measure_reference.py`` (cardwise's catalog models) and ``measure_users_models.py`` (models as
+users write them) measure the same thing the same way; only how they build the model and its loss
+differs. This module holds the rest, and imports nothing but torch (the GPU machine runs these
+scripts without cardwise's dependencies):
+
+- ``make_step``: forward and loss under autocast, backward, optimizer step,
+  ``zero_grad(set_to_none=True)`` (as Accelerate does); returns the detached loss.
+- ``warm_up``: the first optimizer step (compilation happens there; optimizer states exist after
+  it), the other warm-up steps, and the host time of the last one (which sizes the timed region).
+- ``timed``: resets the peak-memory counter, then times N steps with CUDA events (host clock off
+  CUDA): the steady-state step time.
+- ``memory``: peak allocated and reserved over the timed steps and the device memory in use
+  (DESIGN.md's ``peak_gib`` and ``device_gib``), in GiB.
+- ``ceilings``: the two roofs of the device (bf16 matmul rate, copy bandwidth), device/METHOD.md.
+- ``free_device`` and ``is_oom``: what runs between two rows.
+
+Used as ``import steploop`` from the scripts in this directory (Python puts a script's directory
+first on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def make_step(loss_fn: Callable[[], torch.Tensor], opt: torch.optim.Optimizer, autocast) -> Callable[[], torch.Tensor]:
+    """One training step: ``loss_fn()`` under ``autocast``, backward, ``opt.step()``, ``zero_grad``."""
+
+    def step() -> torch.Tensor:
+        with autocast:
+            loss = loss_fn()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def warm_up(step: Callable[[], torch.Tensor], warmup: int, device: str) -> dict:
+    """Run ``max(warmup, 1)`` steps. Returns ``first_loss``, ``warmup_s`` (all of them, compilation
+    included) and ``last_warm_s`` (host time of the last one; the first one's when it is the only one)."""
+    t0 = time.perf_counter()
+    first_loss = float(step())  # first optimizer step: compilation happens here, states now exist
+    for _ in range(max(0, warmup - 2)):
+        step()
+    _sync(device)
+    t_last = time.perf_counter()
+    if warmup >= 2:
+        step()
+        _sync(device)
+    now = time.perf_counter()
+    return {"first_loss": first_loss, "warmup_s": now - t0,
+            "last_warm_s": now - t_last if warmup >= 2 else now - t0}
+
+
+def timed(step: Callable[[], torch.Tensor], steps: int, device: str) -> dict:
+    """Time ``steps`` steps after resetting the peak-memory counter. Returns ``elapsed_s`` (CUDA events
+    on CUDA, the host clock elsewhere), ``host_s`` (the host clock) and ``last_loss``."""
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    t1 = time.perf_counter()
+    loss = None
+    for _ in range(steps):
+        loss = step()
+    if cuda:
+        end.record()
+    _sync(device)
+    host_s = time.perf_counter() - t1
+    elapsed = start.elapsed_time(end) / 1e3 if cuda else host_s
+    return {"elapsed_s": elapsed, "host_s": host_s, "last_loss": float(loss) if loss is not None else None}
+
+
+def memory(device: str) -> dict:
+    """Peak allocated and reserved memory since the last reset, and the device memory in use (GiB);
+    empty off CUDA."""
+    if device != "cuda":
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {"peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+            "device_gib": (total - free) / 2**30}
+
+
+def ceilings(device) -> dict:
+    """bf16 matmul TFLOP/s and copy GB/s (read + write), median of 10 after warm-up (random data)."""
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    src = torch.randn(2**30 // 4, device=device)
+    dst = torch.empty_like(src)
+
+    def median_s(fn, n=10):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(n):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        return sorted(ts)[len(ts) // 2]
+
+    mm = median_s(lambda: a @ b)
+    cp = median_s(lambda: dst.copy_(src))
+    out = {"bf16_matmul_tflops": 2 * 8192**3 / mm / 1e12, "copy_gbps": 2 * src.numel() * 4 / cp / 1e9}
+    del a, b, src, dst
+    torch.cuda.empty_cache()
+    return out
+
+
+def free_device(device: str) -> None:
+    """Between rows: collect, release the cached blocks, reset the peak counter and dynamo's caches."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    torch._dynamo.reset()
+
+
+def is_oom(exc: BaseException) -> bool:
+    """A CUDA out-of-memory error (typed, or as some kernels raise it: a RuntimeError saying so)."""
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
