@@ -31,7 +31,7 @@ class Calibration(BaseModel):
     # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (copy test in benchmarks/results/
     # h200-users.md: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/fit_calibration.py.
     rate_efficiency: dict[str, float] = Field(default_factory=lambda: {
-        "matmul|fp32": 0.8, "matmul|tensor": 0.65, "matmul_unaligned": 0.3, "attn|fp32": 0.5, "attn|tensor": 0.5,
+        "matmul|fp32": 0.8, "matmul|tensor": 0.65, "matmul_unaligned": 0.3, "matmul_odd": 0.2, "attn|fp32": 0.5, "attn|tensor": 0.5,
         "conv": 0.5, "conv_unaligned": 0.1,
         "conv_bytes|nchw": 0.5, "conv_bytes|nhwc": 0.9, "dwconv|nchw": 0.5, "dwconv|nhwc": 0.5, "bytes": 0.75})
     # Minimum GPU time of one kernel launch, microseconds (launch latency and a partly idle GPU

@@ -3,12 +3,13 @@
 Each kind runs at its own achievable rate on the GPU (``advisor.throughput.gpu_seconds``):
 
 * ``matmul_flops``: GEMMs (linear layers, bmm) at the dense peak of the matmul dtype; those with a
-  model size that is not a multiple of 8 (GPT-2's 50257-word head) apart, ``matmul_unaligned_flops``;
+  model size that is not a multiple of 8 apart, ``matmul_unaligned_flops`` (BERT's 30522-word head),
+  or odd, ``matmul_odd_flops`` (GPT-2's 50257-word head: 2-byte aligned rows in bf16);
 * ``attn_flops``: fused scaled-dot-product attention (flash / memory-efficient / cuDNN);
 * ``conv_flops``: convolutions (cuDNN; fp32 ones run TF32, ``torch.backends.cudnn.allow_tf32`` is
   True by default; channels not a multiple of 8, a 3-channel stem, apart: ``conv_unaligned_flops``), with ``conv_bytes``, the bytes their inputs and outputs move, for the layout
   transposes NCHW tensor-core convolutions add;
-* ``dwconv_bytes``: depthwise convolutions, memory-bound stencils;
+* ``dwconv_flops``: depthwise convolutions, direct stencils on CUDA cores, not GEMMs;
 * ``bytes``: what every other kernel reads and writes (elementwise, norms, softmax, reductions,
   casts, copies): bandwidth-bound;
 * ``kernels``: launches, each costing the host a dispatch and the GPU a minimum duration.
@@ -44,11 +45,12 @@ class StepWork(BaseModel):
 
     matmul_flops: float = 0.0
     matmul_unaligned_flops: float = 0.0
+    matmul_odd_flops: float = 0.0
     attn_flops: float = 0.0
     conv_flops: float = 0.0
     conv_unaligned_flops: float = 0.0
     conv_bytes: float = 0.0
-    dwconv_bytes: float = 0.0
+    dwconv_flops: float = 0.0
     bytes: float = 0.0
     attn_bytes: float = 0.0  # compiled math-path attention: already fused, not scaled by compile
     kernels: float = 0.0
@@ -100,8 +102,10 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
         per_layer = KERNELS_PER_LAYER.get((a.mlp, a.norm), max(KERNELS_PER_LAYER.values()))
         head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head
+        odd = a.vocab % 2 == 1
         work = StepWork(matmul_flops=6.0 * (a.matmul_params() - head) * tokens * mb,
-                        matmul_unaligned_flops=6.0 * head * tokens * mb, attn_flops=_attention_flops(model, config) * mb,
+                        matmul_unaligned_flops=0.0 if odd else 6.0 * head * tokens * mb,
+                        matmul_odd_flops=6.0 * head * tokens * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
                         kernels=per_layer * a.n_layers + KERNELS_BASE)
     else:
@@ -117,17 +121,19 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.attn_bytes = probs * math_attention_bytes(config.precision)
     if config.lora_rank is not None:
         work.matmul_flops *= 2.0 / 3.0
-        work.matmul_unaligned_flops *= 2.0 / 3.0  # frozen weights: no weight gradients (LoRA's own are tiny)
+        work.matmul_unaligned_flops *= 2.0 / 3.0
+        work.matmul_odd_flops *= 2.0 / 3.0  # frozen weights: no weight gradients (LoRA's own are tiny)
     if config.grad_ckpt:
         fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward
         work.matmul_flops *= 1 + fwd
         work.matmul_unaligned_flops *= 1 + fwd
+        work.matmul_odd_flops *= 1 + fwd
         work.conv_flops *= 1 + fwd
         work.conv_unaligned_flops *= 1 + fwd
         work.attn_flops *= 1 + 1 / 3.5
         work.bytes *= 1 + fwd
         work.conv_bytes *= 1 + fwd
-        work.dwconv_bytes *= 1 + fwd
+        work.dwconv_flops *= 1 + fwd
         work.kernels *= 1 + fwd
     return work
 

@@ -6,7 +6,7 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
             + attention FLOPs / (matmul peak x e_attn)     fused SDPA
             + conv FLOPs / (conv peak x e_conv)            cuDNN: fp32 runs TF32 (cudnn.allow_tf32)
             + conv bytes / (bandwidth x e_conv_bytes[layout])   NCHW vs channels_last
-            + depthwise-conv bytes / (bandwidth x e_dwconv[layout])
+            + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
   host time = kernels x launch_us (x compile factor)       the CPU dispatches and launches each op
@@ -120,11 +120,15 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     bw = gpu.bandwidth_gbps * 1e9
     layout = "nhwc" if channels_last(config) else "nchw"
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
-    unaligned = "matmul|fp32" if cls == "fp32" else "matmul_unaligned"  # CUDA cores need no alignment
-    mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned])
+    unaligned, odd = ("matmul_unaligned", "matmul_odd")
+    if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
+        unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
+    mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
     conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / (bw * e[f"conv_bytes|{layout}"])
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
-    conv += work.dwconv_bytes / (bw * e[f"dwconv|{layout}"])
+    # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
+    # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.
+    conv += work.dwconv_flops / (gpu.peak_tflops("fp32") * 1e12 * e[f"dwconv|{layout}"])
     other = work.bytes / (bw * e["bytes"])
     kernels = work.kernels
     if config.compile:  # fusion removes memory-bound passes and their launches, not GEMM/conv work

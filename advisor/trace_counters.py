@@ -78,13 +78,13 @@ def _misaligned(dims) -> bool:
 
 class OpCensus(TorchDispatchMode):
     """One step's work by kind of kernel, as a roofline needs it: GEMM FLOPs, convolution FLOPs
-    (depthwise ones apart: cuDNN runs them as memory-bound stencils, not GEMMs) with the bytes their
+    (depthwise ones apart: they run as direct stencils on CUDA cores, not GEMMs) with the bytes their
     inputs and outputs move, and the bytes every other launching op reads and writes (its tensor
     arguments and results: elementwise, norms, softmax, reductions, copies, casts). FLOPs are
     torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
 
-    KEYS = ("matmul_flops", "matmul_unaligned_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
-            "dwconv_bytes", "bytes", "kernels")
+    KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
+            "dwconv_flops", "bytes", "kernels")
 
     def __init__(self, param_dims: set[int] = frozenset()):
         super().__init__()
@@ -108,14 +108,19 @@ class OpCensus(TorchDispatchMode):
         if name in _MATMUL:
             flops = self._flops[packet](*args, **kwargs, out_val=out)
             dims = {d for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 for d in a.shape[-2:]}
-            w["matmul_unaligned_flops" if dims & self.param_dims else "matmul_flops"] += flops
+            bad = dims & self.param_dims
+            # an odd size leaves 2-byte aligned rows in bf16, cuBLAS's slowest kernels; even ones 4+ bytes
+            w["matmul_odd_flops" if any(d % 2 for d in bad) else "matmul_unaligned_flops" if bad else "matmul_flops"] += flops
         elif name in _CONV:
             moved = _nbytes(args[:3]) + _nbytes(out)
             bwd = name == "convolution_backward"  # (grad_out, input, weight, ..., groups, output_mask)
             groups = (args[9] if bwd else args[8]) if len(args) > 8 else kwargs.get("groups", 1)
             weight = args[2] if bwd else args[1]
             if isinstance(groups, int) and groups > 1 and weight.shape[1] == 1:  # depthwise
-                w["dwconv_bytes"] += moved
+                # 2 k^2 FLOPs per output element and pass (forward; input and weight gradients):
+                # torch.utils.flop_counter's backward formula ignores groups (32x too many here).
+                taps = 2 * weight[0].numel()
+                w["dwconv_flops"] += taps * (args[0].numel() * sum(bool(m) for m in args[10][:2]) if bwd else out.numel())
             else:
                 flops = self._flops[packet](*args, **kwargs, out_val=out)
                 w["conv_unaligned_flops" if _misaligned(weight.shape[:2]) else "conv_flops"] += flops

@@ -234,7 +234,8 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     # decompose (silu_backward into 6), which the throughput constants were fitted with.
     bwd = FlopCounterMode(display=False) if count else contextlib.nullcontext()
     kernels = KernelCounter() if count else contextlib.nullcontext()
-    census = OpCensus({d for prm in model.parameters() for d in prm.shape})
+    # the trace's own batch size is no model size (a classifier's input [batch, features])
+    census = OpCensus({d for prm in model.parameters() for d in prm.shape} - {batch})
     # The census is the innermost dispatch mode: it sees the ops the GPU runs, before FlopCounterMode
     # decomposes the ones it has no formula for (silu_backward into 6).
     with kernels, mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

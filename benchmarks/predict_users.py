@@ -68,8 +68,9 @@ def report(rows: list[dict], pred: dict, before: dict) -> str:
         lines.append(f"| {r['id']} | {src} | {r['split']} | {r['samples_per_s']:,.1f} | {p['samples_per_s']:,.1f} | "
                      f"{te:+.1%} | {fmt(bte)} | {r['peak_gib']:.2f} | {p['peak_gib']:.2f} | {me:+.1%} | {fmt(bme)} |")
     lines += ["", "Absolute errors, median | worst (before: commit fc248ce; after: this checkout):", "",
-              "| source | split | n | samples/s before | samples/s after | peak before | peak after |",
-              "|---|---|---:|---|---|---|---|"]
+              "| source | split | n | samples/s before: median | worst | after: median | worst "
+              "| peak before: median | worst | after: median | worst |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (src, split), v in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
         if split == "excluded":
             continue

@@ -39,10 +39,13 @@ def test_linear_flops_are_the_gemms_of_forward_and_backward():
 
 
 def test_a_size_that_is_not_a_multiple_of_8_makes_the_gemm_misaligned():
-    head = nn.Linear(64, 50257 % 64 + 1)  # 50 outputs: not a multiple of 8
+    head = nn.Linear(64, 50257 % 64 + 1)  # 50 outputs: even, not a multiple of 8
     dims = {d for p in head.parameters() for d in p.shape}
     w = _census(head, torch.randn(16, 64), dims)
-    assert w["matmul_unaligned_flops"] > 0 and w["matmul_flops"] == 0
+    assert w["matmul_unaligned_flops"] > 0 and w["matmul_flops"] == w["matmul_odd_flops"] == 0
+    odd = nn.Linear(64, 51)
+    w = _census(odd, torch.randn(16, 64), {d for p in odd.parameters() for d in p.shape})
+    assert w["matmul_odd_flops"] > 0 and w["matmul_flops"] == w["matmul_unaligned_flops"] == 0
     ok = nn.Linear(64, 56)
     w = _census(ok, torch.randn(16, 64), {d for p in ok.parameters() for d in p.shape})
     assert w["matmul_flops"] > 0 and w["matmul_unaligned_flops"] == 0
@@ -51,13 +54,13 @@ def test_a_size_that_is_not_a_multiple_of_8_makes_the_gemm_misaligned():
 def test_depthwise_convolutions_are_bytes_and_stems_are_misaligned():
     dw = nn.Conv2d(32, 32, 7, padding=3, groups=32)
     w = _census(dw, torch.randn(2, 32, 16, 16, requires_grad=True))
-    assert w["dwconv_bytes"] > 0 and w["conv_flops"] == 0 and w["conv_unaligned_flops"] == 0
+    assert w["dwconv_flops"] == 3 * 2 * 2 * 32 * 49 * 16 * 16 and w["conv_flops"] == 0 and w["conv_unaligned_flops"] == 0
     stem = nn.Conv2d(3, 64, 7, stride=2)
     w = _census(stem, torch.randn(2, 3, 32, 32))
     assert w["conv_unaligned_flops"] > 0 and w["conv_flops"] == 0
     body = nn.Conv2d(64, 64, 3)
     w = _census(body, torch.randn(2, 64, 16, 16, requires_grad=True))
-    assert w["conv_flops"] > 0 and w["conv_bytes"] > 0 and w["dwconv_bytes"] == 0
+    assert w["conv_flops"] > 0 and w["conv_bytes"] > 0 and w["dwconv_flops"] == 0
 
 
 def _mlp():
@@ -100,7 +103,9 @@ def test_work_scales_with_the_batch_and_checkpointing_adds_a_forward():
 def test_closed_form_gpt2_head_is_misaligned_and_llama_head_is_not():
     gpt2 = step_work(catalog_model("gpt2"), TrainConfig(micro_batch=1, seq_len=1024), CAL)
     a = catalog_model("gpt2").arch
-    assert a.vocab % 8 and gpt2.matmul_unaligned_flops == pytest.approx(6 * a.vocab * a.d_model * 1024)
+    assert a.vocab % 2 and gpt2.matmul_odd_flops == pytest.approx(6 * a.vocab * a.d_model * 1024)
+    bert = step_work(catalog_model("bert-base"), TrainConfig(micro_batch=1, seq_len=512), CAL)
+    assert catalog_model("bert-base").arch.vocab % 8 and bert.matmul_unaligned_flops > 0 and bert.matmul_odd_flops == 0
     llama = step_work(catalog_model("llama3.2-1b"), TrainConfig(micro_batch=1, seq_len=1024), CAL)
     assert llama.matmul_unaligned_flops == 0 and llama.matmul_flops > 0
 
@@ -129,6 +134,8 @@ def test_each_kind_of_work_is_costed_at_its_own_rate():
     bad = StepWork(matmul_unaligned_flops=1e13)
     assert gpu_seconds(bad, fp32, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(mm, fp32, H200.gpu, CAL)[1])
     assert gpu_seconds(bad, cfg, H200.gpu, CAL)[1] != pytest.approx(gpu_seconds(mm, cfg, H200.gpu, CAL)[1])
+    compiled = cfg.model_copy(update={"compile": True})  # inductor pads GEMM sizes (shape_padding)
+    assert gpu_seconds(bad, compiled, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(mm, compiled, H200.gpu, CAL)[1])
     # convolution bytes: NCHW and channels_last have rates of their own
     cb = StepWork(conv_bytes=1e11)
     nchw, nhwc = (gpu_seconds(cb, cfg.model_copy(update={"channels_last": cl}), H200.gpu, CAL)[1] for cl in (False, True))
