@@ -104,6 +104,9 @@ def all_rows() -> tuple[dict, list[dict]]:
     from users import user_rows  # noqa: E402  (benchmarks/users.py)
 
     rows += user_rows()
+    unseen = RESULTS / "h200-users-unseen.jsonl"  # benchmarks/measure_unseen.py: holdout rows only
+    if unseen.exists():
+        rows += [r for r in user_rows(unseen) if r["split"] == "holdout"]
     return header, rows
 
 
