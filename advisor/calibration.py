@@ -13,7 +13,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from advisor.probe_factors import ModelFactor, with_model_factors
 
@@ -83,6 +83,12 @@ class Calibration(BaseModel):
     # device|variant" -> measured/estimated peak memory and samples/s; applied in advisor.estimate.
     model_factors: dict[str, ModelFactor] = Field(default_factory=dict)
     source: str = "built-in defaults"
+
+    @field_validator("rate_efficiency", mode="before")
+    @classmethod
+    def _every_rate(cls, v: dict) -> dict:
+        """A calibration that names some kinds of work keeps the defaults for the others."""
+        return {**cls.model_fields["rate_efficiency"].default_factory(), **(v or {})}
 
 
 

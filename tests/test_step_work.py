@@ -163,3 +163,16 @@ def test_small_batches_are_host_bound_for_a_traced_cnn_too():
     small = estimate_throughput(spec, TrainConfig(micro_batch=1, image_size=224, precision="bf16"), H200, CAL)
     large = estimate_throughput(spec, TrainConfig(micro_batch=512, image_size=224, precision="bf16"), H200, CAL)
     assert small.host_bound and not large.host_bound
+
+
+def test_packaged_rates_are_fractions_of_the_datasheet():
+    """Every fitted rate is an achievable fraction of a datasheet peak or bandwidth: in (0, 1]."""
+    assert all(0 < v <= 1 for v in CAL.rate_efficiency.values()), CAL.rate_efficiency
+    assert CAL.rate_efficiency["matmul_odd"] <= CAL.rate_efficiency["matmul_unaligned"] <= CAL.rate_efficiency["matmul|tensor"]
+
+
+def test_a_calibration_naming_some_rates_keeps_the_others():
+    from advisor.calibration import Calibration
+
+    c = Calibration(rate_efficiency={"conv": 0.1})
+    assert c.rate_efficiency["conv"] == 0.1 and set(c.rate_efficiency) == set(Calibration().rate_efficiency)
