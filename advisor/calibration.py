@@ -15,7 +15,7 @@ from pathlib import Path
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from advisor.probe_factors import ModelFactor, bench_model_factors, with_model_factors
 
@@ -25,18 +25,23 @@ PACKAGED = Path(__file__).with_name("data") / "calibration.json"
 class Calibration(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # Fraction of dense tensor-core peak that training matmuls reach. Megatron-LM reports 0.5-0.6
-    # of peak end to end for large GPT models on A100 (Narayanan et al. 2021, Table 1: 163/312 TFLOPS
-    # per GPU, 52%); the matmuls alone reach more. Refit on H200 by benchmarks/fit_calibration.py.
-    mm_efficiency: dict[str, float] = Field(default_factory=lambda: {
-        "fp32": 0.80, "tf32": 0.55, "bf16": 0.65, "fp16": 0.65, "pure-bf16": 0.65})
-    # Bytes of memory traffic per byte saved for backward by non-matmul kernels (written in forward,
-    # read in backward, plus the elementwise reads/writes around them): Korthikanti et al. 2022 count
-    # ~3 passes; refit by benchmarks/fit_calibration.py.
+    # Achieved fraction of the GPU's datasheet rate per kind of work (advisor.throughput.gpu_seconds):
+    # GEMMs and fused attention against the dense peak of their dtype (fp32: CUDA cores, else tensor
+    # cores), convolutions against the TF32/bf16 peak, and the bytes of convolutions (by layout),
+    # depthwise convolutions (by layout) and all other kernels against memory bandwidth. Defaults:
+    # Megatron-LM reaches ~0.5-0.6 of peak end to end on A100 (Narayanan et al. 2021, Table 1), the
+    # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (copy test in benchmarks/results/
+    # h200-users.md: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/fit_calibration.py.
+    rate_efficiency: dict[str, float] = Field(default_factory=lambda: {
+        "matmul|fp32": 0.8, "matmul|tensor": 0.65, "matmul_unaligned": 0.3, "matmul_odd": 0.2, "attn|fp32": 0.5, "attn|tensor": 0.5,
+        "conv": 0.5, "conv_unaligned": 0.1,
+        "conv_bytes|nchw": 0.5, "conv_bytes|nhwc": 0.9, "dwconv|nchw": 0.5, "dwconv|nhwc": 0.5, "bytes": 0.75})
+    # Minimum GPU time of one kernel launch, microseconds (launch latency and a partly idle GPU
+    # between back-to-back small kernels: ~2-5 us on recent GPUs); fit with the rest.
+    gpu_kernel_us: float = 3.0
+    # Bytes of memory traffic per byte saved for backward, for closed-form transformers whose step is
+    # not traced (advisor.step_work): Korthikanti et al. 2022 count ~3 passes; refit.
     traffic_per_saved_byte: float = 3.0
-    # Achieved fraction of datasheet memory bandwidth for large streaming kernels (METHOD.md's copy
-    # test measured 4.3 of 4.8 TB/s on H200 = 0.9; elementwise training kernels reach less).
-    bw_efficiency: float = 0.75
     # Host-side cost per dispatched aten op in eager mode, microseconds (PyTorch eager dispatch is
     # ~5-10 us per op on a fast bare-metal CPU); fit by benchmarks/fit_calibration.py on the
     # host-bound H200 fit rows (batch <= 8), whose virtual machine dispatches several times slower.
@@ -46,21 +51,15 @@ class Calibration(BaseModel):
     compile_launch: dict[str, float] = Field(default_factory=dict)
     # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.
     host_combine_p: float = 0.0
-    # Measured fraction of the dense peak per "family|fp32" or "family|tensor" (see
-    # advisor.throughput.efficiency_key), fit by benchmarks/fit_calibration.py on the H200
-    # reference rows marked "fit"; falls back to mm_efficiency.
-    family_efficiency: dict[str, float] = Field(default_factory=dict)
-    # Transformer width at which matmul efficiency is half its family's asymptote (0 = no width
-    # effect); fit together with family_efficiency.
-    width_half: float = 0.0
     # Compiled GELU MLPs: how many f-wide tensors inductor keeps per token (1 = recomputes GELU,
     # 2 = keeps both); fit on the compile rows.
     compile_gelu_kept: float = 1.0
-    # torch.compile: fraction of the eager memory-bound time left after fusion (fit on the "fit"
-    # compile rows), of host time (default for compile_launch), and of saved activations of traced models (CNNs;
+    # torch.compile: fraction of the eager elementwise bytes left after fusion, per kind (fit on the
+    # "fit" compile rows; CNNs fuse whole BN-ReLU chains, transformers keep their fp32 residual
+    # stream and norms' passes), compile_traffic_factor for a kind with no row; of host time (default for compile_launch), and of saved activations of traced models (CNNs;
     # transformers have a compiled formula in advisor.activations).
     compile_traffic_factor: float = 0.5
-    compile_traffic: dict[str, float] = Field(default_factory=dict, description="per model family, when fit")
+    compile_traffic: dict[str, float] = Field(default_factory=dict, description='per kind ("cnn", "transformer"), fit')
     compile_launch_factor: float = 1.0
     compile_activation_factor: float = 0.85
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
@@ -86,6 +85,12 @@ class Calibration(BaseModel):
     # device|variant" -> measured/estimated peak memory and samples/s; applied in advisor.estimate.
     model_factors: dict[str, ModelFactor] = Field(default_factory=dict)
     source: str = "built-in defaults"
+
+    @field_validator("rate_efficiency", mode="before")
+    @classmethod
+    def _every_rate(cls, v: dict) -> dict:
+        """A calibration that names some kinds of work keeps the defaults for the others."""
+        return {**cls.model_fields["rate_efficiency"].default_factory(), **(v or {})}
 
 
 

@@ -71,32 +71,28 @@ class ArchPerf(BaseModel):
         return getattr(self, kind)
 
 
-_H200_RUN = "benchmarks/results/h200-estimator.md header (ceilings measured by benchmarks/measure_reference.py on one H200)"
 
 
 def hopper_fractions() -> dict[str, tuple[float, str]]:
     """Hopper's (the H200's) absolute achievable fraction per work kind, with how it is known.
 
-    matmul: the measured bf16 GEMM ceiling. conv and simt: no ceiling measured, the GEMM fraction is
-    assumed. conv_nchw and bandwidth are effective rates implied by the H200 fit (memory-bound and
-    layout-transposing kernels of a training step reach far less than a copy's 4,190/4,800 GB/s):
-    conv_nchw = GEMM fraction x cnn|tensor / the channels_last (default) efficiency;
-    bandwidth = bw_efficiency x 3 passes per saved byte (Korthikanti et al. 2022) / the fitted
-    traffic_per_saved_byte. Other architectures are stated relative to these (``Fraction.vs_h200``).
+    matmul, conv and simt: the H200 fit's rates for that work (advisor/data/calibration.json,
+    rate_efficiency: fractions of the datasheet peak fit by benchmarks/fit_calibration.py on H200
+    runs). conv_nchw: the channels_last rate scaled by the fit's NCHW/NHWC convolution-traffic rates
+    (cuDNN transposes around its NHWC tensor-core kernels). bandwidth: the fit's elementwise-bytes
+    rate. Other architectures are stated relative to these (``Fraction.vs_h200``).
     """
     from advisor.calibration import default_calibration
 
-    cal = default_calibration()
-    gemm = 788.0 / 989.4  # H200 bf16 GEMM ceiling over the dense datasheet peak, _H200_RUN
-    nchw = gemm * cal.family_efficiency.get("cnn|tensor", cal.mm_efficiency["bf16"]) / cal.family_efficiency.get(
-        "cnn-cl|tensor", cal.mm_efficiency["bf16"])
-    bw = cal.bw_efficiency * 3.0 / cal.traffic_per_saved_byte
-    return {"matmul": (gemm, f"H200 bf16 GEMM 788/989 TFLOP/s, {_H200_RUN}"),
-            "conv": (gemm, "assumed equal to Hopper's GEMM fraction (no convolution ceiling measured)"),
-            "conv_nchw": (nchw, "GEMM fraction x the H200 fit's cnn|tensor / channels_last efficiency (advisor/data/calibration.json)"),
-            "simt": (gemm, "assumed equal to Hopper's GEMM fraction (no fp32 ceiling measured)"),
-            "conv_simt": (gemm, "assumed equal to Hopper's GEMM fraction (Hopper runs fp32 convolutions as TF32)"),
-            "bandwidth": (bw, "bw_efficiency x 3 / traffic_per_saved_byte of the H200 fit (advisor/data/calibration.json)")}
+    e = default_calibration().rate_efficiency
+    src = "rate_efficiency of the H200 fit (advisor/data/calibration.json, benchmarks/fit_calibration.py)"
+    nchw = e["conv"] * e["conv_bytes|nchw"] / e["conv_bytes|nhwc"]
+    return {"matmul": (e["matmul|tensor"], f"matmul|tensor, {src}"),
+            "conv": (e["conv"], f"conv, {src}"),
+            "conv_nchw": (nchw, f"conv x conv_bytes|nchw / conv_bytes|nhwc, {src}"),
+            "simt": (e["matmul|fp32"], f"matmul|fp32, {src}"),
+            "conv_simt": (e["conv"], f"conv (Hopper runs fp32 convolutions as TF32), {src}"),
+            "bandwidth": (e["bytes"], f"bytes, {src}")}
 
 
 _HOPPER = ArchPerf(arch="Hopper", **{k: Fraction(vs_h200=1.0, source="the reference: every efficiency was fit on the H200")

@@ -168,6 +168,8 @@ def _extrapolate(p1: TraceProfile, p2: TraceProfile, n: int, tokens: int) -> Tra
         "fixed_saved_bytes": each(p1.fixed_saved_bytes, p2.fixed_saved_bytes),
         "matmul_weight_params": int(lin(p1.matmul_weight_params, p2.matmul_weight_params)),
         "kernels": int(lin(p1.kernels, p2.kernels)),
+        "work": {k: each(p1.work[k], p2.work[k]) for k in p1.work},
+        "work_fixed": {k: each(p1.work_fixed[k], p2.work_fixed[k]) for k in p1.work_fixed},
         "layers": n,
         "layer_saved_bytes": {k: p2.saved_bytes[k] - p1.saved_bytes[k] for k in p1.saved_bytes},
     })

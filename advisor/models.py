@@ -168,6 +168,11 @@ class TraceProfile(BaseModel):
                                           "through backward when the training loop keeps it referenced (not assumed)"
     )
     attention: list[str] = Field(default_factory=list, description="SDPA backends a CUDA GPU would run (advisor.sdpa)")
+    work: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="per sample (or token), by precision: one training step's work by kernel "
+                                          "kind (advisor.trace_counters.OpCensus keys, plus attn_flops)")
+    work_fixed: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="by precision: the step's work that does not grow with the batch")
     layers: int = Field(0, description="repeated layers, when layer_saved_bytes is known")
     layer_saved_bytes: dict[str, float] = Field(
         default_factory=dict, description="per sample (or token), by precision: one layer's share of saved_bytes"

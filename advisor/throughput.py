@@ -1,16 +1,23 @@
-"""Steady-state step time and samples/s: a roofline per micro-step plus communication.
+"""Steady-state step time and samples/s: a roofline per kind of kernel, a host pipeline, communication.
 
-Per micro-batch on one GPU:
-  GPU time  = matmul FLOPs / (peak x mm_efficiency)  +  non-matmul bytes / (bandwidth x bw_efficiency)
-  host time = (ops + optimizer ops) x launch_us x compile factor
-              (ops: aten ops of forward+backward, traced; the CPU dispatches and launches each one)
-  micro-step = (GPU^p + host^p)^(1/p)                 (launches run ahead of the GPU asynchronously:
-                                                       the slower side sets the pace; p -> inf is max)
-Every host constant (launch_us, the compile factors, p) is fit on the H200 rows marked "fit"
-(benchmarks/fit_calibration.py); a CPU dispatching slower or faster than that machine's moves them.
+Per micro-batch on one GPU (the work by kind comes from advisor.step_work: traced for --module,
+--hf-config and traced catalog models, closed form for cardwise's own transformers):
+  GPU time  = matmul FLOPs / (matmul peak x e_matmul)      GEMMs: fp32 on CUDA cores, else tensor cores
+            + attention FLOPs / (matmul peak x e_attn)     fused SDPA
+            + conv FLOPs / (conv peak x e_conv)            cuDNN: fp32 runs TF32 (cudnn.allow_tf32)
+            + conv bytes / (bandwidth x e_conv_bytes[layout])   NCHW vs channels_last
+            + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
+            + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
+            + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
+  host time = kernels x launch_us (x compile factor)       the CPU dispatches and launches each op
+  micro-step = (GPU^p + host^p)^(1/p)                      launches run ahead of the GPU; the slower
+                                                           side sets the pace (p -> inf is max)
+Peaks and bandwidth are the GPU's (advisor.gpus); the e_* fractions, per-kernel times and compile
+factors are fit on the H200 rows marked "fit" (benchmarks/fit_calibration.py); a CPU dispatching
+slower or faster than that machine's moves the host constants.
 Precision: ``fp32`` is PyTorch's default, fp32 matmuls but TF32 cuDNN convolutions
-(torch.backends.cudnn.allow_tf32 defaults to True), so convolution networks run at the TF32 rate;
-``tf32`` uses it for matmuls too.
+(torch.backends.cudnn.allow_tf32 defaults to True); ``tf32`` uses TF32 for matmuls too.
+Compiled steps (inductor) run convolutions channels_last (layout_optimization, on by default).
 Per optimizer step: micro-steps x grad_accum + the optimizer's streaming pass + exposed
 communication (ring all-reduce of gradients for DDP, all-gather/reduce-scatter for FSDP, the
 GPU-0 broadcast/reduce of DataParallel).
@@ -24,23 +31,22 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.activations import activation_profile
 from advisor.calibration import Calibration, calibration_key
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.gpu_perf import work_kind as work_kind_on
+from advisor.gpus import GpuSpec
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
+from advisor.step_work import StepWork, step_work
 
-# Kernels (aten ops that launch) per transformer layer per forward+backward under autocast, by
-# layer kind (mlp, norm): counted by advisor.tracer on the zoo's layers, and re-counted by
-# tests/test_estimator.py::test_kernel_counts_match_the_tracer. HF-style RMSNorm is op-for-op
-# (upcast, pow, mean, rsqrt, muls), hence SwiGLU/RMSNorm layers launch about twice as many.
-KERNELS_PER_LAYER = {("gelu", "layernorm"): 70, ("swiglu", "rmsnorm"): 139}
-KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
 # Ops of one optimizer step: fused AdamW/SGD launch one multi-tensor kernel per dtype group plus the
 # step-count update (torch/optim/adamw.py, _fused_adamw); zero_grad(set_to_none) launches none.
 OPTIMIZER_OPS = 4
+# Kernels a compiled step launches over the eager step's aten ops: 747-813 compiled against 858-1039
+# eager for resnet50 and vit-b-16 on the H200 (benchmarks/results/h200-hostbound.jsonl, cuda_kernels).
+COMPILED_KERNELS = 0.85
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32).
 _OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
@@ -82,64 +88,72 @@ def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     return t.fwd_flops * scale, 0.0
 
 
-def efficiency_key(model: ModelSpec, config: TrainConfig) -> str:
-    """Calibration key: model family (CNNs split by memory format) and the kernels' number format."""
-    fam = model.family
-    # Compiled CNNs run channels_last whatever the input layout: inductor's layout optimisation
-    # (torch._inductor.config.layout_optimization, on by default) converts convolutions to NHWC.
-    if fam == "cnn" and (config.channels_last or config.compile):
-        fam = "cnn-cl"
-    if conv_dominated(model) and config.precision in (Precision.fp32, Precision.tf32):
-        cls = "tf32"  # the same TF32 cuDNN convolutions (DESIGN.md: fp32 leaves cudnn.allow_tf32 on)
-    else:
-        cls = "fp32" if config.precision is Precision.fp32 else "tensor"
-    return f"{fam}|{cls}"
-
-
 def conv_dominated(model: ModelSpec) -> bool:
-    """Convolutions carry the FLOPs (CNNs); transformers' matmuls are linear layers (a ViT's patch
-    convolution is under 1% of its FLOPs)."""
+    """Convolutions carry the FLOPs: CNNs, and traced modules whose step does more convolution than
+    GEMM work (a U-Net); a ViT's patch convolution is under 1% of its FLOPs."""
+    t = model.trace
+    if t is not None and t.work:
+        w = next(iter(t.work.values()))
+        return w.get("conv_flops", 0.0) > w.get("matmul_flops", 0.0)
     return model.family == "cnn"
 
 
 def peak_flops(model: ModelSpec, config: TrainConfig, hw: HardwareSpec) -> float:
-    """Dense datasheet peak the step's matmul-class work runs at, FLOP/s (DESIGN.md's precision
-    names: fp32 convolutions run TF32 where the GPU has it, cudnn.allow_tf32 being True by default)."""
+    """Dense datasheet peak the step's main work runs at, FLOP/s (DESIGN.md's precision names:
+    fp32 convolutions run TF32 where the GPU has it, cudnn.allow_tf32 being True by default)."""
     p = config.precision.value
     return hw.gpu.conv_flops(p) if conv_dominated(model) else hw.gpu.matmul_flops(p)
 
 
-def gpu_kind_factors(model: ModelSpec, config: TrainConfig, hw: HardwareSpec) -> tuple[float, float]:
-    """(compute, bandwidth): this GPU's achievable fraction of its own peaks over the H200's, by
-    the work kind the step's matmul-class work is here (advisor.gpu_perf); 1.0 on an H200."""
-    from advisor.gpu_perf import work_kind
-
-    kind = work_kind(hw.gpu, config.precision.value, conv_dominated(model), config.channels_last or config.compile)
-    return hw.gpu.fraction_vs_h200(kind), hw.gpu.fraction_vs_h200("bandwidth")
+def channels_last(config: TrainConfig) -> bool:
+    """Convolutions run NHWC: asked for, or compiled (inductor's layout_optimization, on by default,
+    converts convolutions to channels_last: torch._inductor.config.layout_optimization)."""
+    return config.channels_last or config.compile
 
 
-def efficiency(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float:
-    """Fraction of the dense peak the step's matmuls reach: measured per family, else the default.
+def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibration) -> tuple[float, float]:
+    """(matmul-class seconds, all GPU seconds) of one micro-step: each kind of work at its rate."""
+    p = config.precision
+    e = cal.rate_efficiency
+    cls = "fp32" if p is Precision.fp32 else "tensor"  # fp32 GEMMs and attention run on CUDA cores
+    layout = "nhwc" if channels_last(config) else "nchw"
+    # The rates are fractions of the H200's peaks, fit there; another GPU reaches its own datasheet
+    # peak times its architecture's achievable fraction over Hopper's (advisor.gpu_perf), by work kind.
+    mm_kind, conv_kind = work_kind_on(gpu, p.value, conv=False), work_kind_on(gpu, p.value, conv=True, nhwc=True)
+    mm_peak = gpu.matmul_flops(p.value) * gpu.fraction_vs_h200(mm_kind)
+    conv_peak = gpu.conv_flops(p.value) * gpu.fraction_vs_h200(conv_kind)  # cuDNN TF32 default
+    bw = gpu.mem_bw * gpu.fraction_vs_h200("bandwidth")
+    # NCHW half-precision convolutions: the layout transposes around cuDNN's NHWC kernels cost what
+    # the architecture's conv_nchw fraction says, relative to its channels_last one.
+    nchw_kind = work_kind_on(gpu, p.value, conv=True, nhwc=False)
+    conv_bw = bw if nchw_kind != "conv_nchw" or layout == "nhwc" else \
+        gpu.mem_bw * gpu.fraction_vs_h200("conv_nchw")
+    mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
+    unaligned, odd = ("matmul_unaligned", "matmul_odd")
+    if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
+        unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
+    mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
+    conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / (conv_bw * e[f"conv_bytes|{layout}"])
+    conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
+    # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
+    # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.
+    conv += work.dwconv_flops / (gpu.matmul_flops("fp32") * gpu.fraction_vs_h200("simt") * e[f"dwconv|{layout}"])
+    other = work.bytes / (bw * e["bytes"])
+    kernels = work.kernels
+    if config.compile:  # fusion removes memory-bound passes and their launches, not GEMM/conv work
+        other *= cal.compile_traffic.get(work_kind(work), cal.compile_traffic_factor)
+        kernels *= COMPILED_KERNELS
+    other += work.attn_bytes / (bw * e["bytes"])
+    return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
 
-    Transformers lose efficiency as their matmuls shrink (tile quantisation, launch and memory-
-    bound epilogues dominate small GEMMs): scaled by d/(d + d_half), d_half fit with the rest.
-    """
-    eff = cal.family_efficiency.get(efficiency_key(model, config), cal.mm_efficiency[config.precision.value])
-    if model.arch is not None and cal.width_half > 0 and config.precision is not Precision.fp32:
-        eff *= model.arch.d_model / (model.arch.d_model + cal.width_half)
-    return eff
+
+def work_kind(work: StepWork) -> str:
+    """"cnn" when convolutions carry the step's FLOPs, else "transformer" (keys of the compile factors)."""
+    return "cnn" if work.conv_flops + work.conv_unaligned_flops > work.matmul_flops + work.matmul_unaligned_flops \
+        else "transformer"
 
 
-def kernels(model: ModelSpec) -> float:
-    """Aten ops of one eager forward+backward: closed form per layer kind, or the trace's count."""
-    if model.arch is not None:
-        a = model.arch
-        per_layer = KERNELS_PER_LAYER.get((a.mlp, a.norm), max(KERNELS_PER_LAYER.values()))
-        return per_layer * a.n_layers + KERNELS_BASE
-    return float(model.trace.kernels) if model.trace and model.trace.kernels else 500.0
-
-
-def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration) -> float:
+def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: StepWork | None = None) -> float:
     """CPU time to dispatch one micro-step: ops x launch_us, x the compile factor when compiled.
 
     torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
@@ -147,10 +161,10 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration) -> flo
     step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/results/h200-hostbound.jsonl,
     cuda_kernels), so the factor is fit per kind (CNN, transformer), not assumed small.
     """
-    host = (kernels(model) + OPTIMIZER_OPS / max(1, config.grad_accum)) * cal.launch_us * 1e-6
+    work = work or step_work(model, config, cal)
+    host = (work.kernels + OPTIMIZER_OPS / max(1, config.grad_accum)) * cal.launch_us * 1e-6
     if config.compile:
-        kind = "cnn" if conv_dominated(model) else "transformer"
-        host *= cal.compile_launch.get(kind, cal.compile_launch_factor)
+        host *= cal.compile_launch.get(work_kind(work), cal.compile_launch_factor)
     return host
 
 
@@ -185,27 +199,14 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     world = hw.total_gpus if config.strategy is not Strategy.single else 1
     mb = config.micro_batch
     dense, attn = forward_flops(model, config)
-    lora = config.lora_rank is not None
-    # Backward of dense layers: 2x forward (input and weight grads); LoRA skips frozen weight grads.
-    dense_train = dense * ((2.0 if lora else 3.0) + (1.0 if config.grad_ckpt else 0.0))
-    attn_train = attn * (3.5 + (1.0 if config.grad_ckpt else 0.0))
     peak = peak_flops(model, config, hw)
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
                      else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
-    compute_kind, bw_kind = gpu_kind_factors(model, config, hw)
-    eff = efficiency(model, config, cal) * compute_kind
-    mm_s = (dense_train + attn_train) * mb / (peak * eff)
-
-    # Non-matmul traffic of the eager kernels (compile's gain is applied to the whole step below).
-    prof = activation_profile(model, config.model_copy(update={"compile": False}))
-    traffic = prof.per_sample_bytes * mb * cal.traffic_per_saved_byte
-    bw = gpu.mem_bw * cal.bw_efficiency * bw_kind
-    mem_s = traffic / bw
-    host_s = host_seconds(model, config, cal)
-    if config.compile:  # fusion removes memory-bound passes, not matmul work
-        mem_s *= cal.compile_traffic.get(model.family, cal.compile_traffic_factor)
-    gpu_s = mm_s + mem_s
+    work = step_work(model, config, cal)
+    mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)
+    host_s = host_seconds(model, config, cal, work)
+    bw = gpu.mem_bw * cal.rate_efficiency["bytes"] * gpu.fraction_vs_h200("bandwidth")
     if config.strategy is Strategy.dp and world > 1:
         host_s *= world  # one Python thread per replica under the GIL (DataParallel)
     micro_s = combine(gpu_s, host_s, cal.host_combine_p)
@@ -253,7 +254,10 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         calibrated = True
         notes.append("calibrated on this machine (advise bench)")
     model_flops = (3.0 * dense + 3.0 * attn) * sps  # no recompute, per PaLM's MFU
-    tokens = prof.tokens if (model.is_text or model.family == "vit") else None
+    tokens = None
+    if model.is_text or model.family == "vit":
+        tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) if model.arch else \
+            (config.seq_len or model.default_seq_len)
     return ThroughputEstimate(
         samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
         mfu=model_flops / (peak * world), tflops_per_gpu=model_flops / world / 1e12,

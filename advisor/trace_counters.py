@@ -48,3 +48,86 @@ class BackwardPeak(TorchDispatchMode):
                 self.peak = max(self.peak, self._last + new)
                 self._last = new
         return out
+
+
+# aten ops whose FLOPs run on tensor cores (or CUDA cores in fp32) as GEMMs, and convolutions.
+_MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm"}
+_CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "convolution_backward"}
+# Gathers read only the rows they return, not the whole table they index.
+_GATHER = {"embedding", "index_select", "gather"}
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _tensors(y)
+
+
+def _nbytes(x) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(x))
+
+
+def _misaligned(dims) -> bool:
+    """Sizes that are not multiples of 8 elements: tensor cores want 16-byte aligned rows (NVIDIA,
+    "Matrix Multiplication Background User's Guide", "Tensor Core Requirements"; nanoGPT pads
+    GPT-2's vocabulary 50257 to 50304 for this); cuBLAS and cuDNN fall back to slower kernels."""
+    return any(d % 8 for d in dims)
+
+
+class OpCensus(TorchDispatchMode):
+    """One step's work by kind of kernel, as a roofline needs it: GEMM FLOPs, convolution FLOPs
+    (depthwise ones apart: they run as direct stencils on CUDA cores, not GEMMs) with the bytes their
+    inputs and outputs move, and the bytes every other launching op reads and writes (its tensor
+    arguments and results: elementwise, norms, softmax, reductions, copies, casts). FLOPs are
+    torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
+
+    KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
+            "dwconv_flops", "bytes", "kernels")
+
+    def __init__(self, param_dims: set[int] = frozenset()):
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+
+        # A GEMM is misaligned when a size it takes from the model (vocabulary, width, classes) is:
+        # the batch sizes of a trace (2, 3) are not what a GPU runs, so they are not judged.
+        self.param_dims = {d for d in param_dims if d % 8}
+        self._flops = flop_registry
+        self.work = dict.fromkeys(self.KEYS, 0.0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.__name__.split(".")[0]
+        if name in KernelCounter._FREE:
+            return out
+        w = self.work
+        w["kernels"] += 1
+        packet = func._overloadpacket
+        if name in _MATMUL:
+            flops = self._flops[packet](*args, **kwargs, out_val=out)
+            dims = {d for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 for d in a.shape[-2:]}
+            bad = dims & self.param_dims
+            # an odd size leaves 2-byte aligned rows in bf16, cuBLAS's slowest kernels; even ones 4+ bytes
+            w["matmul_odd_flops" if any(d % 2 for d in bad) else "matmul_unaligned_flops" if bad else "matmul_flops"] += flops
+        elif name in _CONV:
+            moved = _nbytes(args[:3]) + _nbytes(out)
+            bwd = name == "convolution_backward"  # (grad_out, input, weight, ..., groups, output_mask)
+            groups = (args[9] if bwd else args[8]) if len(args) > 8 else kwargs.get("groups", 1)
+            weight = args[2] if bwd else args[1]
+            if isinstance(groups, int) and groups > 1 and weight.shape[1] == 1:  # depthwise
+                # 2 k^2 FLOPs per output element and pass (forward; input and weight gradients):
+                # torch.utils.flop_counter's backward formula ignores groups (32x too many here).
+                taps = 2 * weight[0].numel()
+                w["dwconv_flops"] += taps * (args[0].numel() * sum(bool(m) for m in args[10][:2]) if bwd else out.numel())
+            else:
+                flops = self._flops[packet](*args, **kwargs, out_val=out)
+                w["conv_unaligned_flops" if _misaligned(weight.shape[:2]) else "conv_flops"] += flops
+                w["conv_bytes"] += moved
+        elif name in _GATHER:
+            w["bytes"] += 2 * _nbytes(out) + _nbytes([a for a in args if isinstance(a, torch.Tensor)
+                                                       and not a.is_floating_point()])
+        else:
+            w["bytes"] += _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
+        return out

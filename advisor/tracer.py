@@ -53,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from advisor import sdpa
 from advisor.errors import UserError
 from advisor.models import ModelSpec, TraceProfile
-from advisor.trace_counters import BackwardPeak, KernelCounter
+from advisor.trace_counters import BackwardPeak, KernelCounter, OpCensus
 
 _LOWER = {F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose2d, torch.matmul, torch.mm, torch.bmm,
           torch.addmm, torch.baddbmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm,
@@ -94,6 +94,7 @@ class _TraceMode(TorchFunctionMode):
         super().__init__()
         self.autocast = autocast
         self.attn_flops = 0.0  # forward FLOPs of attention scores and weighted sums
+        self.attn_calls = 0  # fused SDPA calls (the math path's kernels are counted as aten ops)
         self.backends: set[str] = set()
         self.loss_temp_bytes = 0.0  # loss-backward temporaries at the start of backward
         self._cast_cache: dict[int, torch.Tensor] = {}
@@ -146,7 +147,8 @@ class _TraceMode(TorchFunctionMode):
     def _attention(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         out, backend = sdpa.attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
         self.backends.add(backend)
-        if backend != "math":  # the math path's matmuls are counted by FlopCounterMode itself
+        if backend != "math":
+            self.attn_calls += 1  # the math path's matmuls are counted by FlopCounterMode itself
             pairs = q.shape[-2] * k.shape[-2] * (0.5 if is_causal else 1.0)
             self.attn_flops += 2.0 * q.shape[:-2].numel() * pairs * (q.shape[-1] + v.shape[-1])
         return out
@@ -160,7 +162,7 @@ class StepTrace:
 
     def __init__(self, saved_bytes: float, fwd_flops: float, flops: float, attn_fwd_flops: float, kernels: int,
                  output_numel: int, loss_temp_bytes: float = 0.0, backends: frozenset = frozenset(),
-                 backward_peak_bytes: float = 0.0, held_bytes: float = 0.0):
+                 backward_peak_bytes: float = 0.0, held_bytes: float = 0.0, work: dict | None = None):
         self.saved_bytes = saved_bytes
         self.fwd_flops = fwd_flops  # forward FLOPs counted by torch.utils.flop_counter
         self.flops = flops  # forward + backward
@@ -171,6 +173,7 @@ class StepTrace:
         self.backends = backends  # SDPA backends the GPU would run
         self.backward_peak_bytes = backward_peak_bytes  # largest gradient pair in the model's backward
         self.held_bytes = held_bytes  # the output the training loop holds through backward
+        self.work = work or {}  # OpCensus of forward + loss + backward, plus fused attention's FLOPs
 
     def transient_bytes(self, base: "StepTrace | None" = None, holds_output: bool = False) -> float:
         """Bytes on top of the saved tensors during backward (per sample when ``base`` is the same
@@ -231,8 +234,12 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     # decompose (silu_backward into 6), which the throughput constants were fitted with.
     bwd = FlopCounterMode(display=False) if count else contextlib.nullcontext()
     kernels = KernelCounter() if count else contextlib.nullcontext()
+    # the trace's own batch size is no model size (a classifier's input [batch, features])
+    census = OpCensus({d for prm in model.parameters() for d in prm.shape} - {batch})
+    # The census is the innermost dispatch mode: it sees the ops the GPU runs, before FlopCounterMode
+    # decomposes the ones it has no formula for (silu_backward into 6).
     with kernels, mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with fwd:
+        with fwd, census:
             out = model(*inputs) if loss_fn is None else loss_fn(model, inputs)
             held = None
             if isinstance(out, tuple):
@@ -247,14 +254,18 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
         peak = BackwardPeak(held is None or not held.requires_grad, shapes)
         if not peak.armed:
             held.register_hook(lambda g: setattr(peak, "armed", True))
-        with bwd, peak:
+        with bwd, peak, census:
             value.backward()
     for prm in model.parameters():
         prm.grad = None
     f = float(fwd.get_total_flops()) if count else 0.0
     held_bytes = held.numel() * held.element_size() if held is not None else 0
+    # Fused attention: forward FLOPs as traced; its backward recomputes the scores, 2.5x the forward
+    # (FlashAttention, Dao 2022): 3.5x in all. One kernel forward, three backward (preprocess, main,
+    # dq convert: flash_bwd_launch_template.h).
+    work = dict(census.work, attn_flops=3.5 * mode.attn_flops, kernels=census.work["kernels"] + 4 * mode.attn_calls)
     return StepTrace(float(sum(saved.values())), f, f, mode.attn_flops, kernels.count if count else 0, numel,
-                     mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes)
+                     mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes, work)
 
 
 def _per_sample(model: nn.Module, make_inputs, precision, loss_fn=None, loss="none",
@@ -274,7 +285,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
                    ref_input: tuple[int, ...], scales_with: str = "fixed", loss_fn=None,
                    loss: str = "none") -> tuple[TraceProfile, int]:
     """A TraceProfile per sample for any module; returns it and the parameter count."""
-    saved, fixed, temps, held, backends = {}, {}, {}, {}, set()
+    saved, fixed, temps, held, backends, work, work_fixed = {}, {}, {}, {}, set(), {}, {}
     with torch.device("meta"):
         m = model_factory()  # one build serves all traces (building can cost more than tracing)
     n_params = sum(p.numel() for p in m.parameters())
@@ -285,6 +296,10 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
         temps[p] = t2.transient_bytes(t1)
         held[p] = t2.held_bytes - t1.held_bytes
         backends |= t1.backends | t2.backends
+        # The step's work per sample (batch 3 less batch 2) and what does not grow with the batch
+        # (weight gradients' accumulation, autocast's weight casts): batch 2 less twice that.
+        work[p] = {k: t2.work[k] - t1.work[k] for k in t2.work}
+        work_fixed[p] = {k: max(0.0, t1.work[k] - 2 * work[p][k]) for k in t1.work}
         counted = (t1, t2) if p == PRECISIONS[-1] else counted
     t1, t2 = counted
     mm_weights = sum(mod.weight.numel() for mod in m.modules()
@@ -298,7 +313,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
         output_numel=float(t2.output_numel - t1.output_numel),
         matmul_weight_params=mm_weights, largest_unit_params=max(units) if units else n_params,
         kernels=t2.kernels, has_batchnorm=has_bn, loss="model" if loss_fn is not None else loss,
-        loss_temp_bytes=temps, output_bytes=held, attention=sorted(backends),
+        loss_temp_bytes=temps, output_bytes=held, attention=sorted(backends), work=work, work_fixed=work_fixed,
     ), n_params
 
 

@@ -15,19 +15,17 @@ Rows (all on one H200; splits declared before measuring, in benchmarks/measure_r
 Writes ``advisor/data/calibration.json`` (the packaged calibration) and
 ``benchmarks/results/h200-estimator.md`` (predicted vs measured for every row, the quality bars
 of DESIGN.md on the holdout rows, per family, before and after issue 16's host model: "before"
-is ``h200-estimator-before.json``, the estimator at commit 5124ba1 on the same rows).
+is ``h200-estimator-before-roofline.json``, the estimator at commit fc248ce on the same rows).
 Rows marked "holdout" never influence a constant.
 
-What is fit, and how (for each point of a grid over width_half, traffic_per_saved_byte and p):
-* ``launch_us`` (us per dispatched op) and ``host_combine_p``: grid points (GRID_LAUNCH, GRID_P).
-* ``compile_launch[cnn|transformer]``: median over host-dominated compiled fit rows (device time
-  at 100% of peak under a quarter of the step) of measured step / eager host time.
-* ``family_efficiency[family|fp32|tensor]``: median over device-dominated eager fit rows (host under
-  half the step) of the efficiency that makes the predicted device time equal the measured one
-  (the step with the host term taken out of the p-norm, less the memory-bound terms).
-* ``compile_traffic``: median over compiled fit rows of the eager memory-bound time they still spent.
-* ``ckpt_fraction`` (CNN checkpointing): from the fit CNN checkpointing row's measured peak.
-The grid point that predicts the fit rows best (worst error, then median) is kept.
+What is fit, and how: the throughput constants of advisor.throughput's roofline (the achievable
+fraction of each datasheet rate per kind of work, ``rate_efficiency``; ``gpu_kernel_us``;
+``launch_us``; ``compile_launch`` per CNN/transformer; ``compile_traffic_factor``;
+``host_combine_p``; ``traffic_per_saved_byte`` for closed-form transformers) by coordinate descent
+in log space, each within physical bounds (fractions in (0, 1]), minimising the mean squared log
+error of samples/s over the fit rows plus a quarter of the worst row's. Then the memory constants:
+``compile_gelu_kept`` (compiled GELU MLPs) and ``ckpt_fraction`` (CNN checkpointing) from the fit
+rows' measured peaks.
 """
 
 from __future__ import annotations
@@ -46,24 +44,18 @@ from advisor.config import TrainConfig  # noqa: E402
 from advisor.estimate import estimate  # noqa: E402
 from advisor.gpus import get_gpu  # noqa: E402
 from advisor.hardware import HardwareSpec  # noqa: E402
-from advisor.throughput import conv_dominated, efficiency_key, host_seconds  # noqa: E402
+from advisor.step_work import step_work  # noqa: E402
+from advisor.throughput import combine, gpu_seconds, host_seconds  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT = RESULTS / "h200-reference.jsonl"
 HOSTBOUND = RESULTS / "h200-hostbound.jsonl"
 BENCH_CSV = RESULTS / "h200-1gpu.csv"
-BEFORE = RESULTS / "h200-estimator-before.json"
-# Every row (catalog and users') predicted by the estimator at the start of the refit (commit 6e16ead,
-# its packaged calibration): `python benchmarks/fit_calibration.py --snapshot-before` wrote it.
-BEFORE_REFIT = RESULTS / "h200-estimator-before-refit.json"
+# Every row predicted by the estimator before the per-kind roofline (commit fc248ce, its packaged
+# calibration): `python benchmarks/predict_users.py --snapshot FILE` run in that checkout wrote it.
+BEFORE = RESULTS / "h200-estimator-before-roofline.json"
 REPORT = RESULTS / "h200-estimator.md"
 _CONFIG_KEYS = ("model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt", "channels_last")
-GRID_P = (0.0, 3.0, 4.0, 6.0)  # host/device combination: 0 = max
-# us per dispatched op: the host-dominated fit rows of h200-hostbound.jsonl imply 45-56 (median 55),
-# while the first reference run's machine dispatched ~1.4x faster (mini-transformer bf16 eager:
-# 19 ms per step at batch 128 there, 26-29 ms at batch 8-32 in the host-bound run): one constant
-# serves both, so it is chosen with the rest by the grid.
-GRID_LAUNCH = (30.0, 35.0, 40.0, 45.0, 50.0, 55.0)
 
 
 def load(path: Path) -> tuple[dict, list[dict]]:
@@ -112,6 +104,9 @@ def all_rows() -> tuple[dict, list[dict]]:
     from users import user_rows  # noqa: E402  (benchmarks/users.py)
 
     rows += user_rows()
+    unseen = RESULTS / "h200-users-unseen.jsonl"  # benchmarks/measure_unseen.py: holdout rows only
+    if unseen.exists():
+        rows += [r for r in user_rows(unseen) if r["split"] == "holdout"]
     return header, rows
 
 
@@ -136,31 +131,100 @@ def predict(r: dict, cal: Calibration, hw: HardwareSpec):
     return estimate(spec_of(r), config_of(r), hw, calibration=cal)
 
 
-def device_time(r: dict, host_s: float, opt_s: float, p: float) -> float | None:
-    """The measured step's device time: the host term taken out of the combination; None when the
-    host dominates (the row says little about the device)."""
-    left = r["step_s"] - opt_s
-    if host_s > 0.5 * left:
-        return None
-    return left if p <= 0 else (left**p - host_s**p) ** (1.0 / p)
+class _Row:
+    """What the throughput fit needs of a row, computed once: its work by kind (advisor.step_work,
+    bytes of closed-form rows per unit of traffic_per_saved_byte) and the optimizer's bytes."""
+
+    def __init__(self, r: dict, hw: HardwareSpec):
+        self.r, self.spec, self.cfg = r, spec_of(r), config_of(r)
+        unit = Calibration(traffic_per_saved_byte=1.0)
+        self.work = step_work(self.spec, self.cfg, unit)
+        e = estimate(self.spec, self.cfg, hw, calibration=unit).throughput
+        self.opt_bytes = e.optimizer_s * hw.gpu.bandwidth_gbps * 1e9 * unit.rate_efficiency["bytes"]
+        self.samples = self.cfg.micro_batch * self.cfg.grad_accum
+
+    def samples_per_s(self, cal: Calibration, hw: HardwareSpec) -> float:
+        work = self.work
+        if not work.traced:
+            work = work.model_copy(update={"bytes": work.bytes * cal.traffic_per_saved_byte})
+        _, gpu = gpu_seconds(work, self.cfg, hw.gpu, cal)
+        host = host_seconds(self.spec, self.cfg, cal, work)
+        step = combine(gpu, host, cal.host_combine_p) * self.cfg.grad_accum
+        step += self.opt_bytes / (hw.gpu.bandwidth_gbps * 1e9 * cal.rate_efficiency["bytes"])
+        return self.samples / step
+
+
+# What the throughput fit moves, each within physical bounds: fractions of a datasheet rate in
+# (0, 1], microseconds per kernel, compile factors, the host/device combination's p.
+_BOUNDS = {"launch_us": (5.0, 100.0), "gpu_kernel_us": (0.0, 5.0),
+           "compile_traffic.cnn": (0.05, 1.0), "compile_traffic.transformer": (0.05, 1.0),
+           "traffic_per_saved_byte": (1.0, 30.0), "host_combine_p": (1.0, 12.0),
+           "compile_launch.cnn": (0.2, 3.0), "compile_launch.transformer": (0.2, 3.0)}
+
+
+def _get(cal: Calibration, name: str) -> float:
+    if name.startswith("rate."):
+        return cal.rate_efficiency[name[5:]]
+    if name.startswith("compile_"):
+        group, kind = name.split(".", 1)
+        return getattr(cal, group).get(kind, 1.0)
+    return getattr(cal, name)
+
+
+def _set(cal: Calibration, name: str, value: float) -> Calibration:
+    if name.startswith("rate."):
+        return cal.model_copy(update={"rate_efficiency": {**cal.rate_efficiency, name[5:]: value}})
+    if name.startswith("compile_"):
+        group, kind = name.split(".", 1)
+        return cal.model_copy(update={group: {**getattr(cal, group), kind: value}})
+    return cal.model_copy(update={name: value})
+
+
+def _loss(rows: list[_Row], cal: Calibration, hw: HardwareSpec) -> float:
+    """Mean squared log error of samples/s over the fit rows, plus the worst row's (so that no
+    configuration is given up for the others)."""
+    import math
+
+    errs = [math.log(r.samples_per_s(cal, hw) / r.r["samples_per_s"]) ** 2 for r in rows]
+    return sum(errs) / len(errs) + 0.25 * max(errs)
 
 
 def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
-    """Grid over the shape constants; for each, fit the rest; keep what predicts fit rows best."""
+    """Coordinate descent in log space over the throughput constants, on the fit rows only; then
+    the memory constants (compiled GELU, CNN checkpointing) as before."""
     fit_rows = [r for r in rows if r["split"] == "fit"]
-    best = None
-    grid = [(w, t, p, u) for w in (0, 512, 1024, 2048) for t in (1.5, 3.0, 5.0, 8.0, 12.0, 16.0) for p in GRID_P
-            for u in GRID_LAUNCH]
-    for width_half, traffic, p, launch in grid:
-        cal = fit_given(fit_rows, hw, Calibration(source="fit by benchmarks/fit_calibration.py", width_half=width_half,
-                                                  traffic_per_saved_byte=traffic, host_combine_p=p, launch_us=launch))
-        if any(v > 1.0 for v in cal.family_efficiency.values()):
-            continue  # above the dense peak: not a physical fit
-        errs = sorted(abs(predict(r, cal, hw).throughput.samples_per_s / r["samples_per_s"] - 1) for r in fit_rows)
-        score = (errs[-1], statistics.median(errs))
-        if best is None or score < best[0]:
-            best = (score, cal)
-    cal = best[1]
+    prepared = [_Row(r, hw) for r in fit_rows]
+    cal = Calibration(source="fit by benchmarks/fit_calibration.py", launch_us=50.0, host_combine_p=4.0,
+                      traffic_per_saved_byte=8.0, compile_launch={"cnn": 1.0, "transformer": 1.0},
+                      compile_traffic={"cnn": 0.5, "transformer": 0.5})
+    names = [f"rate.{k}" for k in cal.rate_efficiency] + list(_BOUNDS)
+    # Ceilings measured on the same H200 (the JSONL headers): a large bf16 GEMM reaches 755-788 of
+    # 989 TFLOP/s (0.8), a device copy 4.16-4.19 of 4.8 TB/s (0.87); nothing in a step does better.
+    bounds = {**_BOUNDS, "rate.matmul|tensor": (0.05, 0.8), "rate.bytes": (0.05, 0.87)}
+    best = _loss(prepared, cal, hw)
+    step = 1.6
+    while step > 1.01:
+        improved = False
+        for name in names:
+            lo, hi = bounds.get(name, (0.005, 1.0))
+            for f in (step, 1 / step):
+                v = _get(cal, name)
+                new = min(hi, max(lo, v * f if v > 0 else lo + 0.1 * (hi - lo)))
+                c = _set(cal, name, new)
+                loss = _loss(prepared, c, hw)
+                if loss < best - 1e-9:
+                    cal, best, improved = c, loss, True
+                    break
+        if not improved:
+            step = step ** 0.5
+    cal = cal.model_copy(update={
+        "rate_efficiency": {k: round(v, 4) for k, v in cal.rate_efficiency.items()},
+        "compile_launch": {k: round(v, 3) for k, v in cal.compile_launch.items()},
+        "compile_traffic": {k: round(v, 3) for k, v in cal.compile_traffic.items()},
+        **{k: round(getattr(cal, k), 3) for k in ("launch_us", "gpu_kernel_us",
+                                                  "traffic_per_saved_byte", "host_combine_p")}})
+    cal.compile_launch_factor = round(statistics.median(cal.compile_launch.values()), 3)
+    cal.compile_traffic_factor = round(statistics.median(cal.compile_traffic.values()), 3)
     # Compiled GELU MLP: kept tensors that best predict the fit compile rows' memory.
     compiled = [r for r in fit_rows if r["compile"] and spec_of(r).arch is not None]
     if compiled:
@@ -168,65 +232,7 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
             c = cal.model_copy(update={"compile_gelu_kept": k})
             return max(abs(predict(r, c, hw).memory.peak_gib / r["peak_gib"] - 1) for r in compiled)
         cal.compile_gelu_kept = min((1.0, 1.25, 1.5, 1.75, 2.0), key=worst)
-    return cal
-
-
-def fit_host(fit_rows: list[dict], hw: HardwareSpec, cal: Calibration) -> Calibration:
-    """The compile factors (over the eager host time at cal.launch_us) from the rows whose device time is
-    small beside the step."""
-    ideal = cal.model_copy(update={"family_efficiency": {}, "mm_efficiency": {k: 1.0 for k in cal.mm_efficiency},
-                                   "width_half": 0.0, "launch_us": 1.0, "compile_launch": {},
-                                   "compile_launch_factor": 1.0})
-    compiled: dict[str, list[float]] = {}
-    for r in fit_rows:
-        t = predict(r, ideal, hw).throughput  # host_s = ops x 1 us; device time at 100% of peak
-        if t.gpu_s > 0.25 * r["step_s"]:
-            continue
-        if r["compile"]:
-            kind = "cnn" if conv_dominated(spec_of(r)) else "transformer"
-            compiled.setdefault(kind, []).append(r["step_s"] / t.host_s)  # over eager ops, in us
-    cal.compile_launch = {k: round(statistics.median(v) / cal.launch_us, 3) for k, v in sorted(compiled.items())}
-    if cal.compile_launch:
-        cal.compile_launch_factor = round(statistics.median(cal.compile_launch.values()), 3)
-    return cal
-
-
-def fit_given(fit_rows: list[dict], hw: HardwareSpec, cal: Calibration) -> Calibration:
-    cal = fit_host(fit_rows, hw, cal)
-    p = cal.host_combine_p
-    # 1. efficiencies from device-dominated eager fit rows: predict at 100% of peak, attribute the rest.
-    implied: dict[str, list[float]] = {}
-    for r in fit_rows:
-        if r["compile"]:
-            continue
-        spec = spec_of(r)
-        key = efficiency_key(spec, config_of(r))
-        width = (spec.arch.d_model / (spec.arch.d_model + cal.width_half)
-                 if spec.arch and cal.width_half and r["precision"] != "fp32" else 1.0)
-        ideal = predict(r, cal.model_copy(update={"family_efficiency": {key: 1.0 / width}}), hw).throughput
-        dev = device_time(r, ideal.host_s, ideal.optimizer_s, p)
-        if dev is None:
-            continue
-        left = dev - (ideal.gpu_s - ideal.matmul_s)
-        if left > 0:
-            implied.setdefault(key, []).append(min(1.0, ideal.matmul_s / left) / width)
-    cal.family_efficiency = {k: round(statistics.median(v), 4) for k, v in sorted(implied.items())}
-    # 2. compile: the fraction of the eager memory-bound time that the compiled rows still spent.
-    # Fit per model family where a family has compile rows; the median over all is the default.
-    left: dict[str, list[float]] = {}
-    for r in fit_rows:
-        if r["compile"]:
-            family = spec_of(r).family
-            full = predict(r, cal.model_copy(update={"compile_traffic_factor": 1.0, "compile_traffic": {}}), hw).throughput
-            none = predict(r, cal.model_copy(update={"compile_traffic_factor": 0.0, "compile_traffic": {}}), hw).throughput
-            mem = full.gpu_s - none.gpu_s
-            dev = device_time(r, none.host_s, none.optimizer_s, p)
-            if mem > 0 and dev is not None:
-                left.setdefault(family, []).append(max(0.05, min(1.0, (dev - none.gpu_s) / mem)))
-    if left:
-        cal.compile_traffic = {f: round(statistics.median(v), 4) for f, v in sorted(left.items())}
-        cal.compile_traffic_factor = round(statistics.median([x for v in left.values() for x in v]), 4)
-    # 3. CNN checkpointing keeps this fraction of activations.
+    # CNN checkpointing keeps this fraction of activations.
     for r in fit_rows:
         if r["grad_ckpt"] and spec_of(r).family == "cnn":
             e = predict(dict(r, grad_ckpt=False), cal, hw).memory
@@ -282,8 +288,8 @@ def _repeats(rows: list[dict]) -> list[str]:
 
 
 def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -> str:
-    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
-    refit0 = json.loads(BEFORE_REFIT.read_text()) if BEFORE_REFIT.exists() else {}
+    before = {k: v["samples_per_s"] for k, v in json.loads(BEFORE.read_text()).items()} if BEFORE.exists() else {}
+    refit0 = before
     lines = [
         "# Estimator vs measurement on one H200",
         "",
@@ -295,8 +301,8 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
         "",
         "Regenerate: `python benchmarks/fit_calibration.py` (fits `advisor/data/calibration.json` on the rows "
         "marked *fit* only, then predicts every row). The quality bars are judged on the *holdout* rows, which "
-        "no constant saw. *before*: the estimator before issue 16's host model and fp32 meaning (commit 5124ba1, "
-        "`h200-estimator-before.json`). *excluded*: true-fp32 CNN rows (cuDNN TF32 off), a precision cardwise "
+        "no constant saw. *before*: the estimator before the per-kind roofline (commit fc248ce, "
+        f"`{BEFORE.name}`). *excluded*: true-fp32 CNN rows (cuDNN TF32 off), a precision cardwise "
         "no longer names. host/gpu ms: the model's two terms per step; the larger sets the pace.",
         "",
         "| id | split | peak GiB pred | meas | err | samples/s pred | meas | err | before err | host ms | gpu ms |",
@@ -337,36 +343,24 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     for split, (m, t) in errs.items():
         if m:
             lines.append(f"| {split} | {len(m)} | {_stats(m)} | {_stats(t)} |")
-    lines += _before_after("Throughput on the holdout rows per model source, before the refit (commit 6e16ead, "
-                           f"`{BEFORE_REFIT.name}`) and after (abs error, median | worst):", "source", src)
+    lines += _before_after("Throughput on the holdout rows per model source, before (commit fc248ce, "
+                           f"`{BEFORE.name}`) and after (abs error, median | worst):", "source", src)
     lines += _before_after("Throughput on the holdout rows per family, before and after (abs error, median | worst):",
                            "family", fam)
     lines += _repeats(rows)
     lines += ["", "Bars (DESIGN.md): throughput on the same GPU kind within 10% median, 25% worst; memory 5% / 15% "
               "(the memory side is issue 16's other half).", "", "Fitted constants:", "", "```",
               json.dumps({k: v for k, v in cal.model_dump().items()
-                          if k in ("family_efficiency", "width_half", "traffic_per_saved_byte", "launch_us",
+                          if k in ("rate_efficiency", "gpu_kernel_us", "traffic_per_saved_byte", "launch_us",
                                    "compile_launch", "compile_launch_factor", "host_combine_p",
                                    "compile_traffic_factor", "compile_traffic", "compile_gelu_kept", "ckpt_fraction")},
                          indent=1), "```", ""]
     return "\n".join(lines)
 
 
-def snapshot_before(rows: list[dict], hw: HardwareSpec) -> None:
-    """Predictions of the estimator as it stands (packaged calibration, no fit) for every row."""
-    from advisor.calibration import default_calibration
-
-    cal = default_calibration()
-    BEFORE_REFIT.write_text(json.dumps({r["id"]: round(predict(r, cal, hw).throughput.samples_per_s, 3)
-                                        for r in rows}, indent=0, sort_keys=True) + "\n")
-
-
 def main() -> None:
     header, rows = all_rows()
     hw = HardwareSpec(gpu=get_gpu(header.get("device", "H200")))
-    if "--snapshot-before" in sys.argv:
-        snapshot_before(rows, hw)
-        return
     cal = fit(rows, hw)
     PACKAGED.write_text(json.dumps(cal.model_dump(), indent=1) + "\n")
     REPORT.write_text(report(header, rows, cal, hw))

@@ -1,73 +1,94 @@
-"""Predicted vs measured peak memory for the users' reference rows (issue 16).
+"""Predicted vs measured samples/s and peak memory for every H200 row: the users' models and the
+catalog reference rows, by split, with the estimator before the roofline (issue 16's throughput).
 
-Reads the measured rows (``h200-users.jsonl``, written by ``measure_users_models.py``), resolves
-each row's ``cardwise_flags`` the way ``advise estimate`` does (``--module`` traced with its
-``--loss``, ``--hf-config`` through transformers), and prints the error per row and the median /
-worst absolute error by split (fit / holdout) and eager / compiled.
+Rows are ``benchmarks/fit_calibration.all_rows()``: ``h200-reference.jsonl``, ``h200-hostbound.jsonl``,
+``advise bench``'s ``h200-1gpu.csv`` fit rows and the users' ``h200-users.jsonl`` (each users' row through
+``advise estimate``'s own path, ``benchmarks/users.py``). Splits are the ones the measuring scripts
+declared before measuring; the packaged calibration (``advisor/data/calibration.json``) was fit on
+the *fit* rows only (``benchmarks/fit_calibration.py``). *before*: the estimator at commit fc248ce,
+its predictions stored in ``results/h200-estimator-before-roofline.json`` (``--snapshot FILE`` writes
+such a file from the checkout it runs in).
 
-    python benchmarks/predict_users.py [ROOT]    # ROOT holds benchmarks/results/h200-users.jsonl
+    python benchmarks/predict_users.py                 # markdown table + summary on stdout
+    python benchmarks/predict_users.py --snapshot F    # this checkout's predictions, as JSON
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from advisor.config import TrainConfig  # noqa: E402
-from advisor.estimate import estimate  # noqa: E402
+from advisor.calibration import default_calibration  # noqa: E402
 from advisor.gpus import get_gpu  # noqa: E402
 from advisor.hardware import HardwareSpec  # noqa: E402
-from advisor.hf_trace import resolve_hf_config  # noqa: E402
-from advisor.tracer import trace_module_spec  # noqa: E402
+
+BEFORE = ROOT / "benchmarks" / "results" / "h200-estimator-before-roofline.json"
 
 
-def flags(line: str) -> dict:
-    args, out, i = shlex.split(line), {}, 0
-    while i < len(args):
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out[args[i][2:]] = args[i + 1]
-            i += 2
-        else:
-            out[args[i][2:]] = True
-            i += 1
-    return out
+def predictions() -> tuple[list[dict], dict]:
+    import fit_calibration as fc
+
+    _, rows = fc.all_rows()
+    hw = HardwareSpec(gpu=get_gpu("H200"))
+    cal = default_calibration()
+    out = {}
+    for r in rows:
+        e = fc.predict(r, cal, hw)
+        out[r["id"]] = {"samples_per_s": round(e.throughput.samples_per_s, 3), "peak_gib": round(e.memory.peak_gib, 4),
+                        "host_ms": e.throughput.host_s * 1e3, "gpu_ms": e.throughput.gpu_s * 1e3}
+    return rows, out
+
+
+def _stat(errs: list[float]) -> str:
+    return f"{statistics.median(errs):.1%} | {max(errs):.1%}" if errs else "- | -"
+
+
+def report(rows: list[dict], pred: dict, before: dict) -> str:
+    import fit_calibration as fc
+
+    lines = ["| id | source | split | samples/s meas | pred | err | before err | peak GiB meas | pred | err | before err |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    groups: dict[tuple[str, str], list[tuple[float, float | None, float, float | None]]] = {}
+    for r in rows:
+        p, b = pred[r["id"]], before.get(r["id"])
+        te = p["samples_per_s"] / r["samples_per_s"] - 1
+        me = p["peak_gib"] / r["peak_gib"] - 1
+        bte = b["samples_per_s"] / r["samples_per_s"] - 1 if b else None
+        bme = b["peak_gib"] / r["peak_gib"] - 1 if b else None
+        src = fc.model_source(r)
+        for key in ((src, r["split"]), ("all", r["split"])):
+            groups.setdefault(key, []).append((te, bte, me, bme))
+        fmt = (lambda x: "" if x is None else f"{x:+.1%}")
+        lines.append(f"| {r['id']} | {src} | {r['split']} | {r['samples_per_s']:,.1f} | {p['samples_per_s']:,.1f} | "
+                     f"{te:+.1%} | {fmt(bte)} | {r['peak_gib']:.2f} | {p['peak_gib']:.2f} | {me:+.1%} | {fmt(bme)} |")
+    lines += ["", "Absolute errors, median | worst (before: commit fc248ce; after: this checkout):", "",
+              "| source | split | n | samples/s before: median | worst | after: median | worst "
+              "| peak before: median | worst | after: median | worst |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (src, split), v in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
+        if split == "excluded":
+            continue
+        lines.append(f"| {src} | {split} | {len(v)} | {_stat([abs(x[1]) for x in v if x[1] is not None])} | "
+                     f"{_stat([abs(x[0]) for x in v])} | {_stat([abs(x[3]) for x in v if x[3] is not None])} | "
+                     f"{_stat([abs(x[2]) for x in v])} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
-    hw = HardwareSpec(gpu=get_gpu("H200"), gpus_per_node=1)
-    specs, rows = {}, []
-    for line in (root / "benchmarks/results/h200-users.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        if d.get("kind") == "header" or d.get("peak_gib") is None:
-            continue
-        f = flags(d["cardwise_flags"])
-        key = f.get("module") or f.get("hf-config")
-        if key not in specs:
-            if "module" in f:
-                shape = tuple(int(x) for x in f["input-shape"].split(","))
-                specs[key] = trace_module_spec(str(root / f["module"]), shape, f["input-dtype"], loss=f.get("loss", "ce"))
-            else:
-                specs[key] = resolve_hf_config(root / f["hf-config"])
-        cfg = TrainConfig(micro_batch=int(f["micro-batch"]), precision=f["precision"], compile="compile" in f,
-                          seq_len=int(f["seq-len"]) if "seq-len" in f else None,
-                          image_size=int(f["image-size"]) if "image-size" in f else None)
-        pred = estimate(specs[key], cfg, hw).memory.peak_gib
-        err = pred / d["peak_gib"] - 1
-        rows.append((d["id"], d["split"], "compile" in f, err))
-        print(f"| {d['id']} | {d['split']} | {d['peak_gib']:.2f} | {pred:.2f} | {err * 100:+.1f}% |")
-    for split in ("fit", "holdout"):
-        for compiled in (False, True):
-            errs = [abs(r[3]) for r in rows if r[1] == split and r[2] == compiled]
-            if errs:
-                print(f"{split} {'compiled' if compiled else 'eager'}: n={len(errs)} median {statistics.median(errs) * 100:.1f}% "
-                      f"worst {max(errs) * 100:.1f}%")
+    rows, pred = predictions()
+    if "--snapshot" in sys.argv:
+        path = Path(sys.argv[sys.argv.index("--snapshot") + 1])
+        path.write_text(json.dumps({k: {"samples_per_s": v["samples_per_s"], "peak_gib": v["peak_gib"]}
+                                    for k, v in pred.items()}, indent=0, sort_keys=True) + "\n")
+        return
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
+    print(report(rows, pred, before), end="")
 
 
 if __name__ == "__main__":

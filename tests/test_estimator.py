@@ -197,7 +197,7 @@ def test_non_positive_sizes_are_user_errors(field):
 def test_kernel_counts_match_the_tracer(name):
     """The launch-overhead constants are what the tracer counts on the zoo's layers."""
     torch = pytest.importorskip("torch")
-    from advisor.throughput import KERNELS_PER_LAYER
+    from advisor.step_work import KERNELS_PER_LAYER
     from advisor.tracer import trace_step
     from advisor.zoo import build_trainable, synthetic_batch
 

@@ -9,7 +9,7 @@ from advisor.catalog import catalog_model
 from advisor.config import TrainConfig
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
-from advisor.throughput import efficiency_key, estimate_throughput, host_seconds, peak_flops
+from advisor.throughput import estimate_throughput, host_seconds, peak_flops
 
 H200 = HardwareSpec(gpu=get_gpu("H200"))
 CAL = default_calibration()
@@ -43,11 +43,10 @@ def test_fp32_convolutions_use_the_tf32_rate_and_matmuls_the_fp32_rate():
     assert peak_flops(gpt, fp32, H200) == gpu.fp32_tflops * 1e12  # matmuls stay fp32 by default
     assert peak_flops(gpt, tf32, H200) == gpu.tf32_tflops * 1e12
     assert peak_flops(cnn, tf32, H200) == gpu.tf32_tflops * 1e12
-    # fp32 and tf32 CNNs run the same TF32 convolutions: one efficiency, one speed
-    assert efficiency_key(cnn, fp32) == efficiency_key(cnn, tf32)
+    # fp32 and tf32 CNNs run the same TF32 convolutions: one speed but for the classifier's GEMM
     a = estimate_throughput(cnn, fp32.model_copy(update={"micro_batch": 256}), H200, CAL)
     b = estimate_throughput(cnn, tf32.model_copy(update={"micro_batch": 256}), H200, CAL)
-    assert a.samples_per_s == pytest.approx(b.samples_per_s)
+    assert a.samples_per_s == pytest.approx(b.samples_per_s, rel=1e-3) and a.samples_per_s <= b.samples_per_s
     g32 = estimate_throughput(gpt, fp32.model_copy(update={"micro_batch": 8}), H200, CAL)
     g_tf = estimate_throughput(gpt, tf32.model_copy(update={"micro_batch": 8}), H200, CAL)
     assert g_tf.matmul_s < g32.matmul_s

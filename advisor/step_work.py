@@ -1,0 +1,158 @@
+"""One micro-step's work by kind of kernel: what the roofline in ``advisor.throughput`` costs.
+
+Each kind runs at its own achievable rate on the GPU (``advisor.throughput.gpu_seconds``):
+
+* ``matmul_flops``: GEMMs (linear layers, bmm) at the dense peak of the matmul dtype; those with a
+  model size that is not a multiple of 8 apart, ``matmul_unaligned_flops`` (BERT's 30522-word head),
+  or odd, ``matmul_odd_flops`` (GPT-2's 50257-word head: 2-byte aligned rows in bf16);
+* ``attn_flops``: fused scaled-dot-product attention (flash / memory-efficient / cuDNN);
+* ``conv_flops``: convolutions (cuDNN; fp32 ones run TF32, ``torch.backends.cudnn.allow_tf32`` is
+  True by default; channels not a multiple of 8, a 3-channel stem, apart: ``conv_unaligned_flops``), with ``conv_bytes``, the bytes their inputs and outputs move, for the layout
+  transposes NCHW tensor-core convolutions add;
+* ``dwconv_flops``: depthwise convolutions, direct stencils on CUDA cores, not GEMMs;
+* ``bytes``: what every other kernel reads and writes (elementwise, norms, softmax, reductions,
+  casts, copies): bandwidth-bound;
+* ``kernels``: launches, each costing the host a dispatch and the GPU a minimum duration.
+
+Traced models carry this per sample (or per token) in ``TraceProfile.work`` (counted by
+``advisor.trace_counters.OpCensus`` over forward, loss and backward). Closed-form transformers
+(cardwise's own catalog implementations) get it from their architecture: matmul and attention FLOPs
+exactly, bytes as the saved activations times ``Calibration.traffic_per_saved_byte`` and kernels
+per layer kind as counted by the tracer on the zoo's layers.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from advisor.activations import activation_profile, compiled_attention_keeps_probs
+from advisor.calibration import Calibration
+from advisor.config import Precision, TrainConfig
+from advisor.models import ModelSpec
+
+# Kernels (aten ops that launch) per transformer layer per forward+backward under autocast, by
+# layer kind (mlp, norm): counted by advisor.tracer on the zoo's layers, and re-counted by
+# tests/test_estimator.py::test_kernel_counts_match_the_tracer. HF-style RMSNorm is op-for-op
+# (upcast, pow, mean, rsqrt, muls), hence SwiGLU/RMSNorm layers launch about twice as many.
+KERNELS_PER_LAYER = {("gelu", "layernorm"): 70, ("swiglu", "rmsnorm"): 139}
+KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
+
+
+class StepWork(BaseModel):
+    """Work of one forward + loss + backward on one micro-batch (no optimizer step)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    matmul_flops: float = 0.0
+    matmul_unaligned_flops: float = 0.0
+    matmul_odd_flops: float = 0.0
+    attn_flops: float = 0.0
+    conv_flops: float = 0.0
+    conv_unaligned_flops: float = 0.0
+    conv_bytes: float = 0.0
+    dwconv_flops: float = 0.0
+    bytes: float = 0.0
+    attn_bytes: float = 0.0  # compiled math-path attention: already fused, not scaled by compile
+    kernels: float = 0.0
+    traced: bool = False
+
+
+def trace_key(p: Precision) -> str:
+    """The traced precision a configuration runs as (fp16 autocast casts like bf16)."""
+    if p in (Precision.bf16, Precision.fp16):
+        return "bf16"
+    return "pure-bf16" if p is Precision.pure_bf16 else "fp32"
+
+
+def _scales(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
+    """(linear, attention) scale of a trace's per-sample figures to this configuration's input:
+    pixels scale everything by area; tokens scale linear work by tokens and attention by tokens^2
+    (per sample: tokens x keys per query)."""
+    t = model.trace
+    if t.scales_with == "pixels" and config.image_size and t.ref_input:
+        s = (config.image_size / t.ref_input[-1]) ** 2
+        return s, s
+    if t.scales_with == "tokens" and t.ref_input:
+        seq = config.seq_len or model.default_seq_len
+        tokens = model.arch.tokens(seq, config.image_size) if model.arch is not None else seq or t.ref_input[0]
+        lin = tokens / t.ref_input[0]  # the trace is per sample of ref_input[0] tokens
+        return lin, lin * lin
+    return 1.0, 1.0
+
+
+def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWork:
+    """The micro-step's work (config.micro_batch samples) by kind; checkpointing adds one forward
+    (a third of the step's FLOPs and bytes), LoRA drops the frozen weights' gradients (a third of
+    the matmul FLOPs)."""
+    mb = config.micro_batch
+    t = model.trace
+    key = trace_key(config.precision)
+    if t is not None and t.work.get(key):
+        w, fixed = t.work[key], t.work_fixed.get(key, {})
+        lin, quad = _scales(model, config)
+        per = {k: v * (quad if k == "attn_flops" else lin) for k, v in w.items()}
+        if model.arch is not None:  # attention FLOPs in closed form (exact at any length)
+            per["attn_flops"] = _attention_flops(model, config)
+        got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields if k != "traced"}
+        got["kernels"] = w.get("kernels", 0.0) * mb + fixed.get("kernels", 0.0)
+        work = StepWork(**got, traced=True)
+    elif model.arch is not None:
+        a = model.arch
+        tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
+        prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
+        per_layer = KERNELS_PER_LAYER.get((a.mlp, a.norm), max(KERNELS_PER_LAYER.values()))
+        head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head
+        odd = a.vocab % 2 == 1
+        work = StepWork(matmul_flops=6.0 * (a.matmul_params() - head) * tokens * mb,
+                        matmul_unaligned_flops=0.0 if odd else 6.0 * head * tokens * mb,
+                        matmul_odd_flops=6.0 * head * tokens * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
+                        bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
+                        kernels=per_layer * a.n_layers + KERNELS_BASE)
+    else:
+        raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
+    if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch):
+        # Compiled, this attention runs the math path (advisor.activations): its FLOPs are GEMMs
+        # (forward 2, backward 4 per score: no recompute) and its s x s tensors move bytes.
+        a = model.arch
+        tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
+        probs = a.n_layers * a.n_heads * tokens * tokens * mb
+        work.matmul_flops += work.attn_flops * 3.0 / 3.5
+        work.attn_flops = 0.0
+        work.attn_bytes = probs * math_attention_bytes(config.precision)
+    if config.lora_rank is not None:
+        work.matmul_flops *= 2.0 / 3.0
+        work.matmul_unaligned_flops *= 2.0 / 3.0
+        work.matmul_odd_flops *= 2.0 / 3.0  # frozen weights: no weight gradients (LoRA's own are tiny)
+    if config.grad_ckpt:
+        fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward
+        work.matmul_flops *= 1 + fwd
+        work.matmul_unaligned_flops *= 1 + fwd
+        work.matmul_odd_flops *= 1 + fwd
+        work.conv_flops *= 1 + fwd
+        work.conv_unaligned_flops *= 1 + fwd
+        work.attn_flops *= 1 + 1 / 3.5
+        work.bytes *= 1 + fwd
+        work.conv_bytes *= 1 + fwd
+        work.dwconv_flops *= 1 + fwd
+        work.kernels *= 1 + fwd
+    return work
+
+
+def _attention_flops(model: ModelSpec, config: TrainConfig) -> float:
+    """Training FLOPs of attention per sample: 4 s^2 d per layer forward (QK^T and PV), halved when
+    causal; backward recomputes the scores, 2.5x the forward (FlashAttention, Dao 2022)."""
+    a = model.arch
+    tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
+    return 3.5 * 4.0 * a.n_layers * a.d_model * tokens * tokens * (0.5 if a.causal else 1.0)
+
+
+def math_attention_bytes(p: Precision) -> float:
+    """Bytes a compiled math-path attention moves per probability element (per head, query, key),
+    kernel by kernel as inductor fuses them: forward, the QK^T GEMM writes the scores (c), one fused
+    scale-mask-softmax-dropout kernel reads them (c) and writes the probabilities (c), the dropped
+    ones (c) and the bool mask (1), the PV GEMM reads the dropped ones (c); backward, the dV GEMM
+    reads them again (c), the dP GEMM writes dP (c), one fused dropout-softmax backward reads dP,
+    the mask and the probabilities (2c + 1) and writes dS (c), and the dQ and dK GEMMs read dS (2c).
+    Softmax runs in fp32 under autocast (torch.amp's fp32 list), so c = 4 there; 2 in pure-bf16."""
+    c = 2 if p is Precision.pure_bf16 else 4
+    return 12 * c + 2

@@ -1,0 +1,178 @@
+"""The step's work by kind of kernel (advisor.trace_counters.OpCensus, advisor.step_work) and the
+roofline that costs it (advisor.throughput.gpu_seconds): counts and shapes, never timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.calibration import default_calibration
+from advisor.catalog import catalog_model
+from advisor.config import TrainConfig
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from advisor.step_work import StepWork, math_attention_bytes, step_work
+from advisor.throughput import estimate_throughput, gpu_seconds
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from advisor.tracer import profile_module, trace_step  # noqa: E402
+from advisor.trace_counters import OpCensus  # noqa: E402
+
+H200 = HardwareSpec(gpu=get_gpu("H200"))
+CAL = default_calibration()
+
+
+def _census(model, x, param_dims=frozenset()):
+    census = OpCensus(param_dims)
+    with census:
+        model(x).float().sum().backward()
+    return census.work
+
+
+def test_linear_flops_are_the_gemms_of_forward_and_backward():
+    lin = nn.Linear(64, 32)
+    w = _census(lin, torch.randn(16, 64, requires_grad=True))
+    # forward x@W^T, backward dX = g@W and dW = g^T@x: 3 GEMMs of 2*16*64*32
+    assert w["matmul_flops"] == 3 * 2 * 16 * 64 * 32
+    assert w["conv_flops"] == 0 and w["bytes"] > 0 and w["kernels"] >= 3
+
+
+def test_a_size_that_is_not_a_multiple_of_8_makes_the_gemm_misaligned():
+    head = nn.Linear(64, 50257 % 64 + 1)  # 50 outputs: even, not a multiple of 8
+    dims = {d for p in head.parameters() for d in p.shape}
+    w = _census(head, torch.randn(16, 64), dims)
+    assert w["matmul_unaligned_flops"] > 0 and w["matmul_flops"] == w["matmul_odd_flops"] == 0
+    odd = nn.Linear(64, 51)
+    w = _census(odd, torch.randn(16, 64), {d for p in odd.parameters() for d in p.shape})
+    assert w["matmul_odd_flops"] > 0 and w["matmul_flops"] == w["matmul_unaligned_flops"] == 0
+    ok = nn.Linear(64, 56)
+    w = _census(ok, torch.randn(16, 64), {d for p in ok.parameters() for d in p.shape})
+    assert w["matmul_flops"] > 0 and w["matmul_unaligned_flops"] == 0
+
+
+def test_depthwise_convolutions_are_bytes_and_stems_are_misaligned():
+    dw = nn.Conv2d(32, 32, 7, padding=3, groups=32)
+    w = _census(dw, torch.randn(2, 32, 16, 16, requires_grad=True))
+    assert w["dwconv_flops"] == 3 * 2 * 2 * 32 * 49 * 16 * 16 and w["conv_flops"] == 0 and w["conv_unaligned_flops"] == 0
+    stem = nn.Conv2d(3, 64, 7, stride=2)
+    w = _census(stem, torch.randn(2, 3, 32, 32))
+    assert w["conv_unaligned_flops"] > 0 and w["conv_flops"] == 0
+    body = nn.Conv2d(64, 64, 3)
+    w = _census(body, torch.randn(2, 64, 16, 16, requires_grad=True))
+    assert w["conv_flops"] > 0 and w["conv_bytes"] > 0 and w["dwconv_flops"] == 0
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
+
+
+def test_traced_work_per_precision():
+    prof, _ = profile_module(_mlp, lambda b: (torch.randn(b, 256, device="meta"),), (256,))
+    fp32, bf16, pure = prof.work["fp32"], prof.work["bf16"], prof.work["pure-bf16"]
+    # 6 GEMMs of 2*256*1024 per sample less the first layer's input gradient (the input needs none)
+    assert fp32["matmul_flops"] == bf16["matmul_flops"] == pure["matmul_flops"] == 5 * 2 * 256 * 1024
+    # the same ops on half the bytes (but the loss's fp32 upcast of the output)
+    assert 1.25 * pure["bytes"] < fp32["bytes"] <= 2 * pure["bytes"]
+    # autocast's casts are kernels of their own, and its weight copies are per step, not per sample
+    assert prof.work_fixed["bf16"]["kernels"] > prof.work_fixed["fp32"]["kernels"]
+    assert prof.work_fixed["bf16"]["bytes"] > prof.work_fixed["fp32"]["bytes"]
+    assert fp32["kernels"] == 0  # launches do not grow with the batch
+
+
+def test_the_census_does_not_see_flop_counter_decompositions():
+    """Counting FLOPs (pure-bf16 steps) must not change the kernels the census sees."""
+    m = nn.Sequential(nn.Linear(64, 64), nn.SiLU())
+    with torch.device("meta"):
+        model = m.to("meta")
+    counted = trace_step(model, lambda b: (torch.randn(b, 64, device="meta"),), 3, "fp32", count=True)
+    plain = trace_step(model, lambda b: (torch.randn(b, 64, device="meta"),), 3, "fp32", count=False)
+    assert counted.work["kernels"] == plain.work["kernels"]
+
+
+def test_work_scales_with_the_batch_and_checkpointing_adds_a_forward():
+    spec = catalog_model("resnet50")
+    one = step_work(spec, TrainConfig(micro_batch=32), CAL)
+    two = step_work(spec, TrainConfig(micro_batch=64), CAL)
+    assert one.traced and two.conv_flops == pytest.approx(2 * one.conv_flops, rel=1e-6)
+    assert two.kernels == one.kernels
+    ckpt = step_work(spec, TrainConfig(micro_batch=32, grad_ckpt=True), CAL)
+    assert ckpt.conv_flops == pytest.approx(one.conv_flops * 4 / 3)
+
+
+def test_closed_form_gpt2_head_is_misaligned_and_llama_head_is_not():
+    gpt2 = step_work(catalog_model("gpt2"), TrainConfig(micro_batch=1, seq_len=1024), CAL)
+    a = catalog_model("gpt2").arch
+    assert a.vocab % 2 and gpt2.matmul_odd_flops == pytest.approx(6 * a.vocab * a.d_model * 1024)
+    bert = step_work(catalog_model("bert-base"), TrainConfig(micro_batch=1, seq_len=512), CAL)
+    assert catalog_model("bert-base").arch.vocab % 8 and bert.matmul_unaligned_flops > 0 and bert.matmul_odd_flops == 0
+    llama = step_work(catalog_model("llama3.2-1b"), TrainConfig(micro_batch=1, seq_len=1024), CAL)
+    assert llama.matmul_unaligned_flops == 0 and llama.matmul_flops > 0
+
+
+def test_attention_flops_grow_with_the_square_of_the_sequence():
+    spec = catalog_model("llama3.2-1b")
+    short = step_work(spec, TrainConfig(micro_batch=1, seq_len=1024), CAL)
+    long = step_work(spec, TrainConfig(micro_batch=1, seq_len=2048), CAL)
+    assert long.attn_flops == pytest.approx(4 * short.attn_flops)
+    assert long.matmul_flops == pytest.approx(2 * short.matmul_flops)
+
+
+def test_each_kind_of_work_is_costed_at_its_own_rate():
+    cfg = TrainConfig(micro_batch=8, precision="bf16")
+    conv = StepWork(conv_flops=1e13)
+    base = gpu_seconds(conv, cfg, H200.gpu, CAL)[1]
+    faster = CAL.model_copy(update={"rate_efficiency": {**CAL.rate_efficiency, "conv": CAL.rate_efficiency["conv"] * 2}})
+    assert gpu_seconds(conv, cfg, H200.gpu, faster)[1] == pytest.approx(base / 2)
+    # fp32 convolutions run at the TF32 peak, fp32 GEMMs at the fp32 (CUDA-core) peak
+    fp32 = TrainConfig(micro_batch=8, precision="fp32")
+    e = CAL.rate_efficiency
+    assert gpu_seconds(conv, fp32, H200.gpu, CAL)[1] == pytest.approx(1e13 / (H200.gpu.tf32_tflops * 1e12 * e["conv"]))
+    mm = StepWork(matmul_flops=1e13)
+    assert gpu_seconds(mm, fp32, H200.gpu, CAL)[1] == pytest.approx(1e13 / (H200.gpu.fp32_tflops * 1e12 * e["matmul|fp32"]))
+    # misaligned GEMMs: their own rate on tensor cores, none on CUDA cores
+    bad = StepWork(matmul_unaligned_flops=1e13)
+    assert gpu_seconds(bad, fp32, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(mm, fp32, H200.gpu, CAL)[1])
+    assert gpu_seconds(bad, cfg, H200.gpu, CAL)[1] != pytest.approx(gpu_seconds(mm, cfg, H200.gpu, CAL)[1])
+    compiled = cfg.model_copy(update={"compile": True})  # inductor pads GEMM sizes (shape_padding)
+    assert gpu_seconds(bad, compiled, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(mm, compiled, H200.gpu, CAL)[1])
+    # convolution bytes: NCHW and channels_last have rates of their own
+    cb = StepWork(conv_bytes=1e11)
+    nchw, nhwc = (gpu_seconds(cb, cfg.model_copy(update={"channels_last": cl}), H200.gpu, CAL)[1] for cl in (False, True))
+    assert nchw / nhwc == pytest.approx(e["conv_bytes|nhwc"] / e["conv_bytes|nchw"])
+    # compiling fuses elementwise bytes away, not GEMMs
+    assert gpu_seconds(mm, cfg.model_copy(update={"compile": True}), H200.gpu, CAL)[0] == gpu_seconds(mm, cfg, H200.gpu, CAL)[0]
+    el = StepWork(bytes=1e11)
+    assert gpu_seconds(el, cfg.model_copy(update={"compile": True}), H200.gpu, CAL)[1] < gpu_seconds(el, cfg, H200.gpu, CAL)[1]
+
+
+def test_compiled_bidirectional_attention_with_dropout_moves_its_probabilities():
+    bert = catalog_model("bert-base")
+    cfg = TrainConfig(micro_batch=4, seq_len=512, precision="bf16")
+    eager, compiled = step_work(bert, cfg, CAL), step_work(bert, cfg.model_copy(update={"compile": True}), CAL)
+    a = bert.arch
+    if a.attn_dropout > 0:
+        assert compiled.attn_bytes == pytest.approx(a.n_layers * a.n_heads * 512**2 * 4 * math_attention_bytes(cfg.precision))
+        assert compiled.attn_flops == 0 and compiled.matmul_flops > eager.matmul_flops
+    gpt2 = catalog_model("gpt2")  # causal: fused attention compiled too
+    assert step_work(gpt2, TrainConfig(micro_batch=4, seq_len=512, compile=True), CAL).attn_bytes == 0
+
+
+def test_small_batches_are_host_bound_for_a_traced_cnn_too():
+    spec = catalog_model("resnet18")
+    small = estimate_throughput(spec, TrainConfig(micro_batch=1, image_size=224, precision="bf16"), H200, CAL)
+    large = estimate_throughput(spec, TrainConfig(micro_batch=512, image_size=224, precision="bf16"), H200, CAL)
+    assert small.host_bound and not large.host_bound
+
+
+def test_packaged_rates_are_fractions_of_the_datasheet():
+    """Every fitted rate is an achievable fraction of a datasheet peak or bandwidth: in (0, 1]."""
+    assert all(0 < v <= 1 for v in CAL.rate_efficiency.values()), CAL.rate_efficiency
+    assert CAL.rate_efficiency["matmul_odd"] <= CAL.rate_efficiency["matmul_unaligned"] <= CAL.rate_efficiency["matmul|tensor"]
+
+
+def test_a_calibration_naming_some_rates_keeps_the_others():
+    from advisor.calibration import Calibration
+
+    c = Calibration(rate_efficiency={"conv": 0.1})
+    assert c.rate_efficiency["conv"] == 0.1 and set(c.rate_efficiency) == set(Calibration().rate_efficiency)
