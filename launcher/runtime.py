@@ -5,10 +5,10 @@
     rt = Runtime.from_env()                      # plan from $CARDWISE_PLAN (set by `advise launch`)
     model = rt.setup_model(MyModel())            # pure-bf16 cast, channels_last, checkpointing
     model, opt, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(train_set))
-    batches = rt.batches(loader)                 # endless, reshuffled per epoch on every rank
-    for _ in range(rt.total_steps or 1000):
+    batches = rt.batches(loader)                 # endless, reshuffled per epoch; resumes a checkpoint
+    while rt.step < (rt.total_steps or 1000):    # rt.step: a resumed run starts where it stopped
         rt.train_step(model, opt, batches)       # grad_accum micro-batches, one optimizer step, LR schedule, metrics
-    rt.finish(model)
+    rt.finish(model)                             # final weights as safetensors, last checkpoint
 
 What it applies, and why here rather than in each script:
 - ``Accelerator`` with the plan's mixed precision (autocast, fp32 master weights) and gradient
@@ -21,7 +21,10 @@ What it applies, and why here rather than in each script:
 - Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
 - Data sharding per rank: ``accelerator.prepare`` of the DataLoader (Accelerate's equivalent of
   DistributedSampler), ``set_epoch`` every epoch.
-- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, rank, time, attempt};
+- Checkpoints (``launcher.checkpoints``): ``accelerator.save_state`` every ``--checkpoint-every``
+  steps and at the end, final weights as safetensors, ``advise launch --resume RUN``.
+- ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, rank, time, attempt,
+  interval_s, data_wait_s, data_wait_share} (the last two feed ``launcher.data_wait``'s check);
   timing synchronises the device only at logging steps, so measuring does not slow training.
 """
 
@@ -46,6 +49,14 @@ from advisor.plan import Plan
 from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR
 
 FINAL_LR_FRACTION = 0.1
+
+
+def _length(loader) -> int | None:
+    """Micro-batches per epoch of a sized loader, None for a stream (IterableDataset, generator)."""
+    try:
+        return len(loader) or None
+    except TypeError:
+        return None
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int | None, final: float = FINAL_LR_FRACTION) -> float:
@@ -214,13 +225,56 @@ class Runtime:
         return (model, optimizer, *loaders)
 
     def batches(self, loader) -> Iterator:
-        """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks)."""
-        epoch = 0
+        """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks).
+
+        Also the step boundary the checkpoints hook into (``launcher.checkpoints``): a resumed run
+        loads its checkpoint here, before the first batch, and continues at the data position it
+        had reached; every ``--checkpoint-every`` steps the state is saved before the next step's
+        first batch. The time spent inside the loader's ``next()`` is measured for the data-bound
+        check (``launcher.data_wait``). Loop ``while rt.step < total``: a resumed run starts mid-way.
+        """
+        ckpt = self.checkpoints
+        ckpt.restore()
+        skip = self.step * self.plan.config.grad_accum  # micro-batches this rank consumed before
+        return self._batches(loader, ckpt, skip)
+
+    def _batches(self, loader, ckpt, skip: int) -> Iterator:
+        epoch, per_epoch = 0, _length(loader)
+        if skip and per_epoch:
+            epoch, skip = divmod(skip, per_epoch)
         while True:
             if hasattr(loader, "set_epoch"):
                 loader.set_epoch(epoch)
-            yield from loader
+            fetched = 0
+            for batch in self.data_clock.wrap(loader):
+                fetched += 1
+                if skip:
+                    skip -= 1
+                    continue
+                if ckpt.due():
+                    ckpt.save()
+                    self.data_clock.take()  # saving is not waiting for data
+                yield batch
+            if not fetched:
+                raise SystemExit(f"cardwise: rank {self.rank}'s data loader gave no batch in a whole epoch "
+                                 "(fewer rows than one micro-batch per rank and worker)")
             epoch += 1
+
+    @property
+    def checkpoints(self):
+        if getattr(self, "_checkpoints", None) is None:
+            from launcher.checkpoints import Checkpoints
+
+            self._checkpoints = Checkpoints.from_env(self)
+        return self._checkpoints
+
+    @property
+    def data_clock(self):
+        if getattr(self, "_data_clock", None) is None:
+            from launcher.data_wait import DataWaitClock
+
+            self._data_clock = DataWaitClock()
+        return self._data_clock
 
     # ---------------------------------------------------------------- training
     def train_step(self, model, optimizer, batches: Iterator, loss_fn: Callable | None = None) -> torch.Tensor:
@@ -275,7 +329,11 @@ class Runtime:
             "rank": self.rank,
             "time": time.time(),
             "attempt": self.attempt,
+            "interval_s": dt,
         }
+        if getattr(self, "_data_clock", None) is not None:  # launcher.data_wait: batches() measured the waits
+            waited = self._data_clock.take()
+            row.update(data_wait_s=waited, data_wait_share=min(1.0, waited / dt))
         self.write_row(row)
         if self.is_main:
             print(f"step {row['step']}: loss {row['loss']:.4f}, {row['samples_per_s']:.1f} samples/s (rank 0)", flush=True)
@@ -291,8 +349,9 @@ class Runtime:
         finally:
             os.close(fd)
 
-    def finish(self, model, /, **extra: Any) -> dict:
-        """Write ``final-rank{R}.json`` (steps, parameter checksum, ``extra``) and shut down cleanly.
+    def finish(self, model, /, tokenizer=None, **extra: Any) -> dict:
+        """Save the final weights (and the last checkpoint when checkpointing; ``launcher.checkpoints``),
+        write ``final-rank{R}.json`` (steps, parameter checksum, ``extra``) and shut down cleanly.
 
         The checksum (sha256 of every parameter's bytes) is identical on all ranks when data
         parallelism kept the replicas in sync, which the tests check.
@@ -301,6 +360,7 @@ class Runtime:
             self._log()
         acc = self.accelerator
         acc.wait_for_everyone()
+        extra = {**self.checkpoints.finish(model, tokenizer), **extra}
         digest, total = hashlib.sha256(), 0.0
         for name, p in sorted(acc.unwrap_model(model).named_parameters()):
             t = p.detach().cpu().contiguous()
