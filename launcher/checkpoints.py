@@ -26,6 +26,7 @@ from launcher.command import ENV_CHECKPOINT_EVERY, ENV_RESUME
 
 CHECKPOINTS_DIR = "checkpoints"
 META_NAME = "cardwise.json"
+KEEP = 2  # cardwise's choice: the newest complete checkpoint and one before it (in case the newest is bad)
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
@@ -42,6 +43,22 @@ def latest(run_dir: str | Path | None) -> Path | None:
         if meta is not None and (best is None or meta["step"] > best[0]):
             best = (meta["step"], p)
     return None if best is None else best[1]
+
+
+def prune(run_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest complete checkpoints (and incomplete ones older than them)."""
+    import shutil
+
+    done = sorted(((m["step"], p) for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*")
+                   if (m := read_meta(p)) is not None), reverse=True)
+    if len(done) <= keep:
+        return []
+    oldest_kept = done[keep - 1][0]
+    gone = [p for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*")
+            if p.name < step_dir(run_dir, oldest_kept).name and not p.is_symlink()]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
 
 
 def read_meta(path: Path) -> dict | None:
@@ -111,6 +128,7 @@ class Checkpoints:
             tmp = path / (META_NAME + ".tmp")
             tmp.write_text(json.dumps(meta) + "\n")
             tmp.replace(path / META_NAME)
+            prune(self.run_dir, KEEP)
         rt.accelerator.wait_for_everyone()
         self.last_saved = rt.step
         return path
