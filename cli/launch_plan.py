@@ -28,9 +28,18 @@ def _model_from_hf_model(args: argparse.Namespace) -> None:
     hf_model = getattr(args, "hf_model", None)
     if hf_model is None or args.plan or args.model or args.hf_config or args.module:
         return
-    config = Path(hf_model).expanduser() / "config.json"
-    if config.is_file():
-        args.hf_config = str(config)
+    from advisor.errors import UserError
+    from launcher.recipes.chat_rows import check_model_dir
+
+    local = Path(hf_model).expanduser()
+    if not local.exists():
+        raise UserError(f"--hf-model {hf_model} is not a local folder, so there is no config.json to plan for",
+                        fix="add --hf-config PATH/config.json (or --model NAME) of the same model, or download it first")
+    try:
+        check_model_dir(local, needs_chat_template=False)
+    except ValueError as exc:
+        raise UserError(str(exc), fix="give a folder written by save_pretrained (config.json and a tokenizer)") from None
+    args.hf_config = str(local / "config.json")
 
 
 def plan_from_flags(args: argparse.Namespace):

@@ -79,13 +79,27 @@ def _check_rows(args: list[str], plan, num_labels: int) -> None:
 def _check_images(args: list[str], plan) -> None:
     from launcher.recipes import image_folder
 
+    import importlib.util
+
     data = option(args, "--data")
     if not data:
         raise UserError("recipe image-classification needs an image folder", fix="add --data DIR (one sub-folder per class)")
+    if importlib.util.find_spec("PIL") is None:
+        raise UserError("recipe image-classification decodes images with Pillow, which is not installed",
+                        fix="pip install 'cardwise[image]' (or pip install pillow)")
     try:
         image_folder.check_folder(Path(data), 1000, micro_batch=plan.config.micro_batch, world=plan.world_size)
     except ValueError as exc:
         raise UserError(str(exc), fix=image_folder.FIX) from None
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
 
 
 def is_hub_id(value: str) -> bool:
@@ -108,6 +122,9 @@ def _check_causal_lm(args: list[str], plan) -> None:
         counts = chat_rows.scan(Path(data))
     except ValueError as exc:
         raise UserError(str(exc), fix=chat_rows.FIX) from None
+    if plan.config.lora_rank and not _importable("launcher.compromises.lora"):
+        raise UserError("this cardwise cannot train LoRA adapters (launcher.compromises.lora is missing)",
+                        fix="drop --lora-rank to fine-tune every weight")
     if is_hub_id(model):
         return  # downloaded by transformers in the ranks (when the network allows)
     try:
