@@ -193,8 +193,8 @@ def test_text_classification_streams_a_csv_and_evaluates_held_out_rows(tmp_path,
                    for i in range(120))
     (tmp_path / "rows.csv").write_text("text,label\n" + rows)
     rc = main(["launch", "--cpu", "--processes", "2", "--model", "mini-transformer", "--seq-len", "16",
-               "--micro-batch", "4", "--base-lr", "1e-3", "--recipe", "text-classification", "--data",
-               str(tmp_path / "rows.csv"), "--max-steps", "8", "--home", str(tmp_path / "home")])
+               "--micro-batch", "8", "--base-lr", "1e-3", "--recipe", "text-classification", "--data",
+               str(tmp_path / "rows.csv"), "--max-steps", "12", "--home", str(tmp_path / "home"), "--", "--log-every", "3"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "held-out: accuracy" in out and "on 12 rows" in out
