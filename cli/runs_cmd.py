@@ -84,6 +84,11 @@ def _detail(rec) -> str:
         if m.peak_gib is not None:
             parts.append(f"peak {m.peak_gib:.2f} GiB")
         lines.append("  metrics:  " + ", ".join(parts))
+        bound = m.data_bound or {}
+        if bound.get("message"):  # launcher.data_wait's check
+            lines.append(f"  data:     {bound['message']}" + (f"\n  fix:      {bound['fix']}" if bound.get("fix") else ""))
+    if rec.resumed_from:
+        lines.append(f"  resumes:  run {rec.resumed_from} (from its last checkpoint)")
     return "\n".join(lines)
 
 

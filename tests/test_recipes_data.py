@@ -252,3 +252,33 @@ def test_checkpoints_keep_the_newest_two_complete_ones(tmp_path):
     prune(tmp_path, 2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-00000006", "step-00000009",
                                                                               "step-00000012"]
+
+
+def test_the_runner_samples_gpu_utilisation_through_nvml(tmp_path, monkeypatch):
+    """UtilisationSampler with a stand-in pynvml (advisor.sampling imports it at call time)."""
+    import types
+
+    from launcher.data_wait import UtilisationSampler, plan_gpus, read_util
+
+    mem = types.SimpleNamespace(used=2**30, free=2**30, total=2**31)
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: mem,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=30 if h == 0 else 50))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    path = tmp_path / "util.jsonl"
+    with UtilisationSampler([0, 1], path, every_s=0.01):
+        while len(read_util(path)) < 3:
+            time.sleep(0.01)
+    rows = read_util(path)
+    assert rows[0]["util_pct"] == 40.0 and rows[0]["gpus"] == [30.0, 50.0]
+
+    class Plan:
+        cpu, processes_per_node = False, 2
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert plan_gpus(Plan, None) == [0, 1] and plan_gpus(Plan, [5, 6]) == [5, 6]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4,7")
+    assert plan_gpus(Plan, None) == [3, 4]
+    Plan.cpu = True
+    assert plan_gpus(Plan, None) == []
