@@ -9,7 +9,7 @@ Layout, inside the run directory::
     model/                       a Hugging Face model's save_pretrained (safetensors), or
     adapter/                     LoRA adapters only (peft's save_pretrained), at the end of the run
 
-The runtime (``launcher.runtime.Runtime``) drives it: ``batches()`` restores the checkpoint named
+The runtime (``launcher.runtime.Runtime``) drives it: ``batches()`` (``batch_stream`` here) restores the checkpoint named
 by ``$CARDWISE_RESUME`` before the first batch and saves every ``$CARDWISE_CHECKPOINT_EVERY``
 optimizer steps at the step boundary; ``finish()`` saves the last state and the final weights.
 The LR schedule is not an object Accelerate saves: its position is the optimizer step, restored
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from launcher.command import ENV_CHECKPOINT_EVERY, ENV_RESUME
@@ -27,6 +28,57 @@ from launcher.command import ENV_CHECKPOINT_EVERY, ENV_RESUME
 CHECKPOINTS_DIR = "checkpoints"
 META_NAME = "cardwise.json"
 KEEP = 2  # cardwise's choice: the newest complete checkpoint and one before it (in case the newest is bad)
+
+
+def checkpoints_of(rt) -> "Checkpoints":
+    """The runtime's checkpointing, made on first use from the environment the launcher set."""
+    if getattr(rt, "_checkpoints", None) is None:
+        rt._checkpoints = Checkpoints.from_env(rt)
+    return rt._checkpoints
+
+
+def batch_stream(rt, loader) -> Iterator:
+    """``Runtime.batches``: restore a checkpoint (eagerly, so ``rt.step`` is right before the first
+    step), skip the micro-batches this rank consumed before it, then batches forever with
+    ``set_epoch`` per epoch, saving at step boundaries and timing the loader."""
+    from launcher.data_wait import DataWaitClock
+
+    ckpt = checkpoints_of(rt)
+    ckpt.restore()
+    if getattr(rt, "_data_clock", None) is None:
+        rt._data_clock = DataWaitClock()  # Runtime._log reads it into each metrics row
+    return _stream(rt, loader, ckpt, rt._data_clock, rt.step * rt.plan.config.grad_accum)
+
+
+def _length(loader) -> int | None:
+    """Micro-batches per epoch of a sized loader, None for a stream (IterableDataset, generator)."""
+    try:
+        return len(loader) or None
+    except TypeError:
+        return None
+
+
+def _stream(rt, loader, ckpt: "Checkpoints", clock, skip: int) -> Iterator:
+    epoch, per_epoch = 0, _length(loader)
+    if skip and per_epoch:
+        epoch, skip = divmod(skip, per_epoch)  # whole epochs are not read again, only re-numbered
+    while True:
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)  # the same shuffle as the first time through: the skip lands right
+        fetched = 0
+        for batch in clock.wrap(loader):
+            fetched += 1
+            if skip:
+                skip -= 1
+                continue
+            if ckpt.due():
+                ckpt.save()
+                clock.take()  # saving is not waiting for data
+            yield batch
+        if not fetched:
+            raise SystemExit(f"cardwise: rank {rt.rank}'s data loader gave no batch in a whole epoch "
+                             "(fewer rows than one micro-batch per rank and worker)")
+        epoch += 1
 
 
 def step_dir(run_dir: Path, step: int) -> Path:

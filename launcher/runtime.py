@@ -51,14 +51,6 @@ from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, 
 FINAL_LR_FRACTION = 0.1
 
 
-def _length(loader) -> int | None:
-    """Micro-batches per epoch of a sized loader, None for a stream (IterableDataset, generator)."""
-    try:
-        return len(loader) or None
-    except TypeError:
-        return None
-
-
 def lr_factor(step: int, warmup_steps: int, total_steps: int | None, final: float = FINAL_LR_FRACTION) -> float:
     """Multiplier of the planned LR at optimizer step ``step`` (0-based)."""
     if warmup_steps and step < warmup_steps:
@@ -227,54 +219,15 @@ class Runtime:
     def batches(self, loader) -> Iterator:
         """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks).
 
-        Also the step boundary the checkpoints hook into (``launcher.checkpoints``): a resumed run
-        loads its checkpoint here, before the first batch, and continues at the data position it
-        had reached; every ``--checkpoint-every`` steps the state is saved before the next step's
-        first batch. The time spent inside the loader's ``next()`` is measured for the data-bound
-        check (``launcher.data_wait``). Loop ``while rt.step < total``: a resumed run starts mid-way.
+        Also the step boundary checkpoints hook into (``launcher.checkpoints.batch_stream``): a
+        resumed run loads its checkpoint here and continues at the data position it had reached;
+        every ``--checkpoint-every`` steps the state is saved before the next step's first batch;
+        the time inside the loader's ``next()`` is measured for ``launcher.data_wait``'s check.
+        Loop ``while rt.step < total``: a resumed run starts mid-way.
         """
-        ckpt = self.checkpoints
-        ckpt.restore()
-        skip = self.step * self.plan.config.grad_accum  # micro-batches this rank consumed before
-        return self._batches(loader, ckpt, skip)
+        from launcher.checkpoints import batch_stream
 
-    def _batches(self, loader, ckpt, skip: int) -> Iterator:
-        epoch, per_epoch = 0, _length(loader)
-        if skip and per_epoch:
-            epoch, skip = divmod(skip, per_epoch)
-        while True:
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
-            fetched = 0
-            for batch in self.data_clock.wrap(loader):
-                fetched += 1
-                if skip:
-                    skip -= 1
-                    continue
-                if ckpt.due():
-                    ckpt.save()
-                    self.data_clock.take()  # saving is not waiting for data
-                yield batch
-            if not fetched:
-                raise SystemExit(f"cardwise: rank {self.rank}'s data loader gave no batch in a whole epoch "
-                                 "(fewer rows than one micro-batch per rank and worker)")
-            epoch += 1
-
-    @property
-    def checkpoints(self):
-        if getattr(self, "_checkpoints", None) is None:
-            from launcher.checkpoints import Checkpoints
-
-            self._checkpoints = Checkpoints.from_env(self)
-        return self._checkpoints
-
-    @property
-    def data_clock(self):
-        if getattr(self, "_data_clock", None) is None:
-            from launcher.data_wait import DataWaitClock
-
-            self._data_clock = DataWaitClock()
-        return self._data_clock
+        return batch_stream(self, loader)
 
     # ---------------------------------------------------------------- training
     def train_step(self, model, optimizer, batches: Iterator, loss_fn: Callable | None = None) -> torch.Tensor:
@@ -360,7 +313,9 @@ class Runtime:
             self._log()
         acc = self.accelerator
         acc.wait_for_everyone()
-        extra = {**self.checkpoints.finish(model, tokenizer), **extra}
+        from launcher.checkpoints import checkpoints_of
+
+        extra = {**checkpoints_of(self).finish(model, tokenizer), **extra}
         digest, total = hashlib.sha256(), 0.0
         for name, p in sorted(acc.unwrap_model(model).named_parameters()):
             t = p.detach().cpu().contiguous()
