@@ -28,8 +28,9 @@ py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
-"$py" -c "import torch, accelerate, pydantic, transformers, tokenizers, PIL" 2>/dev/null || {
-  echo "h200_recipes: $py lacks torch, accelerate, pydantic, transformers, tokenizers or Pillow" >&2; exit 2; }
+"$py" -c "import torch, accelerate, pydantic, transformers, tokenizers" 2>/dev/null || {
+  echo "h200_recipes: $py lacks torch, accelerate, pydantic, transformers or tokenizers" >&2; exit 2; }
+"$py" -c "import PIL, numpy" 2>/dev/null || echo "h200_recipes: no Pillow/numpy: the ViT runs will be skipped" >&2
 if [[ " $* " != *" --tiny "* ]]; then
   "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "h200_recipes: no CUDA GPU visible to $py (for a CPU dry run add --tiny)" >&2; exit 2; }

@@ -92,7 +92,7 @@ def pack(examples, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(rows_x, dtype=torch.long), torch.tensor(rows_y, dtype=torch.long)
 
 
-def load_model(source: str, rank_seed: int = 0):
+def load_model(source: str, device: torch.device, rank_seed: int = 0):
     """(model, tokenizer, where the weights came from)."""
     import transformers
 
@@ -101,7 +101,9 @@ def load_model(source: str, rank_seed: int = 0):
     if path.is_dir() and not any((path / f).is_file() for f in WEIGHT_FILES):
         config = transformers.AutoConfig.from_pretrained(source)
         torch.manual_seed(rank_seed)  # every rank builds the same weights (DDP broadcasts rank 0's anyway)
-        return transformers.AutoModelForCausalLM.from_config(config), tok, "random weights of the config (no weights in the folder)"
+        with torch.device(device):  # initialised where it trains: a 1B model's init on the CPU takes a while
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        return model, tok, "random weights of the config (no weights in the folder)"
     model = transformers.AutoModelForCausalLM.from_pretrained(source)
     return model.to(torch.float32), tok, "pretrained weights"  # fp32 master weights; pure-bf16 casts later
 
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     rt = Runtime.from_env(log_every=args.log_every, clip_grad_norm=1.0)
     plan = rt.plan
     set_seed(0)
-    model, tok, source = load_model(args.hf_model)
+    model, tok, source = load_model(args.hf_model, rt.device)
     limit = getattr(model.config, "max_position_embeddings", None) or DEFAULT_SEQ
     seq = min(plan.config.seq_len or DEFAULT_SEQ, limit)
     try:
