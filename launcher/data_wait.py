@@ -35,9 +35,9 @@ MIN_UTIL_SAMPLES = 3  # fewer readings than this over the training steps are no 
 UTIL_NAME = "utilisation.jsonl"
 SAMPLE_EVERY_S = 1.0  # NVML's utilisation is itself an average over the last 1/6-1 s (nvml.h)
 
-FIX = ("raise the DataLoader workers (--num-workers; the plan's default follows the CPU cores per GPU), keep "
-       "pin_memory on, prefetch more batches per worker (prefetch_factor), and decode faster (smaller stored "
-       "images, pillow-simd or DALI, or data pre-decoded to tensors)")
+FIX = ("more DataLoader workers per rank (a plan's num_workers: cardwise plans the CPU cores per GPU minus one; "
+       "--num-workers on CPU runs), pin_memory on, a larger prefetch_factor, and a faster decoder (smaller "
+       "stored images, pillow-simd or DALI, or data pre-decoded to tensors)")
 
 
 class DataWaitClock:
