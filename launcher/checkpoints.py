@@ -7,7 +7,7 @@ Layout, inside the run directory::
                                  a checkpoint without it is incomplete and never resumed from
     model.safetensors            final weights (cardwise's models), or
     model/                       a Hugging Face model's save_pretrained (safetensors), or
-    adapter/                     LoRA adapters only (peft's save_pretrained), at the end of the run
+    adapters/                    LoRA adapters only (peft's save_pretrained), at the end of the run
 
 The runtime (``launcher.runtime.Runtime``) drives it: ``batches()`` (``batch_stream`` here) restores the checkpoint named
 by ``$CARDWISE_RESUME`` before the first batch and saves every ``$CARDWISE_CHECKPOINT_EVERY``
@@ -206,7 +206,7 @@ def save_weights(acc, model, run_dir: Path, tokenizer=None) -> Path:
     inner = getattr(inner, "_orig_mod", inner)  # torch.compile's wrapper
     run_dir = Path(run_dir)
     if hasattr(inner, "peft_config"):
-        path = run_dir / "adapter"
+        path = run_dir / "adapters"  # the name launcher.compromises.lora uses too
     elif hasattr(inner, "save_pretrained"):
         path = run_dir / "model"
     else:

@@ -219,7 +219,7 @@ def test_causal_lm_lora_saves_adapters_only(llama, tmp_path, capsys):
     rec = json.loads(capsys.readouterr().out)
     assert rc == 0 and rec["status"] == "succeeded"
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
-    adapter = Path(rec["run_dir"]) / "adapter"
+    adapter = Path(rec["run_dir"]) / "adapters"
     assert (adapter / "adapter_model.safetensors").is_file() and not (Path(rec["run_dir"]) / "model").exists()
     final = json.loads((Path(rec["run_dir"]) / "final-rank0.json").read_text())
     assert final["lora"] is True

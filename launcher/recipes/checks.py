@@ -32,16 +32,17 @@ def _catalog(recipe: str, plan):
     return catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
 
 
-def _no_lora(recipe: str, plan) -> None:
-    if plan.config.lora_rank:
-        raise UserError(f"recipe {recipe} trains all parameters, not LoRA adapters",
-                        fix="drop --lora-rank (--recipe causal-lm trains adapters), or launch your own script")
+def _lora_available(recipe: str, plan) -> None:
+    """LoRA is applied by ``Runtime.setup_model`` through ``launcher.compromises.lora`` (peft)."""
+    if plan.config.lora_rank and not _importable("launcher.compromises.lora"):
+        raise UserError(f"recipe {recipe}: this cardwise cannot train LoRA adapters (launcher.compromises.lora is missing)",
+                        fix="drop --lora-rank to train every weight")
 
 
 def check_recipe(recipe: str, args: list[str], plan) -> None:
+    _lora_available(recipe, plan)
     if recipe == "causal-lm":
         return _check_causal_lm(args, plan)
-    _no_lora(recipe, plan)
     spec = _catalog(recipe, plan)
     if recipe == "text-classification":
         if plan.model.name != "mini-transformer":
@@ -122,9 +123,6 @@ def _check_causal_lm(args: list[str], plan) -> None:
         counts = chat_rows.scan(Path(data))
     except ValueError as exc:
         raise UserError(str(exc), fix=chat_rows.FIX) from None
-    if plan.config.lora_rank and not _importable("launcher.compromises.lora"):
-        raise UserError("this cardwise cannot train LoRA adapters (launcher.compromises.lora is missing)",
-                        fix="drop --lora-rank to fine-tune every weight")
     if is_hub_id(model):
         return  # downloaded by transformers in the ranks (when the network allows)
     try:
