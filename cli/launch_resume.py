@@ -28,12 +28,21 @@ def _old_target(rec):
     from launcher.service.submission import load_submission
 
     if rec.target:
-        return Target.model_validate(rec.target)
+        try:
+            return Target.model_validate(rec.target)
+        except ValueError:  # pydantic's ValidationError: the store is the user's file too
+            raise UserError(f"run {rec.id}'s recorded target is not valid", fix="launch it again with the same flags") from None
     sub = load_submission(rec.run_dir)
     if sub is not None:
         return sub.target
     raise UserError(f"run {rec.id} does not record what its ranks ran (it predates --resume)",
                     fix="launch it again with the same flags and --checkpoint-every N")
+
+
+def _count(env, name: str) -> int | None:
+    """A positive step count the old run's command carried in its environment (None if absent or not one)."""
+    value = env.get(name) if isinstance(env, dict) else None
+    return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else None
 
 
 def resume_run(args: argparse.Namespace, run_recorded) -> int:
@@ -69,12 +78,10 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
         from cli.launch_plan import require_gpus
 
         require_gpus(plan)
-    env = (old.command or {}).get("env", {})
-    max_steps = env.get(ENV_MAX_STEPS)
-    extra = {ENV_RESUME: str(ckpt)}
-    if env.get(ENV_CHECKPOINT_EVERY):
-        extra[ENV_CHECKPOINT_EVERY] = env[ENV_CHECKPOINT_EVERY]
-    options = RunOptions(max_oom_retries=args.max_oom_retries, max_steps=int(max_steps) if max_steps else None,
-                         main_port=args.main_port, extra_env=extra)
+    env = (old.command or {}).get("env") or {}
+    max_steps, every = _count(env, ENV_MAX_STEPS), _count(env, ENV_CHECKPOINT_EVERY)
+    extra = {ENV_RESUME: str(ckpt), **({ENV_CHECKPOINT_EVERY: str(every)} if every else {})}
+    options = RunOptions(max_oom_retries=args.max_oom_retries, max_steps=max_steps, main_port=args.main_port,
+                         extra_env=extra)
     print(f"advise: resuming run {old.id} from {ckpt.name}", file=sys.stderr)
     return run_recorded(args, plan, target, options, resumed_from=old.id)
