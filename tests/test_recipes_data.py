@@ -198,6 +198,7 @@ def test_text_classification_streams_a_csv_and_evaluates_held_out_rows(tmp_path,
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "held-out: accuracy" in out and "on 12 rows" in out
+    assert "data: data wait" in out and "GPU utilisation unavailable" in out  # the end-of-run summary's check
     run = next((tmp_path / "home" / "runs").iterdir())
     final = json.loads((run / "final-rank0.json").read_text())
     assert final["eval_rows"] == 12 and 0.0 <= final["eval_accuracy"] <= 1.0 and final["eval_loss"] > 0
@@ -282,3 +283,24 @@ def test_the_runner_samples_gpu_utilisation_through_nvml(tmp_path, monkeypatch):
     assert plan_gpus(Plan, None) == [3, 4]
     Plan.cpu = True
     assert plan_gpus(Plan, None) == []
+
+
+def test_the_monitor_checks_a_live_run_and_show_prints_the_verdict(tmp_path, capsys):
+    from advisor.sampling import DeviceSample
+    from launcher.store import MetricsSummary, RunStore
+    from tui.monitor import LiveDataCheck, data_bound_text
+
+    live = LiveDataCheck()
+    gpu = [DeviceSample("GPU0", 35.0, 10.0, 80.0)]
+    bound = None
+    for step in range(1, 6):
+        bound = live.add([{"step": step, "rank": 0, "interval_s": 1.0, "data_wait_s": 0.6}], gpu)
+    assert bound.flagged and "data-bound: GPU utilisation 35%" in data_bound_text(bound)
+    assert "fix: more DataLoader workers" in data_bound_text(bound)
+
+    store = RunStore.open(tmp_path)
+    rec = store.create(label="x", plan=None)
+    store.update(rec.id, metrics=MetricsSummary(steps=5, data_bound=bound.model_dump()))
+    assert main(["show", rec.id, "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "data:     data-bound: GPU utilisation 35%" in out and "fix:      more DataLoader workers" in out
