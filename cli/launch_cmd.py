@@ -112,9 +112,9 @@ def _summary(rec) -> str:
             line += f", {m.samples_per_s:.1f} samples/s"
     if len(rec.attempts) > 1:
         line += "; attempts " + ", ".join(f"{a.micro_batch}x{a.grad_accum} {a.status}" for a in rec.attempts)
-    bound = (m.data_bound or {}) if m is not None else {}
-    if bound.get("message"):  # launcher.data_wait's check
-        line += f"\n  data: {bound['message']}" + (f"\n  fix: {bound['fix']}" if bound.get("fix") else "")
+    bound = m.data_bound if m is not None else None
+    if bound is not None:  # launcher.data_wait's check
+        line += f"\n  data: {bound.message}" + (f"\n  fix: {bound.fix}" if bound.fix else "")
     if rec.status != "succeeded" and rec.error:
         line += f"\n  error: {rec.error}"
     return line + f"\n  run dir: {rec.run_dir}"

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from launcher.data_wait import UTIL_NAME, DataBound, summarise
 from launcher.run_logs import exit_text, failing_rank, read_tail
 
 EXIT_NAME = "exit.json"
@@ -50,8 +51,8 @@ class MetricsSummary(BaseModel):
     ranks: int = 0
     wall_s: float | None = None
     bad_rows: int = Field(0, description="rows skipped: not JSON objects, or fields of the wrong type")
-    data_bound: Any = Field(None, description="launcher.data_wait.DataBound as JSON: GPU utilisation, data-wait "
-                            "share, whether the run was data-bound and the fix")
+    data_bound: DataBound | None = Field(None, description="the data-bound check (launcher.data_wait): GPU "
+                                         "utilisation, data-wait share, whether the run was data-bound, the fix")
 
     @classmethod
     def from_jsonl(cls, path: Path, attempt: int | None = None) -> "MetricsSummary | None":
@@ -96,15 +97,13 @@ class MetricsSummary(BaseModel):
 
         peaks = [r["peak_gib"] for r in rows if r.get("peak_gib") is not None]
         times = [r["time"] for r in rows if r.get("time") is not None]
-        from launcher.data_wait import UTIL_NAME, summarise
-
         util = Path(path).parent / f"attempt-{attempt}" / UTIL_NAME if attempt is not None else None
         bound = summarise(rows, util)
         return cls(steps=int(lead[-1]["step"]), first_loss=lead[0].get("loss"), last_loss=lead[-1].get("loss"),
                    samples_per_s=steady("samples_per_s"), tokens_per_s=steady("tokens_per_s"),
                    peak_gib=max(peaks) if peaks else None, ranks=len(by_rank),
                    wall_s=(max(times) - min(times)) if len(times) > 1 else None, bad_rows=bad,
-                   data_bound=None if bound is None else bound.model_dump())
+                   data_bound=bound)
 
 
 def _valid_row(line: str) -> dict | None:

@@ -118,8 +118,8 @@ def test_data_bound_summary_from_a_run_directory(tmp_path):
     util = [{"time": 100.0 + t / 2, "util_pct": 40.0} for t in range(12)]
     (tmp_path / "attempt-1" / UTIL_NAME).write_text("".join(json.dumps(u) + "\n" for u in util))
     m = MetricsSummary.from_jsonl(tmp_path / "metrics.jsonl", attempt=1)
-    assert m.data_bound["flagged"] and m.data_bound["data_wait_share"] == pytest.approx(0.5)
-    assert m.data_bound["gpu_util_pct"] == 40.0 and m.data_bound["util_samples"] == 7  # times 101..104
+    assert m.data_bound.flagged and m.data_bound.data_wait_share == pytest.approx(0.5)
+    assert m.data_bound.gpu_util_pct == 40.0 and m.data_bound.util_samples == 7  # times 101..104
 
 
 # ---------------------------------------------------------------- launches (2 gloo ranks)
@@ -167,7 +167,7 @@ def test_causal_lm_killed_resumes_from_its_checkpoint_and_ends_at_the_same_step(
     assert new.metrics.last_loss < first_loss  # the loss fell over the whole run
     assert (run / "model" / "model.safetensors").is_file() and (run / "model" / "tokenizer.json").is_file()
     assert [p.name for p in sorted((run / "checkpoints").iterdir())][-2:] == ["step-00000036", "step-00000040"]
-    assert new.metrics.data_bound["gpu_util_pct"] is None and "unavailable" in new.metrics.data_bound["message"]
+    assert new.metrics.data_bound.gpu_util_pct is None and "unavailable" in new.metrics.data_bound.message
 
 
 @pytest.mark.slow
