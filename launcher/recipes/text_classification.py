@@ -130,11 +130,25 @@ def main(argv: list[str] | None = None) -> int:
                          "use --model mini-transformer")
     spec = catalog_model("mini-transformer")
     seq = min(plan.config.seq_len or DEFAULT_SEQ, spec.arch.max_seq)
-    # The launch streamed the file once already (launcher.recipes.checks); again here for a
-    # plan.json launched by another route, failing with the same message.
+    # The launch streamed the file once already (launcher.recipes.checks); rank 0 streams it again
+    # here (a plan.json launched by another route fails with the same message) and tells the others
+    # the labels, so a big file is not read once per rank before training.
+    from accelerate.utils import broadcast_object_list
+
+    found = [None]
+    if rt.is_main:
+        try:
+            n_rows, names = text_rows.scan(args.data, spec.arch.num_labels)
+            text_rows.check_enough(n_rows, args.data, plan.config.micro_batch, rt.world_size, args.eval_fraction)
+            found = [(n_rows, names)]
+        except ValueError as exc:
+            found = [str(exc)]
+    if rt.world_size > 1:
+        broadcast_object_list(found)
+    if isinstance(found[0], str):
+        raise SystemExit(found[0])
+    n_rows, names = found[0]
     try:
-        n_rows, names = text_rows.scan(args.data, spec.arch.num_labels)
-        text_rows.check_enough(n_rows, args.data, plan.config.micro_batch, rt.world_size, args.eval_fraction)
         every = text_rows.held_out_every(args.eval_fraction)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
