@@ -86,7 +86,7 @@ def _dry_run(args, plan, target, options, notes) -> int:
                             main_port=options.main_port)
     spec = build_launch_spec(plan, target, config_path=adir / "accelerate_config.yaml", plan_path=adir / "plan.json",
                              run_dir=rdir, log_dir=adir / "ranks", main_port=options.main_port if plan.nodes == 1 else None,
-                             max_steps=options.max_steps)
+                             max_steps=options.max_steps, extra_env=options.extra_env)
     if args.json:
         print(json.dumps({"plan": plan.model_dump(mode="json"), "accelerate_config": cfg,
                           "accelerate_config_yaml": to_yaml(cfg, plan), "command": spec.model_dump(),
