@@ -304,3 +304,11 @@ def test_the_monitor_checks_a_live_run_and_show_prints_the_verdict(tmp_path, cap
     assert main(["show", rec.id, "--home", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "data:     data-bound: GPU utilisation 35%" in out and "fix:      more DataLoader workers" in out
+
+
+def test_checkpoint_every_reaches_the_ranks_environment(capsys):
+    from launcher.command import ENV_CHECKPOINT_EVERY
+
+    rc = main(["launch", "--cpu", "--model", "mini-transformer", "--recipe", "synthetic", "--checkpoint-every", "5",
+               "--dry-run", "--json"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["command"]["env"][ENV_CHECKPOINT_EVERY] == "5"
