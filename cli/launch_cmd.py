@@ -40,7 +40,13 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
 
     g.add_argument("--plan", type=Path, metavar="plan.json", help="launch a saved plan instead of planning from flags")
     g.add_argument("--recipe", metavar="NAME", help=f"built-in training loop: {', '.join(RECIPES)}")
-    g.add_argument("--data", type=Path, metavar="FILE", help="(text, label) JSONL/CSV for --recipe text-classification")
+    g.add_argument("--data", type=Path, metavar="PATH", help="the recipe's data: (text, label) JSONL/CSV for "
+                   "text-classification, examples JSONL for causal-lm, a class-per-folder directory for image-classification")
+    g.add_argument("--hf-model", metavar="DIR", help="--recipe causal-lm: the model and tokenizer folder (or a Hub id); "
+                   "plans for DIR/config.json unless a model flag is given")
+    g.add_argument("--checkpoint-every", type=flags.positive_int, metavar="N",
+                   help="save the training state every N optimizer steps and at the end (resume with --resume)")
+    g.add_argument("--resume", metavar="RUN", help=shown("continue run RUN from its last checkpoint, same plan and steps"))
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
     g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
@@ -83,7 +89,7 @@ def _dry_run(args, plan, target, options, notes) -> int:
                             main_port=options.main_port)
     spec = build_launch_spec(plan, target, config_path=adir / "accelerate_config.yaml", plan_path=adir / "plan.json",
                              run_dir=rdir, log_dir=adir / "ranks", main_port=options.main_port if plan.nodes == 1 else None,
-                             max_steps=options.max_steps)
+                             max_steps=options.max_steps, extra_env=options.extra_env)
     if args.json:
         print(json.dumps({"plan": plan.model_dump(mode="json"), "accelerate_config": cfg,
                           "accelerate_config_yaml": to_yaml(cfg, plan), "command": spec.model_dump(),
@@ -109,6 +115,9 @@ def _summary(rec) -> str:
             line += f", {m.samples_per_s:.1f} samples/s"
     if len(rec.attempts) > 1:
         line += "; attempts " + ", ".join(f"{a.micro_batch}x{a.grad_accum} {a.status}" for a in rec.attempts)
+    bound = m.data_bound if m is not None else None
+    if bound is not None:  # launcher.data_wait's check
+        line += f"\n  data: {bound.message}" + (f"\n  fix: {bound.fix}" if bound.fix else "")
     if rec.status != "succeeded" and rec.error:
         line += f"\n  error: {rec.error}"
     return line + f"\n  run dir: {rec.run_dir}"
@@ -139,12 +148,14 @@ def _probe_first(args: argparse.Namespace, plan) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import threading
-
     if args.probe and (args.dry_run or args.emit):
         from advisor.errors import UserError
 
         raise UserError("--probe runs the model, --dry-run/--emit run nothing", fix="drop --probe, or drop --dry-run/--emit")
+    if args.resume:
+        from cli.launch_resume import resume_run
+
+        return resume_run(args, _run_recorded)
     flags.check_output_file(args.save_plan, "--save-plan", "plan.json")
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
@@ -168,6 +179,12 @@ def run(args: argparse.Namespace) -> int:
         stop = _probe_first(args, plan)
         if stop is not None:
             return stop
+    return _run_recorded(args, plan, target, options)
+
+
+def _run_recorded(args: argparse.Namespace, plan, target, options, resumed_from: str | None = None) -> int:
+    """Record the run, execute it in the foreground, print its summary; the exit status."""
+    import threading
 
     from launcher.home import new_run, resolve_home
     from launcher.runner import execute, forward_signals
@@ -175,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
     home = resolve_home(args.home)
     store = RunStore.open(home)
-    rec, rdir = new_run(store, home, plan, target)
+    rec, rdir = new_run(store, home, plan, target, resumed_from=resumed_from)
     print(f"advise: run {rec.id}: {plan.world_size} rank(s), logs in {rdir}", file=sys.stderr)
     cancel, launches = threading.Event(), []
     with forward_signals(cancel, force=lambda: launches and launches[-1].kill_now()):

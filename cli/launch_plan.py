@@ -8,6 +8,7 @@ service. Functions of an ``argparse.Namespace``, so they live in the CLI: nothin
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from cli import flags
 
@@ -22,11 +23,33 @@ def _given(args: argparse.Namespace, names) -> list[str]:
     return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) not in (None, False)]
 
 
+def _model_from_hf_model(args: argparse.Namespace) -> None:
+    """``--hf-model DIR`` without a model flag plans for ``DIR/config.json`` (the model it loads)."""
+    hf_model = getattr(args, "hf_model", None)
+    if hf_model is None or args.plan or args.model or args.hf_config or args.module:
+        return
+    from advisor.errors import UserError
+    from launcher.recipes.chat_rows import check_model_dir
+
+    local = Path(hf_model).expanduser()
+    if not local.exists():
+        raise UserError(f"--hf-model {hf_model} is not a local folder, so there is no config.json to plan for",
+                        fix="add --hf-config PATH/config.json (or --model NAME) of the same model, or download it first")
+    try:
+        check_model_dir(local, needs_chat_template=False)
+    except ValueError as exc:
+        raise UserError(str(exc), fix="give a folder written by save_pretrained (config.json and a tokenizer)") from None
+    args.hf_config = str(local / "config.json")
+
+
 def plan_from_flags(args: argparse.Namespace):
     """(plan, notes): from --plan, from --cpu flags, or from the rules layer."""
     from advisor.errors import UserError
     from advisor.plan import Plan
 
+    if getattr(args, "resume", None):  # `advise launch` resumes before planning; `advise submit` cannot
+        raise UserError("--resume is for `advise launch`", fix=f"advise launch --resume {args.resume}")
+    _model_from_hf_model(args)
     if args.plan:
         extra = _given(args, _PLAN_FLAGS) + (["--nodes"] if args.nodes != 1 else [])
         if extra:
@@ -99,6 +122,12 @@ def check_here(plan, *, force: bool = False):
     return plan
 
 
+# What --data names for each recipe that reads data (a file, or a folder of class folders).
+_DATA_KIND = {"text-classification": ("file", "a JSONL or CSV file of (text, label) rows"),
+              "causal-lm": ("file", "a JSONL file of messages / prompt+response / text examples"),
+              "image-classification": ("dir", "a folder with one sub-folder of images per class")}
+
+
 def target_from_flags(args: argparse.Namespace, plan):
     """What every rank runs (``--recipe`` or ``-- SCRIPT``), checked against the plan."""
     from advisor.errors import UserError
@@ -106,11 +135,20 @@ def target_from_flags(args: argparse.Namespace, plan):
 
     recipe_args: list[str] = []
     if args.data is not None:
-        if args.recipe != "text-classification":
-            raise UserError("--data is for --recipe text-classification", fix="drop --data, or add --recipe text-classification")
-        if not args.data.is_file():
-            raise UserError("data file not found", where=str(args.data), fix="give a JSONL or CSV file of (text, label) rows")
+        if args.recipe not in _DATA_KIND:
+            raise UserError(f"--data is for --recipe {', '.join(_DATA_KIND)}", fix="drop --data, or add one of those recipes")
+        kind, what = _DATA_KIND[args.recipe]
+        found = args.data.is_dir() if kind == "dir" else args.data.is_file()
+        if not found:
+            raise UserError(f"data {'folder' if kind == 'dir' else 'file'} not found", where=str(args.data),
+                            fix=f"give {what}")
         recipe_args = ["--data", str(args.data.expanduser().absolute())]
+    hf_model = getattr(args, "hf_model", None)
+    if hf_model is not None:
+        if args.recipe != "causal-lm":
+            raise UserError("--hf-model is for --recipe causal-lm", fix="drop --hf-model, or add --recipe causal-lm")
+        local = Path(hf_model).expanduser()
+        recipe_args += ["--hf-model", str(local.absolute()) if local.exists() else hf_model]
     target = Target.from_cli(args.recipe, list(args.script), recipe_args)
     check_target(target, plan)
     return target
@@ -119,6 +157,7 @@ def target_from_flags(args: argparse.Namespace, plan):
 def options_from_flags(args: argparse.Namespace, plan):
     """How to execute the plan (retries, steps, multi-node rendezvous); refuses rendezvous flags that do not fit."""
     from advisor.errors import UserError
+    from launcher.command import ENV_CHECKPOINT_EVERY
     from launcher.runner import RunOptions
 
     if plan.nodes > 1:
@@ -127,8 +166,10 @@ def options_from_flags(args: argparse.Namespace, plan):
                             fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
     elif args.node_rank not in (None, 0) or args.main_address:
         raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
+    every = getattr(args, "checkpoint_every", None)
+    env = {} if every is None else {ENV_CHECKPOINT_EVERY: str(every)}  # launcher.checkpoints reads it in the ranks
     return RunOptions(max_oom_retries=args.max_oom_retries, max_steps=args.max_steps, machine_rank=args.node_rank or 0,
-                      main_address=args.main_address, main_port=args.main_port)
+                      main_address=args.main_address, main_port=args.main_port, extra_env=env)
 
 
 def require_gpus(plan) -> None:

@@ -84,6 +84,11 @@ def _detail(rec) -> str:
         if m.peak_gib is not None:
             parts.append(f"peak {m.peak_gib:.2f} GiB")
         lines.append("  metrics:  " + ", ".join(parts))
+        bound = m.data_bound
+        if bound is not None:  # launcher.data_wait's check
+            lines.append(f"  data:     {bound.message}" + (f"\n  fix:      {bound.fix}" if bound.fix else ""))
+    if rec.resumed_from:
+        lines.append(f"  resumes:  run {rec.resumed_from} (from its last checkpoint)")
     return "\n".join(lines)
 
 

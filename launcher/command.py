@@ -39,6 +39,8 @@ ENV_RUN_DIR = "CARDWISE_RUN_DIR"
 ENV_METRICS = "CARDWISE_METRICS"  # path of metrics.jsonl
 ENV_ATTEMPT = "CARDWISE_ATTEMPT"
 ENV_MAX_STEPS = "CARDWISE_MAX_STEPS"
+ENV_CHECKPOINT_EVERY = "CARDWISE_CHECKPOINT_EVERY"  # launcher.checkpoints: save_state every N steps
+ENV_RESUME = "CARDWISE_RESUME"  # launcher.checkpoints: the checkpoint folder a resumed run starts from
 LOOPBACK = "127.0.0.1"
 
 
@@ -85,54 +87,13 @@ class Target(BaseModel):
 
 
 def check_target(target: "Target", plan) -> None:
-    """What a recipe can train, checked before any rank starts (UserError with the fix)."""
-    from advisor.errors import UserError
-
+    """What a recipe can train and the data it reads, checked before any rank starts (UserError
+    with the fix; ``launcher.recipes.checks`` has one check per recipe)."""
     if target.kind != "recipe":
         return
-    if not plan.model.name:
-        raise UserError(f"recipe {target.name} trains catalog models", fix="use --model NAME (see `advise models`), or launch a script")
-    from advisor.catalog import catalog_model
+    from launcher.recipes.checks import check_recipe
 
-    catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
-    if target.name == "text-classification":
-        if plan.model.name != "mini-transformer":
-            raise UserError("recipe text-classification trains mini-transformer", fix="use --model mini-transformer")
-        _check_rows(target.args, plan)
-
-
-def _option(args: list[str], name: str) -> str | None:
-    """The last value of ``--name VALUE`` or ``--name=VALUE`` in a recipe's arguments."""
-    value = None
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith(name + "="):
-            value = a[len(name) + 1:]
-    return value
-
-
-def _check_rows(args: list[str], plan) -> None:
-    """The text-classification file, read as the recipe reads it, before any rank starts."""
-    from advisor.catalog import catalog_model
-    from launcher.recipes import text_rows
-
-    data = Path(_option(args, "--data") or text_rows.SAMPLE)
-    fix = ('give a JSONL file of {"text": ..., "label": ...} lines or a CSV with a text,label header '
-           f"({catalog_model('mini-transformer').arch.num_labels} distinct labels)")
-    try:
-        fraction = float(_option(args, "--eval-fraction") or text_rows.EVAL_FRACTION)
-    except ValueError:
-        raise UserError("--eval-fraction takes a number", fix="e.g. -- --eval-fraction 0.1") from None
-    try:
-        rows = text_rows.read_rows(data)
-        text_rows.label_names(rows, data, catalog_model("mini-transformer").arch.num_labels)
-    except ValueError as exc:
-        raise UserError(str(exc), fix=fix) from None
-    try:
-        text_rows.check_enough(rows, data, plan.config.micro_batch, plan.world_size, fraction)
-    except ValueError as exc:
-        raise UserError(str(exc), fix="add rows, or lower --micro-batch or --processes") from None
+    check_recipe(target.name, target.args, plan)
 
 
 class LaunchSpec(BaseModel):

@@ -75,8 +75,9 @@ def make_run_dir(home: Path, run_id: str) -> Path:
     return path
 
 
-def new_run(store, home: Path, plan, target):
+def new_run(store, home: Path, plan, target, *, resumed_from: str | None = None):
     """A queued record for ``plan`` and its private run directory: (record, run_dir)."""
-    rec = store.create(label=f"{plan.model.label()} · {target.label()}", plan=plan.model_dump(mode="json"))
+    label = f"{plan.model.label()} · {target.label()}" + (f" · resumes {resumed_from}" if resumed_from else "")
+    rec = store.create(label=label, plan=plan.model_dump(mode="json"))
     rdir = make_run_dir(home, rec.id)
-    return store.update(rec.id, run_dir=str(rdir)), rdir
+    return store.update(rec.id, run_dir=str(rdir), target=target.model_dump(), resumed_from=resumed_from), rdir

@@ -29,11 +29,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from launcher.data_wait import UTIL_NAME, DataBound, summarise
 from launcher.run_logs import exit_text, failing_rank, read_tail
 
 EXIT_NAME = "exit.json"
 OUTCOME_NAME = "outcome.json"
-_NUMERIC = ("loss", "samples_per_s", "tokens_per_s", "peak_gib", "time")
+_NUMERIC = ("loss", "samples_per_s", "tokens_per_s", "peak_gib", "time", "interval_s", "data_wait_s")
 
 
 class MetricsSummary(BaseModel):
@@ -50,6 +51,8 @@ class MetricsSummary(BaseModel):
     ranks: int = 0
     wall_s: float | None = None
     bad_rows: int = Field(0, description="rows skipped: not JSON objects, or fields of the wrong type")
+    data_bound: DataBound | None = Field(None, description="the data-bound check (launcher.data_wait): GPU "
+                                         "utilisation, data-wait share, whether the run was data-bound, the fix")
 
     @classmethod
     def from_jsonl(cls, path: Path, attempt: int | None = None) -> "MetricsSummary | None":
@@ -94,10 +97,13 @@ class MetricsSummary(BaseModel):
 
         peaks = [r["peak_gib"] for r in rows if r.get("peak_gib") is not None]
         times = [r["time"] for r in rows if r.get("time") is not None]
+        util = Path(path).parent / f"attempt-{attempt}" / UTIL_NAME if attempt is not None else None
+        bound = summarise(rows, util)
         return cls(steps=int(lead[-1]["step"]), first_loss=lead[0].get("loss"), last_loss=lead[-1].get("loss"),
                    samples_per_s=steady("samples_per_s"), tokens_per_s=steady("tokens_per_s"),
                    peak_gib=max(peaks) if peaks else None, ranks=len(by_rank),
-                   wall_s=(max(times) - min(times)) if len(times) > 1 else None, bad_rows=bad)
+                   wall_s=(max(times) - min(times)) if len(times) > 1 else None, bad_rows=bad,
+                   data_bound=bound)
 
 
 def _valid_row(line: str) -> dict | None:
@@ -170,6 +176,9 @@ class RunRecord(BaseModel):
     error: str | None = Field(None, description="one line saying why it failed or was cancelled")
     owner: dict[str, Any] | None = Field(None, description="{'pid', 'created'} of the process running it "
                                          "(advise launch or the service): reads settle runs whose owner died")
+    target: dict[str, Any] | None = Field(None, description="what every rank runs (launcher.command.Target as "
+                                          "JSON): with the plan, what `advise launch --resume` starts again")
+    resumed_from: str | None = Field(None, description="the run whose last checkpoint this run continued")
 
     @property
     def terminal(self) -> bool:

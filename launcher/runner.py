@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from launcher import procs
 from launcher.command import LaunchSpec
+from launcher.data_wait import UTIL_NAME, UtilisationSampler, plan_gpus
 from launcher.pdeathsig import ENV_LAUNCH_ID  # marks every process of one launch (see Launch._sweep)
 from launcher.records import EXIT_NAME, Outcome, launch_outcome, read_json
 from launcher.run_logs import rank_logs
@@ -352,7 +353,8 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
             store.update(run_id, pid=launch.pid, pgid=launch.pgid)
             if on_launch is not None:
                 on_launch(launch)
-            out = launch.wait(cancel=cancel)
+            with UtilisationSampler(plan_gpus(current, options.gpus), adir / UTIL_NAME):  # the data-bound check's
+                out = launch.wait(cancel=cancel)
             logs = [p for ps in rank_logs(adir, options.machine_rank, current.processes_per_node).values() for p in ps]
             is_oom = out.status == "failed" and oom.logs_have_oom([adir / "launcher.log", *logs])
             nxt, why = oom.retry_decision(is_oom, current, attempt_no, options.max_oom_retries)

@@ -5,10 +5,10 @@
     rt = Runtime.from_env()                      # plan from $CARDWISE_PLAN (set by `advise launch`)
     model = rt.setup_model(MyModel())            # pure-bf16 cast, channels_last, checkpointing
     model, opt, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(train_set))
-    batches = rt.batches(loader)                 # endless, reshuffled per epoch on every rank
-    for _ in range(rt.total_steps or 1000):
+    batches = rt.batches(loader)                 # endless, reshuffled per epoch; resumes a checkpoint
+    while rt.step < (rt.total_steps or 1000):    # rt.step: a resumed run starts where it stopped
         rt.train_step(model, opt, batches)       # grad_accum micro-batches, one optimizer step, LR schedule, metrics
-    rt.finish(model)
+    rt.finish(model)                             # final weights as safetensors, last checkpoint
 
 What it applies, and why here rather than in each script:
 - ``Accelerator`` with the plan's mixed precision (autocast, fp32 master weights) and gradient
@@ -23,9 +23,14 @@ What it applies, and why here rather than in each script:
 - Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
 - Data sharding per rank: ``accelerator.prepare`` of the DataLoader (Accelerate's equivalent of
   DistributedSampler), ``set_epoch`` every epoch.
+- Checkpoints (``launcher.checkpoints``): ``accelerator.save_state`` every ``--checkpoint-every``
+  steps and at the end, final weights (LoRA adapters only, under ``adapters/``) as safetensors,
+  ``advise launch --resume RUN``.
 - ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, reserved_gib, rank, time,
-  attempt}; the peaks are reset after the first optimizer step (steady state, as ``advise estimate``'s
-  ``peak_gib``: model building and the optimizer's first allocation are not training); timing synchronises the device only at logging steps, so measuring does not slow training.
+  attempt, interval_s, data_wait_s, data_wait_share} (the last two feed ``launcher.data_wait``'s check);
+  the peaks are reset after the first optimizer step (steady state, as ``advise estimate``'s
+  ``peak_gib``: model building and the optimizer's first allocation are not training); timing
+  synchronises the device only at logging steps, so measuring does not slow training.
 """
 
 from __future__ import annotations
@@ -223,13 +228,17 @@ class Runtime:
             compromises.write_description(self.run_dir, compromises.describe(self.plan, model, optimizer, self.accelerator))
 
     def batches(self, loader) -> Iterator:
-        """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks)."""
-        epoch = 0
-        while True:
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
-            yield from loader
-            epoch += 1
+        """Batches forever, calling ``set_epoch`` so every epoch is shuffled differently (same on all ranks).
+
+        Also the step boundary checkpoints hook into (``launcher.checkpoints.batch_stream``): a
+        resumed run loads its checkpoint here and continues at the data position it had reached;
+        every ``--checkpoint-every`` steps the state is saved before the next step's first batch;
+        the time inside the loader's ``next()`` is measured for ``launcher.data_wait``'s check.
+        Loop ``while rt.step < total``: a resumed run starts mid-way.
+        """
+        from launcher.checkpoints import batch_stream
+
+        return batch_stream(self, loader)
 
     # ---------------------------------------------------------------- training
     def train_step(self, model, optimizer, batches: Iterator, loss_fn: Callable | None = None) -> torch.Tensor:
@@ -287,7 +296,11 @@ class Runtime:
             "rank": self.rank,
             "time": time.time(),
             "attempt": self.attempt,
+            "interval_s": dt,
         }
+        if getattr(self, "_data_clock", None) is not None:  # launcher.data_wait: batches() measured the waits
+            waited = self._data_clock.take()
+            row.update(data_wait_s=waited, data_wait_share=min(1.0, waited / dt))
         self.write_row(row)
         if self.is_main:
             print(f"step {row['step']}: loss {row['loss']:.4f}, {row['samples_per_s']:.1f} samples/s (rank 0)", flush=True)
@@ -303,8 +316,9 @@ class Runtime:
         finally:
             os.close(fd)
 
-    def finish(self, model, /, **extra: Any) -> dict:
-        """Write ``final-rank{R}.json`` (steps, parameter checksum, ``extra``) and shut down cleanly.
+    def finish(self, model, /, tokenizer=None, **extra: Any) -> dict:
+        """Save the final weights (and the last checkpoint when checkpointing; ``launcher.checkpoints``),
+        write ``final-rank{R}.json`` (steps, parameter checksum, ``extra``) and shut down cleanly.
 
         The checksum (sha256 of every parameter's bytes) is identical on all ranks when data
         parallelism kept the replicas in sync, which the tests check.
@@ -313,9 +327,9 @@ class Runtime:
             self._log()
         acc = self.accelerator
         acc.wait_for_everyone()
-        from launcher import compromises
+        from launcher.checkpoints import checkpoints_of
 
-        compromises.at_finish(model, acc, self.run_dir)  # LoRA adapters -> run_dir/adapters (safetensors)
+        extra = {**checkpoints_of(self).finish(model, tokenizer), **extra}
         digest, total = hashlib.sha256(), 0.0
         for name, p in sorted(acc.unwrap_model(model).named_parameters()):
             t = p.detach().cpu().contiguous()

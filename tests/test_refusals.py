@@ -24,6 +24,7 @@ from cli.main import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT2 = ROOT / "tests" / "data" / "hf" / "gpt2" / "config.json"
+GPT2_STR = str(GPT2)
 MINI = ["--cpu", "--model", "mini-transformer"]
 TEXT = [*MINI, "--recipe", "text-classification", "--data"]
 
@@ -51,6 +52,29 @@ def d(tmp_path) -> Path:
     (tmp_path / "deep.json").write_text('{"model_type": "gpt2", "x": ' + "[" * 50_000 + "]" * 50_000 + "}")
     (tmp_path / "deep40.json").write_text(json.dumps({**cfg, "x": json.loads("[" * 40 + "]" * 40)}))
     (tmp_path / "home-file").write_text("not a directory\n")
+    # --recipe causal-lm: example files and model folders
+    chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+    (tmp_path / "chat.jsonl").write_text(chat * 4)
+    (tmp_path / "noassistant.jsonl").write_text(chat + '{"messages": [{"role": "user", "content": "hi"}]}\n')
+    (tmp_path / "nofields.jsonl").write_text(chat + '{"question": "hi", "answer": "hello"}\n')
+    (tmp_path / "badrole.jsonl").write_text(chat + '{"messages": [{"role": "bot", "content": "x"}]}\n')
+    (tmp_path / "oneexample.jsonl").write_text('{"text": "only one"}\n')
+    for name, files in (("noconfig", {"tokenizer.json": "{}"}), ("notok", {"config.json": '{"model_type": "llama"}'}),
+                        ("notemplate", {"config.json": '{"model_type": "llama"}', "tokenizer.json": "{}"}),
+                        ("notype", {"config.json": '{"hidden_size": 8}', "tokenizer.json": "{}"})):
+        (tmp_path / name).mkdir()
+        for fn, text in files.items():
+            (tmp_path / name / fn).write_text(text)
+    # --recipe image-classification: folders
+    (tmp_path / "noclasses").mkdir()
+    (tmp_path / "oneclass" / "cat").mkdir(parents=True)
+    (tmp_path / "oneclass" / "cat" / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"0" * 20)
+    for cls in ("cat", "dog"):
+        (tmp_path / "emptyclass" / cls).mkdir(parents=True)
+        (tmp_path / "badimage" / cls).mkdir(parents=True)
+        (tmp_path / "badimage" / cls / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"0" * 20)
+    (tmp_path / "emptyclass" / "cat" / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 20)
+    (tmp_path / "badimage" / "dog" / "b.jpg").write_text("<html>not an image</html>")
     return tmp_path
 
 
@@ -128,6 +152,47 @@ REFUSED = [
     (["launch", *TEXT, "{d}/adir"], "data file not found"),
     (["launch", *MINI, "--recipe", "text-classification", "--", "--data", "{d}/empty.jsonl"], "the file is empty"),
     (["submit", *TEXT, "{d}/empty.jsonl"], "the file is empty"),
+    # --- causal-lm: examples and the model folder, before any rank (issue 15)
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/empty.jsonl"],
+     "the file is empty"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/noassistant.jsonl"],
+     "noassistant.jsonl:2: no assistant message"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/nofields.jsonl"],
+     "nofields.jsonl:2: no 'messages'"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/badrole.jsonl"],
+     "badrole.jsonl:2: a message needs a 'role'"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/notjson.jsonl"],
+     "notjson.jsonl:2: not a JSON object"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/oneexample.jsonl"],
+     "need at least 2"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/chat.jsonl"],
+     "no chat template"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/noconfig", "--data", "{d}/chat.jsonl"],
+     "no config.json"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-config", GPT2_STR, "--hf-model", "{d}/notok",
+      "--data", "{d}/chat.jsonl"], "no tokenizer"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notype", "--data", "{d}/chat.jsonl"],
+     "no 'model_type'"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-config", GPT2_STR, "--data", "{d}/chat.jsonl"],
+     "needs the model and tokenizer"),
+    (["launch", *MINI, "--recipe", "synthetic", "--hf-model", "{d}/notemplate"], "--hf-model is for --recipe causal-lm"),
+    # --- image-classification: the folder, before any rank
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/noclasses"],
+     "no class sub-folders"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/oneclass"],
+     "at least 2"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/emptyclass"],
+     "emptyclass/dog: no images"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/badimage"],
+     "b.jpg: not an image file"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/missing"],
+     "data folder not found"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification"], "needs an image folder"),
+    (["launch", *MINI, "--recipe", "image-classification", "--data", "{d}/badimage"], "trains vision models"),
+    (["launch", *MINI, "--recipe", "synthetic", "--data", "{d}/chat.jsonl"], "--data is for --recipe"),
+    # --- --resume: the old run decides the plan; nothing to resume is said so
+    (["launch", "--resume", "abc", *MINI], "cannot be combined with --resume"),
+    (["submit", *MINI, "--recipe", "synthetic", "--resume", "abc"], "--resume is for `advise launch`"),
     # --- a script after -- with a recipe
     (["launch", *MINI, "--recipe", "synthetic", "--", "{d}/train.py", "--lr", "{{lr}}"], "is not a recipe option"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--", "train.py"], "is not a recipe option"),

@@ -60,6 +60,7 @@ class RunSample(Message):
     rows: list[dict]
     devices: list  # list[tui.monitor.DeviceSample]
     record: Any | None  # launcher.store.RunRecord
+    data_bound: Any | None = None  # launcher.data_wait.DataBound so far (tui.monitor.LiveDataCheck)
 
 
 @dataclass(eq=False)

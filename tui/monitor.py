@@ -16,6 +16,7 @@ from pathlib import Path
 # Device usage is read by the one sampler (advisor.sampling) that detection and bench use too;
 # the OOM retry line is the runner's (launcher.oom). Both re-exported for the screens.
 from advisor.sampling import DeviceSample, DeviceSampler, FixedSampler  # noqa: F401
+from launcher.data_wait import DataBound, check, wait_share
 from launcher.oom import OOM_RETRY_MARK  # noqa: F401
 
 _RANK_RE = re.compile(r"^\[default(\d+)\]:(.*)$")
@@ -101,3 +102,27 @@ def read_tail(path: Path, lines: int = 200, limit: int = 200_000) -> list[str]:
     except OSError:
         return []
     return text.splitlines()[-lines:]
+
+
+class LiveDataCheck:
+    """The data-bound check (``launcher.data_wait``) over a live run: the ranks' data-wait rows
+    and the monitor's own GPU readings, taken while training rows arrive."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.util: list[float] = []
+
+    def add(self, rows: list[dict], devices: list) -> DataBound | None:
+        self.rows += [r for r in rows if "data_wait_s" in r]
+        gpus = [d.util_pct for d in devices if d.label.startswith("GPU") and d.util_pct is not None]
+        if gpus and len({r.get("step") for r in self.rows}) > 1:  # past the first logged interval
+            self.util.append(sum(gpus) / len(gpus))
+        return check(wait_share(self.rows), self.util)
+
+
+def data_bound_text(bound) -> str | None:
+    """One line for the screens: the verdict (a ``DataBound`` or its JSON), and the fix when flagged."""
+    if bound is None:
+        return None
+    b = bound if isinstance(bound, DataBound) else DataBound.model_validate(bound)
+    return b.message + (f"; fix: {b.fix}" if b.flagged and b.fix else "")

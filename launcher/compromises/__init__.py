@@ -132,11 +132,3 @@ def write_description(run_dir: Path | None, info: dict) -> None:
     if run_dir is not None:
         (Path(run_dir) / COMPROMISE_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
-
-def at_finish(model, accelerator, run_dir: Path | None) -> Path | None:
-    """Save LoRA adapters (main process, safetensors) into the run directory; None when there are none."""
-    if run_dir is None or not accelerator.is_main_process:
-        return None
-    from launcher.compromises.lora import save_adapters
-
-    return save_adapters(accelerator.unwrap_model(model), Path(run_dir))

@@ -77,11 +77,3 @@ def trainable_summary(model: torch.nn.Module) -> dict:
             "adapter_dtype": str(trainable[0].dtype).replace("torch.", "") if trainable else None,
             "base_dtype": str(frozen[0].dtype).replace("torch.", "") if frozen else None}
 
-
-def save_adapters(model: torch.nn.Module, run_dir: Path) -> Path | None:
-    """``save_pretrained`` of a peft model (safetensors) into ``run_dir/adapters``; None if not a peft model."""
-    if not hasattr(model, "peft_config"):
-        return None
-    out = Path(run_dir) / ADAPTER_DIR
-    model.save_pretrained(str(out), safe_serialization=True)
-    return out

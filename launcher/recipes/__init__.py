@@ -9,4 +9,6 @@ package costs nothing: the CLI reads it while it builds its parser.
 RECIPES: dict[str, str] = {
     "synthetic": "launcher.recipes.synthetic",
     "text-classification": "launcher.recipes.text_classification",
+    "causal-lm": "launcher.recipes.causal_lm",
+    "image-classification": "launcher.recipes.image_classification",
 }

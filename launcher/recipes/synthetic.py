@@ -74,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     model, optimizer = rt.prepare(model, rt.optimizer(model))
     if spec.arch is not None and not spec.is_vision:
         rt.tokens_per_sample = plan.config.seq_len or spec.default_seq_len
-    batches = itertools.cycle(make_pool(spec, plan, rt.device, rt.rank, args.pool))
+    batches = rt.batches(itertools.cycle(make_pool(spec, plan, rt.device, rt.rank, args.pool)))  # resumes a checkpoint
 
     steps = rt.total_steps or args.steps or DEFAULT_STEPS
     if rt.total_steps is None and rt.is_main:
         print(f"cardwise: no step count in the plan or --max-steps; training {steps} steps", flush=True)
-    for _ in range(steps):
+    while rt.step < steps:
         rt.train_step(model, optimizer, batches)
     rt.finish(model, recipe="synthetic", model_name=spec.name)
     return 0

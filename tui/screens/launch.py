@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -29,7 +30,7 @@ from launcher.host_fit import max_processes
 from tui import launching
 from tui.fields import ParserValidator, count_up_to, positive_int
 from tui.messages import RunFinished, RunSample, RunStarted
-from tui.monitor import OOM_RETRY_MARK, LineSink, MetricsTail, split_rank
+from tui.monitor import OOM_RETRY_MARK, LineSink, LiveDataCheck, MetricsTail, data_bound_text, split_rank
 from tui.screens.base import StepScreen
 from tui.widgets.device_bars import DeviceBars
 from tui.widgets.metric_plot import MetricPlot
@@ -68,6 +69,8 @@ class LaunchScreen(StepScreen):
         self._sink: LineSink | None = None
         self._tail: MetricsTail | None = None
         self._sampler = None
+        self._data: LiveDataCheck | None = None
+        self._data_line: str | None = None
         self._sample_lock = threading.Lock()
         self._timer = None
         self._thr: dict[int, list[float]] = {}
@@ -254,7 +257,8 @@ class LaunchScreen(StepScreen):
                 record = self.wizard.store.get(run_id)
             except Exception:
                 record = None
-            self.post_message(RunSample(run_id, lines, rows, devices, record))
+            bound = self._data.add(rows, devices) if self._data is not None else None
+            self.post_message(RunSample(run_id, lines, rows, devices, record, bound))
         finally:
             self._sample_lock.release()
 
@@ -266,6 +270,7 @@ class LaunchScreen(StepScreen):
         self.run_id, self.run_dir, self.world = message.run_id, message.run_dir, message.world_size
         self.started_at = time.monotonic()
         self._tail = MetricsTail(Path(message.run_dir) / "metrics.jsonl")
+        self._data = LiveDataCheck()
         self.query_one("#run-log", RankLog).add([(None, f"run {message.run_id}: {message.world_size} rank(s), "
                                                         f"logs in {message.run_dir}")])
         self._timer = self.set_interval(SAMPLE_EVERY_S, self._tick)
@@ -295,6 +300,7 @@ class LaunchScreen(StepScreen):
                 done.append(acc[0])
         self.query_one("#thr-plot", MetricPlot).extend(done)
         self.query_one("#devices", DeviceBars).show(message.devices)
+        self._data_line = data_bound_text(message.data_bound) or self._data_line
         if message.record is not None and self.running:
             self._status(self._status_text(message.record))
 
@@ -312,6 +318,8 @@ class LaunchScreen(StepScreen):
                 f"micro-batch {a.micro_batch} ran out of memory" for a in oom)
         if self._cancel is not None and self._cancel.is_set():
             text += " · [b yellow]stopping …[/]"
+        if self._data_line:
+            text += f"\n{escape(self._data_line)}"
         return text + "   [dim]x: stop · r: rank filter[/dim]"
 
     def on_run_finished(self, message: RunFinished) -> None:
@@ -339,6 +347,9 @@ class LaunchScreen(StepScreen):
                 summary += f", loss {m.first_loss:.4g} → {m.last_loss:.4g}"
             if m.samples_per_s:
                 summary += f", {m.samples_per_s:,.1f} samples/s"
+        line = data_bound_text(m.data_bound) if m is not None else None
+        if line:
+            summary += f"\n{escape(line)}"
         if rec.status != "succeeded" and rec.error:
             summary += f"\n[red]{rec.error}[/]"
         self._status(summary + "   [dim]F7: runs[/dim]")

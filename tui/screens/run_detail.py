@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -17,7 +18,7 @@ from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 from textual import work
 
 from tui.messages import RunDetailLoaded
-from tui.monitor import read_metrics, read_tail
+from tui.monitor import data_bound_text, read_metrics, read_tail
 from tui.widgets.metric_plot import MetricPlot
 
 DETAIL_TABS = ("detail-summary", "detail-metrics", "detail-logs")
@@ -64,6 +65,9 @@ def summary_text(rec) -> str:
         if m.peak_gib is not None:
             parts.append(f"peak {m.peak_gib:.2f} GiB")
         lines += ["", "[b]metrics[/b] " + ", ".join(parts)]
+        data = data_bound_text(m.data_bound)
+        if data:
+            lines.append("[b]data[/b] " + escape(data))
     return "\n".join(line for line in lines if line is not None)
 
 

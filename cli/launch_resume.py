@@ -1,0 +1,87 @@
+"""``advise launch --resume RUN``: start a finished or stopped run again from its last checkpoint.
+
+The new run has the old run's plan, what its ranks ran (the record's ``target``, or a queued
+run's ``submission.json``), its ``--max-steps`` and ``--checkpoint-every``: the ranks load the
+checkpoint (``$CARDWISE_RESUME``, read by ``launcher.checkpoints``) and train until the same total
+step count. Refused, exit 2, before anything starts: a run still running, a run without a
+complete checkpoint, a run recorded before cardwise kept targets, and flags that would change
+the plan (the plan is the old run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from advisor.errors import UserError
+
+# Flags that choose what to run; with --resume the old run decides them.
+_CHOSEN = ("plan", "recipe", "data", "hf_model", "model", "hf_config", "module", "micro_batch", "grad_accum",
+           "seq_len", "image_size", "precision", "optimizer", "compile", "channels_last", "grad_ckpt", "strategy",
+           "lora_rank", "gpu", "gpus", "batch_size", "dataset_size", "epochs", "deadline", "base_lr", "base_batch",
+           "processes", "warmup_steps", "num_workers", "max_steps", "checkpoint_every", "cpu", "dry_run", "emit",
+           "probe", "save_plan", "script")
+
+
+def _old_target(rec):
+    from launcher.command import Target
+    from launcher.service.submission import load_submission
+
+    if rec.target:
+        try:
+            return Target.model_validate(rec.target)
+        except ValueError:  # pydantic's ValidationError: the store is the user's file too
+            raise UserError(f"run {rec.id}'s recorded target is not valid", fix="launch it again with the same flags") from None
+    sub = load_submission(rec.run_dir)
+    if sub is not None:
+        return sub.target
+    raise UserError(f"run {rec.id} does not record what its ranks ran (it predates --resume)",
+                    fix="launch it again with the same flags and --checkpoint-every N")
+
+
+def _count(env, name: str) -> int | None:
+    """A positive step count the old run's command carried in its environment (None if absent or not one)."""
+    value = env.get(name) if isinstance(env, dict) else None
+    return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else None
+
+
+def resume_run(args: argparse.Namespace, run_recorded) -> int:
+    """Check the old run, then record and execute its continuation with ``run_recorded``."""
+    given = ["--" + n.replace("_", "-") for n in _CHOSEN if getattr(args, n, None) not in (None, False, [])]
+    if given:
+        raise UserError(f"{', '.join(given)} cannot be combined with --resume (the resumed run keeps its plan)",
+                        fix=f"advise launch --resume {args.resume} [--home DIR] [--json]")
+    from launcher.checkpoints import latest
+    from launcher.command import ENV_CHECKPOINT_EVERY, ENV_MAX_STEPS, ENV_RESUME, check_target
+    from launcher.home import resolve_home
+    from launcher.runner import RunOptions
+    from launcher.store import RunStore
+
+    store = RunStore.open(resolve_home(args.home))
+    old = store.get(args.resume)
+    if not old.terminal:
+        raise UserError(f"run {old.id} is {old.status}", fix=f"wait for it to end, or `advise cancel {old.id}` first")
+    ckpt = latest(old.run_dir)
+    if ckpt is None:
+        raise UserError(f"run {old.id} has no checkpoint to resume from",
+                        fix="launch with --checkpoint-every N to save one every N steps")
+    plan = old.plan_model()
+    if plan is None:
+        raise UserError(f"run {old.id} has no recorded plan", fix="launch it again with the same flags")
+    target = _old_target(old)
+    check_target(target, plan)  # the data may have changed since: check it again
+    if plan.cpu:
+        from launcher.host_fit import check_host_fit
+
+        check_host_fit(plan)
+    else:
+        from cli.launch_plan import require_gpus
+
+        require_gpus(plan)
+    env = (old.command or {}).get("env") or {}
+    max_steps, every = _count(env, ENV_MAX_STEPS), _count(env, ENV_CHECKPOINT_EVERY)
+    extra = {ENV_RESUME: str(ckpt), **({ENV_CHECKPOINT_EVERY: str(every)} if every else {})}
+    options = RunOptions(max_oom_retries=args.max_oom_retries, max_steps=max_steps, main_port=args.main_port,
+                         extra_env=extra)
+    print(f"advise: resuming run {old.id} from {ckpt.name}", file=sys.stderr)
+    return run_recorded(args, plan, target, options, resumed_from=old.id)

@@ -1,0 +1,225 @@
+"""Checkpoints of a launched run, and resuming one (``advise launch --checkpoint-every N``, ``--resume RUN``).
+
+Layout, inside the run directory::
+
+    checkpoints/step-00000040/   accelerator.save_state(): model, optimizer, RNG states per rank
+    checkpoints/step-00000040/cardwise.json   written last, by rank 0, after every rank saved:
+                                 a checkpoint without it is incomplete and never resumed from
+    model.safetensors            final weights (cardwise's models), or
+    model/                       a Hugging Face model's save_pretrained (safetensors), or
+    adapters/                    LoRA adapters only (peft's save_pretrained), at the end of the run
+
+The runtime (``launcher.runtime.Runtime``) drives it: ``batches()`` (``batch_stream`` here) restores the checkpoint named
+by ``$CARDWISE_RESUME`` before the first batch and saves every ``$CARDWISE_CHECKPOINT_EVERY``
+optimizer steps at the step boundary; ``finish()`` saves the last state and the final weights.
+The LR schedule is not an object Accelerate saves: its position is the optimizer step, restored
+from ``cardwise.json``; the learning rates themselves come back with the optimizer's state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from launcher.command import ENV_CHECKPOINT_EVERY, ENV_RESUME
+from launcher.compromises.lora import ADAPTER_DIR
+
+CHECKPOINTS_DIR = "checkpoints"
+META_NAME = "cardwise.json"
+KEEP = 2  # cardwise's choice: the newest complete checkpoint and one before it (in case the newest is bad)
+
+
+def checkpoints_of(rt) -> "Checkpoints":
+    """The runtime's checkpointing, made on first use from the environment the launcher set."""
+    if getattr(rt, "_checkpoints", None) is None:
+        rt._checkpoints = Checkpoints.from_env(rt)
+    return rt._checkpoints
+
+
+def batch_stream(rt, loader) -> Iterator:
+    """``Runtime.batches``: restore a checkpoint (eagerly, so ``rt.step`` is right before the first
+    step), skip the micro-batches this rank consumed before it, then batches forever with
+    ``set_epoch`` per epoch, saving at step boundaries and timing the loader."""
+    from launcher.data_wait import DataWaitClock
+
+    ckpt = checkpoints_of(rt)
+    ckpt.restore()
+    if getattr(rt, "_data_clock", None) is None:
+        rt._data_clock = DataWaitClock()  # Runtime._log reads it into each metrics row
+    return _stream(rt, loader, ckpt, rt._data_clock, rt.step * rt.plan.config.grad_accum)
+
+
+def _length(loader) -> int | None:
+    """Micro-batches per epoch of a sized loader, None for a stream (IterableDataset, generator)."""
+    try:
+        return len(loader) or None
+    except TypeError:
+        return None
+
+
+def _stream(rt, loader, ckpt: "Checkpoints", clock, skip: int) -> Iterator:
+    epoch, per_epoch = 0, _length(loader)
+    if skip and per_epoch:
+        epoch, skip = divmod(skip, per_epoch)  # whole epochs are not read again, only re-numbered
+    while True:
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)  # the same shuffle as the first time through: the skip lands right
+        fetched = 0
+        for batch in clock.wrap(loader):
+            fetched += 1
+            if skip:
+                skip -= 1
+                continue
+            if ckpt.due():
+                ckpt.save()
+                clock.take()  # saving is not waiting for data
+            yield batch
+        if not fetched:
+            raise SystemExit(f"cardwise: rank {rt.rank}'s data loader gave no batch in a whole epoch "
+                             "(fewer rows than one micro-batch per rank and worker)")
+        epoch += 1
+
+
+def step_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR / f"step-{step:08d}"
+
+
+def latest(run_dir: str | Path | None) -> Path | None:
+    """The complete checkpoint with the most steps in a run directory, or None."""
+    if not run_dir:
+        return None
+    best: tuple[int, Path] | None = None
+    for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*"):
+        meta = read_meta(p)
+        if meta is not None and (best is None or meta["step"] > best[0]):
+            best = (meta["step"], p)
+    return None if best is None else best[1]
+
+
+def prune(run_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest complete checkpoints (and incomplete ones older than them)."""
+    import shutil
+
+    done = sorted(((m["step"], p) for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*")
+                   if (m := read_meta(p)) is not None), reverse=True)
+    if len(done) <= keep:
+        return []
+    oldest_kept = done[keep - 1][0]
+    gone = [p for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*")
+            if p.name < step_dir(run_dir, oldest_kept).name and not p.is_symlink()]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone
+
+
+def read_meta(path: Path) -> dict | None:
+    """A checkpoint's ``cardwise.json`` if it is complete and well formed (we wrote it, but the
+    directory is the user's to edit: a bad one reads as no checkpoint)."""
+    try:
+        meta = json.loads((Path(path) / META_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or type(meta.get("step")) is not int or meta["step"] < 1:
+        return None
+    return meta
+
+
+class Checkpoints:
+    """One rank's checkpointing: the run directory, the period, and where to resume from."""
+
+    def __init__(self, rt, run_dir: Path | None, every: int | None, resume_from: Path | None):
+        self.rt = rt
+        self.run_dir = run_dir
+        self.every = every if every and every > 0 else None
+        self.resume_from = resume_from
+        self.last_saved: int | None = None
+        self.restored_step = 0
+
+    @classmethod
+    def from_env(cls, rt) -> "Checkpoints":
+        import os
+
+        every = os.environ.get(ENV_CHECKPOINT_EVERY)
+        resume = os.environ.get(ENV_RESUME)
+        return cls(rt, rt.run_dir, int(every) if every and every.isdigit() else None, Path(resume) if resume else None)
+
+    def restore(self) -> int:
+        """Load the resume checkpoint (all ranks) and put the step counter and LR schedule at its step."""
+        if self.resume_from is None or self.restored_step:
+            return self.restored_step
+        meta = read_meta(self.resume_from)
+        if meta is None:
+            raise SystemExit(f"cardwise: {self.resume_from} is not a complete checkpoint (no {META_NAME})")
+        rt = self.rt
+        rt.accelerator.load_state(str(self.resume_from))
+        rt.step = meta["step"]
+        if rt.scheduler is not None:
+            rt.scheduler.last_epoch = meta["step"]
+            rt.scheduler._last_lr = [g["lr"] for g in rt.scheduler.optimizer.param_groups]
+        self.restored_step = self.last_saved = meta["step"]
+        if rt.is_main:
+            print(f"cardwise: resumed from {self.resume_from} at step {rt.step}", flush=True)
+        return rt.step
+
+    def due(self) -> bool:
+        step = self.rt.step
+        return bool(self.every and step and step % self.every == 0 and step != self.last_saved)
+
+    def save(self) -> Path | None:
+        """``accelerator.save_state`` of this step on every rank; rank 0 marks it complete."""
+        rt = self.rt
+        if self.run_dir is None or rt.step == self.last_saved or rt.step == 0:
+            return None
+        path = step_dir(self.run_dir, rt.step)
+        rt.accelerator.save_state(str(path))
+        rt.accelerator.wait_for_everyone()
+        if rt.is_main:
+            meta = {"step": rt.step, "world_size": rt.world_size, "micro_batch": rt.plan.config.micro_batch,
+                    "grad_accum": rt.plan.config.grad_accum, "time": time.time()}
+            tmp = path / (META_NAME + ".tmp")
+            tmp.write_text(json.dumps(meta) + "\n")
+            tmp.replace(path / META_NAME)
+            prune(self.run_dir, KEEP)
+        rt.accelerator.wait_for_everyone()
+        self.last_saved = rt.step
+        return path
+
+    def finish(self, model, tokenizer=None) -> dict:
+        """At the end of a run: the last state (when checkpointing) and the final weights."""
+        if self.run_dir is None:
+            return {}
+        out = {}
+        if self.every:
+            saved = self.save()
+            if saved is not None:
+                out["checkpoint"] = str(saved)
+        out["weights"] = str(save_weights(self.rt.accelerator, model, self.run_dir, tokenizer))
+        return out
+
+
+def save_weights(acc, model, run_dir: Path, tokenizer=None) -> Path:
+    """The final weights as safetensors: LoRA adapters only for a peft model, ``save_pretrained``
+    for a Hugging Face model, else the state dict (shared tensors handled by ``save_model``)."""
+    state = acc.get_state_dict(model)  # every rank: FSDP gathers the shards here
+    inner = acc.unwrap_model(model)
+    inner = getattr(inner, "_orig_mod", inner)  # torch.compile's wrapper
+    run_dir = Path(run_dir)
+    if hasattr(inner, "peft_config"):
+        path = run_dir / ADAPTER_DIR
+    elif hasattr(inner, "save_pretrained"):
+        path = run_dir / "model"
+    else:
+        path = run_dir / "model.safetensors"
+    if acc.is_main_process:
+        if hasattr(inner, "save_pretrained"):
+            inner.save_pretrained(str(path), state_dict=state, safe_serialization=True)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(path))
+        else:
+            from safetensors.torch import save_model
+
+            save_model(inner, str(path))
+    acc.wait_for_everyone()
+    return path

@@ -1,0 +1,150 @@
+"""Train a catalog vision model on a class-per-folder image directory.
+
+    advise launch --model vit-b-16 --image-size 224 --recipe image-classification --data images/
+
+Classes are the sub-folders (``launcher.recipes.image_folder``); labels are their sorted indices,
+read by the model's 1000-way head (a folder may have up to 1000 classes). Each image is decoded
+with Pillow and given the standard ImageNet training transforms (Szegedy et al. 2015's random
+resized crop, scale 0.08-1, aspect 3/4-4/3, as torchvision's; a horizontal flip with
+probability 1/2; ImageNet mean/std normalisation) at the plan's image size. torchvision's
+transforms are used when it imports; otherwise the same transforms are done here with Pillow and
+torch (``PilTransform``), so the recipe runs where torchvision cannot load (CPU-only machines
+with a CUDA build of it). The DataLoader has the plan's workers, pin_memory and prefetch
+(``Runtime.dataloader``); channels_last and pure-bf16 are applied to the inputs on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+from launcher.recipes import image_folder
+
+DEFAULT_STEPS = 100
+# ImageNet channel statistics used by torchvision's pretrained models (torchvision.models docs).
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+SCALE = (0.08, 1.0)  # random resized crop: area fraction (Szegedy et al. 2015, "Going deeper")
+RATIO = (3 / 4, 4 / 3)  # and aspect ratio range (the same; torchvision's defaults)
+
+
+class PilTransform:
+    """Random resized crop + horizontal flip + normalise with Pillow and torch (torchvision's algorithm)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.mean = torch.tensor(MEAN).view(3, 1, 1)
+        self.std = torch.tensor(STD).view(3, 1, 1)
+
+    def crop_box(self, width: int, height: int, rng=random) -> tuple[int, int, int, int]:
+        area = width * height
+        for _ in range(10):
+            target = area * rng.uniform(*SCALE)
+            aspect = math.exp(rng.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
+            w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+            if 0 < w <= width and 0 < h <= height:
+                top, left = rng.randint(0, height - h), rng.randint(0, width - w)
+                return left, top, left + w, top + h
+        side = min(width, height)  # fallback: the central square (torchvision's falls back to a centre crop too)
+        left, top = (width - side) // 2, (height - side) // 2
+        return left, top, left + side, top + side
+
+    def __call__(self, img):
+        from PIL import Image
+
+        img = img.resize((self.size, self.size), Image.BILINEAR, box=self.crop_box(*img.size))
+        if random.random() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(self.size, self.size, 3)
+        x = x.permute(2, 0, 1).float().div_(255)
+        return (x - self.mean) / self.std
+
+
+def training_transform(size: int):
+    """torchvision's transforms when it imports, else ``PilTransform`` (the same operations)."""
+    try:
+        from torchvision import transforms as T
+    except Exception:  # not installed, or a CUDA build that cannot load here
+        return PilTransform(size), "Pillow + torch"
+    return T.Compose([T.RandomResizedCrop(size, scale=SCALE, ratio=RATIO), T.RandomHorizontalFlip(),
+                      T.ToTensor(), T.Normalize(MEAN, STD)]), "torchvision"
+
+
+class ImageFolderDataset(torch.utils.data.Dataset):
+    def __init__(self, samples: list[tuple[str, int]], transform):
+        self.samples, self.transform = samples, transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path, label = self.samples[i]
+        try:
+            with Image.open(path) as img:
+                img = img.convert("RGB")
+        except Exception as exc:
+            raise RuntimeError(f"{path}: cannot decode this image ({exc})") from None
+        return self.transform(img), label
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, required=True, help="folder with one sub-folder of images per class")
+    p.add_argument("--steps", type=int, default=None, help=f"optimizer steps if the plan has none (default {DEFAULT_STEPS})")
+    p.add_argument("--log-every", type=int, default=None)
+    args = p.parse_args(argv)
+
+    from accelerate.utils import set_seed
+
+    from advisor.catalog import catalog_model
+    from advisor.zoo import build_trainable, init_weights
+    from launcher.runtime import Runtime
+
+    rt = Runtime.from_env(log_every=args.log_every, clip_grad_norm=1.0)
+    plan = rt.plan
+    spec = catalog_model(plan.model.name or "")
+    if not spec.is_vision:
+        raise SystemExit(f"the image-classification recipe trains vision models, not {spec.name}")
+    size = plan.config.image_size or spec.default_image_size or 224
+    try:
+        classes, _ = image_folder.check_folder(args.data, 1000, micro_batch=plan.config.micro_batch, world=rt.world_size)
+        _, samples = image_folder.list_images(args.data)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    transform, how = training_transform(size)
+    if rt.is_main:
+        print(f"image-classification: {len(samples)} images in {len(classes)} classes at {size}px, "
+              f"transforms by {how}, {plan.num_workers} worker(s) per rank", flush=True)
+
+    set_seed(0)
+    model = build_trainable(spec, image_size=size)
+    if spec.arch is not None:
+        init_weights(model)
+    model = rt.setup_model(model)
+    loader = rt.dataloader(ImageFolderDataset(samples, transform), shuffle=True)
+    model, optimizer, loader = rt.prepare(model, rt.optimizer(model), loader)
+    batches = rt.batches(loader)
+    dtype = torch.bfloat16 if plan.config.precision.value == "pure-bf16" else None
+    layout = torch.channels_last if plan.config.channels_last else torch.contiguous_format
+
+    def loss_fn(m, batch):
+        x, y = batch
+        x = x.to(dtype=dtype or x.dtype).contiguous(memory_format=layout)
+        return m(x, y)
+
+    steps = rt.total_steps or args.steps or DEFAULT_STEPS
+    while rt.step < steps:
+        rt.train_step(model, optimizer, batches, loss_fn=loss_fn)
+    rt.finish(model, recipe="image-classification", classes=classes, image_size=size, transforms=how)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
