@@ -176,7 +176,7 @@ def table(rows: list[dict], device: str, seq_len: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="dry run on CPU with mini-transformer (seq 16)")
-    ap.add_argument("--only", nargs="*", help="configuration names to run")
+    ap.add_argument("--only", nargs="*", help="configuration names to run, in this order")
     ap.add_argument("--budget-s", type=float, help="start no configuration after this many seconds (default 360; "
                                                    "--tiny 1500)")
     ap.add_argument("--total-s", type=float, help="stop a configuration still running at this many seconds "
@@ -197,9 +197,12 @@ def main() -> int:
         device = torch.cuda.get_device_name(0)
     home = Path(tempfile.mkdtemp(prefix="h200-compromises-"))
     began, rows = time.perf_counter(), []
-    for name, model, overrides in CONFIGS:
-        if args.only and name not in args.only:
-            continue
+    by_name = {c[0]: c for c in CONFIGS}
+    unknown = [n for n in args.only or [] if n not in by_name]
+    if unknown:
+        print(f"h200_compromises: unknown configuration {unknown}; known: {list(by_name)}", file=sys.stderr)
+        return 2
+    for name, model, overrides in [by_name[n] for n in args.only] if args.only else CONFIGS:  # --only's order
         if args.tiny:
             model = "mini-transformer"
             overrides = dict(overrides, micro_batch=2)
