@@ -72,7 +72,7 @@ class DataBound(BaseModel):
     flagged: bool = Field(description="GPU utilisation under the threshold while waiting for data")
     data_wait_share: float | None = Field(None, description="steady-state share of step time spent in the "
                                           "data iterator's next(), mean over ranks")
-    gpu_util_pct: float | None = Field(None, description="median GPU utilisation over the training steps "
+    gpu_util_pct: float | None = Field(None, description="mean GPU utilisation over the training steps "
                                        "(NVML, mean over the run's GPUs); None on CPU runs")
     util_samples: int = 0
     util_threshold_pct: float = UTIL_THRESHOLD_PCT
@@ -90,10 +90,13 @@ def check(wait_share: float | None, util_samples: list[float], *, workers: int |
         why = "no NVML on a CPU run" if not util_samples else f"only {len(util_samples)} reading(s)"
         return DataBound(flagged=False, data_wait_share=wait_share, gpu_util_pct=None, util_samples=len(util_samples),
                          message=f"data wait {wait_txt} of step time; GPU utilisation unavailable ({why})")
-    util = statistics.median(util_samples)
+    # The mean, not the median: a data-starved GPU alternates bursts of full use with idle waits, so
+    # most 1 s readings can be 0% while it works a share of the time (a ViT-L with 0 workers on the
+    # H200: median 0%, data wait 85%; benchmarks/results/h200-recipes.md). The mean is that share.
+    util = statistics.fmean(util_samples)
     waiting = wait_share is not None and wait_share >= WAIT_SHARE_THRESHOLD
     flagged = util < UTIL_THRESHOLD_PCT and waiting
-    figures = f"GPU utilisation {util:.0f}% (median of {len(util_samples)}), data wait {wait_txt} of step time"
+    figures = f"GPU utilisation {util:.0f}% (mean of {len(util_samples)} readings), data wait {wait_txt} of step time"
     if workers is not None:
         figures += f", {workers} DataLoader worker(s) per rank"
     if flagged:

@@ -312,3 +312,12 @@ def test_checkpoint_every_reaches_the_ranks_environment(capsys):
     rc = main(["launch", "--cpu", "--model", "mini-transformer", "--recipe", "synthetic", "--checkpoint-every", "5",
                "--dry-run", "--json"])
     assert rc == 0 and json.loads(capsys.readouterr().out)["command"]["env"][ENV_CHECKPOINT_EVERY] == "5"
+
+
+def test_bursty_utilisation_is_reported_as_the_share_of_time_the_gpu_worked():
+    """A data-starved GPU: one busy reading in five. The median would say 0%; the check says 20%."""
+    from launcher.data_wait import check
+
+    bound = check(0.8, [100.0, 0.0, 0.0, 0.0, 0.0] * 4, workers=0)
+    assert bound.gpu_util_pct == pytest.approx(20.0) and bound.flagged
+    assert "20% (mean of 20 readings)" in bound.message
