@@ -115,7 +115,7 @@ def run_one(name: str, plan: Plan, home: Path, out: Path, timeout_s: float) -> d
     plan_path = home / f"{name}.plan.json"
     plan.save(plan_path)
     cmd = [sys.executable, "-m", "cli.main", "launch", "--plan", str(plan_path), "--recipe", "synthetic",
-           "--max-steps", str(sum(steps_of(plan))), "--max-oom-retries", "0", "--home", str(home / name), "--json",
+           "--max-steps", str(sum(steps_of(plan))), "--max-oom-retries", "0", "--home", str(home / name), "--json", "--no-final-weights",
            "--", "--pool", "1", "--log-every", "1"]
     row["command"] = cmd
     t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from launcher.command import ENV_CHECKPOINT_EVERY, ENV_RESUME
+from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS, ENV_RESUME
 from launcher.compromises.lora import ADAPTER_DIR
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -195,7 +195,12 @@ class Checkpoints:
             saved = self.save()
             if saved is not None:
                 out["checkpoint"] = str(saved)
-        out["weights"] = str(save_weights(self.rt.accelerator, model, self.run_dir, tokenizer))
+        import os
+
+        if os.environ.get(ENV_FINAL_WEIGHTS) == "0":  # advise launch --no-final-weights
+            out["weights"] = None
+        else:
+            out["weights"] = str(save_weights(self.rt.accelerator, model, self.run_dir, tokenizer))
         return out
 
 

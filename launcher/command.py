@@ -41,6 +41,7 @@ ENV_ATTEMPT = "CARDWISE_ATTEMPT"
 ENV_MAX_STEPS = "CARDWISE_MAX_STEPS"
 ENV_CHECKPOINT_EVERY = "CARDWISE_CHECKPOINT_EVERY"  # launcher.checkpoints: save_state every N steps
 ENV_RESUME = "CARDWISE_RESUME"  # launcher.checkpoints: the checkpoint folder a resumed run starts from
+ENV_FINAL_WEIGHTS = "CARDWISE_FINAL_WEIGHTS"  # "0": launcher.checkpoints saves no final weights (--no-final-weights)
 LOOPBACK = "127.0.0.1"
 
 

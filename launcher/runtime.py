@@ -54,6 +54,10 @@ from advisor.plan import Plan
 from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR
 
 FINAL_LR_FRACTION = 0.1
+# final-rank*.json's param_sha256 (replicas bit-identical) is kept for models up to this size (cardwise's
+# choice): hashing copies every weight to the host and runs at hashlib's ~1 GB/s, so llama3-8b's 32 GB
+# of fp32 weights would add tens of seconds to every run's end. The float64 sum is always kept.
+DIGEST_MAX_PARAMS = 200_000_000
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int | None, final: float = FINAL_LR_FRACTION) -> float:
@@ -330,15 +334,10 @@ class Runtime:
         from launcher.checkpoints import checkpoints_of
 
         extra = {**checkpoints_of(self).finish(model, tokenizer), **extra}
-        digest, total = hashlib.sha256(), 0.0
-        for name, p in sorted(acc.unwrap_model(model).named_parameters()):
-            t = p.detach().cpu().contiguous()
-            digest.update(name.encode())
-            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-            total += float(t.double().sum())
+        digest, total = weights_fingerprint(acc.unwrap_model(model).named_parameters())
         info = {"rank": self.rank, "world_size": self.world_size, "steps": self.step, "attempt": self.attempt,
                 "micro_batch": self.plan.config.micro_batch, "grad_accum": self.plan.config.grad_accum,
-                "param_sha256": digest.hexdigest(), "param_sum": total,
+                "param_sha256": digest, "param_sum": total,
                 "first_step_time": self.first_step_time, **extra}
         if self.run_dir is not None:
             (self.run_dir / f"final-rank{self.rank}.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -346,3 +345,20 @@ class Runtime:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         return info
+
+
+def weights_fingerprint(named_parameters, max_params: int = DIGEST_MAX_PARAMS) -> tuple[str | None, float]:
+    """(sha256 of the names and bytes, or None beyond ``max_params``; float64 sum of every weight).
+
+    The sum is taken where the weights are, in chunks of 16 M elements, so a nearly full GPU needs no
+    full-size float64 copy at the end of a run."""
+    params = sorted(named_parameters, key=lambda kv: kv[0])
+    digest = hashlib.sha256() if sum(p.numel() for _, p in params) <= max_params else None
+    total = 0.0
+    for name, p in params:
+        flat = p.detach().reshape(-1)
+        total += sum(float(c.sum(dtype=torch.float64)) for c in flat.split(1 << 24))
+        if digest is not None:
+            digest.update(name.encode())
+            digest.update(flat.cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return (digest.hexdigest() if digest is not None else None), total

@@ -321,3 +321,31 @@ def test_bursty_utilisation_is_reported_as_the_share_of_time_the_gpu_worked():
     bound = check(0.8, [100.0, 0.0, 0.0, 0.0, 0.0] * 4, workers=0)
     assert bound.gpu_util_pct == pytest.approx(20.0) and bound.flagged
     assert "20% (mean of 20 readings)" in bound.message
+
+
+def test_no_final_weights_saves_none_and_keeps_the_fingerprint(tmp_path, capsys):
+    """--no-final-weights: a real 1-process run ends without model.safetensors; its final record
+    still has the float64 sum of the weights (the hash is kept at this size)."""
+    from launcher.command import ENV_FINAL_WEIGHTS
+
+    rc = main(["launch", "--cpu", "--model", "mini-transformer", "--recipe", "synthetic", "--no-final-weights",
+               "--seq-len", "16", "--micro-batch", "2", "--max-steps", "2", "--home", str(tmp_path), "--json"])
+    rec = json.loads(capsys.readouterr().out)
+    run_dir = Path(rec["run_dir"])
+    assert rc == 0 and rec["status"] == "succeeded" and rec["command"]["env"][ENV_FINAL_WEIGHTS] == "0"
+    final = json.loads((run_dir / "final-rank0.json").read_text())
+    assert final["weights"] is None and not (run_dir / "model.safetensors").exists()
+    assert final["param_sha256"] and final["param_sum"] != 0.0
+
+
+def test_the_weights_fingerprint_skips_the_hash_beyond_its_size():
+    import torch
+
+    from launcher.runtime import weights_fingerprint
+
+    params = [("b", torch.full((3,), 0.5)), ("a", torch.arange(40_000_000, dtype=torch.float32) * 1e-7)]
+    sha, total = weights_fingerprint(params, max_params=10)
+    assert sha is None
+    assert total == pytest.approx(1.5 + float(params[1][1].double().sum()), rel=1e-12)
+    sha_small, total_small = weights_fingerprint(params, max_params=10**9)
+    assert len(sha_small) == 64 and total_small == pytest.approx(total, rel=1e-12)
