@@ -112,6 +112,8 @@ class Plan(BaseModel):
     task: str | None = None
     forced: str | None = Field(None, description="launched with --force although the estimate says it will not fit: "
                                                  "why it says so")
+    no_accumulation: bool = Field(False, description="accumulation stays 1 (node H's no-accumulation compromise, or "
+                                  "--grad-accum 1 pinned): an OOM retry lowers the global batch instead of accumulating")
 
     @property
     def world_size(self) -> int:

@@ -48,7 +48,8 @@ OPTIMIZER_OPS = 4
 # eager for resnet50 and vit-b-16 on the H200 (benchmarks/results/h200-hostbound.jsonl, cuda_kernels).
 COMPILED_KERNELS = 0.85
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
-# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32).
+# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
+# not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
 _OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
 
 
@@ -238,9 +239,11 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         comm = (model.params * p.weight_bytes + grad_bytes) * (world - 1) / link * config.grad_accum
         exposed = comm
     # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
-    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us, nt, shard)
+    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us, nt, shard, cal.gpu_kernel_us)
     if extra.replaces_optimizer_s:
         opt_s = 0.0
+    elif extra.optimizer_s is not None:
+        opt_s = extra.optimizer_s
     notes += extra.notes
     step_s = compute_s + opt_s + exposed + extra.extra_s
     samples = mb * config.grad_accum * world

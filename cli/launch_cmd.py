@@ -117,6 +117,9 @@ def _summary(rec) -> str:
             line += f", {m.samples_per_s:.1f} samples/s"
     if len(rec.attempts) > 1:
         line += "; attempts " + ", ".join(f"{a.micro_batch}x{a.grad_accum} {a.status}" for a in rec.attempts)
+        for a in rec.attempts:
+            if a.note and a.global_batch and a.global_batch != rec.attempts[0].global_batch:
+                line += f"\n  attempt {a.n}: {a.note}"  # the OOM retry changed the global batch
     bound = m.data_bound if m is not None else None
     if bound is not None:  # launcher.data_wait's check
         line += f"\n  data: {bound.message}" + (f"\n  fix: {bound.fix}" if bound.fix else "")

@@ -72,6 +72,8 @@ def _detail(rec) -> str:
         took = f", {a.ended - a.started:.1f}s" if a.started and a.ended else ""
         lines.append(f"  attempt {a.n}: micro-batch {a.micro_batch} x accumulation {a.grad_accum}: {a.status}"
                      + (f" (exit {a.exit_code})" if a.exit_code not in (None, 0) else "") + took)
+        if a.note:
+            lines.append(f"    {a.note}")
     m = rec.metrics
     if m is not None:
         parts = [f"{m.steps} steps", f"{m.ranks} rank(s)"]

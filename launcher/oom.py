@@ -6,17 +6,26 @@ OutOfMemoryError`` is the same class) or, from code that catches and re-raises, 
 half the micro-batch and twice the accumulation: samples per optimizer step (the global batch)
 and therefore the learning rate and its schedule stay what was planned; only speed changes.
 
+Except where accumulation is what did not fit, or is pinned off. A plan marked ``no_accumulation``
+is node H's no-accumulation compromise, which fits only because no fp32 gradients wait beside the
+next micro-batch's autocast copies (DESIGN.md, node H), or has --grad-accum 1 pinned (a pin is
+never overridden); the optimizer step in backward steps on every backward (TrainConfig refuses
+accumulation with it). Their retry keeps accumulation at 1 and lowers the global batch instead, the
+learning rate rescaled from the plan's base by its own rule (node J) and the schedule recounted; the
+runner says so in its output and in the attempt's record (``retry_note``).
+
 Host-RAM exhaustion (the kernel's OOM killer, SIGKILL) is not retried: a smaller micro-batch
 rarely fixes it and the cause is usually elsewhere (dataset in memory, too many workers).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from advisor.plan import Plan
+from advisor.plan import Plan, scaled_lr
 
 DEFAULT_MAX_RETRIES = 3
 OOM_ERROR = "out of GPU memory"  # how records, reports and the bench say it
@@ -61,16 +70,58 @@ def smaller_micro_batch(micro_batch: int) -> int | None:
     return None
 
 
+def accumulation_stays_off(plan: Plan) -> str | None:
+    """Why this plan's retries must keep accumulation at 1, or None."""
+    if plan.no_accumulation:
+        return "no-accumulation (node H's compromise, or --grad-accum 1 pinned)"
+    if plan.config.optimizer_in_backward:
+        return "optimizer-in-backward (it steps on every backward)"
+    return None
+
+
 def shrink(plan: Plan) -> Plan | None:
     """The plan with a smaller micro-batch and proportionally more accumulation, same global
-    batch and LR; None when the micro-batch is already 1."""
+    batch and LR; None when the micro-batch is already 1. For a plan whose accumulation must stay 1
+    (``accumulation_stays_off``): half the micro-batch, no accumulation, a smaller global batch."""
     micro = plan.config.micro_batch
+    if accumulation_stays_off(plan):
+        return _shrink_batch(plan) if micro > 1 else None
     new = smaller_micro_batch(micro)
     if new is None:
         return None
     config = plan.config.model_copy(update={"micro_batch": new, "grad_accum": plan.config.grad_accum * (micro // new)})
     # Re-validate through the model: Plan checks micro x accum x ranks == global batch.
     return Plan.model_validate({**plan.model_dump(), "config": config.model_dump()})
+
+
+def _shrink_batch(plan: Plan) -> Plan:
+    """Half the micro-batch with accumulation 1: the global batch follows, the LR is rescaled from
+    the plan's base (its ``lr_scaling``), warmup keeps its samples and a run sized by dataset and
+    epochs is recounted in steps; a run of fixed steps (``--max-steps``) keeps its count."""
+    new = plan.config.micro_batch // 2
+    gb = new * plan.world_size
+    ratio = plan.global_batch / gb
+    total = plan.total_steps
+    if plan.dataset_size and plan.epochs:
+        total = max(1, math.ceil(math.ceil(plan.dataset_size / gb) * plan.epochs))
+    warmup = math.ceil(plan.warmup_steps * ratio)
+    if total:
+        warmup = min(warmup, total)
+    config = plan.config.model_copy(update={"micro_batch": new, "grad_accum": 1})
+    return Plan.model_validate({**plan.model_dump(), "config": config.model_dump(), "global_batch": gb,
+                                "lr": scaled_lr(plan.base_lr, plan.base_batch, gb, plan.lr_scaling),
+                                "total_steps": total, "warmup_steps": warmup})
+
+
+def retry_note(old: Plan, new: Plan) -> str:
+    """What the retry changes, for the runner's output and the attempt's record."""
+    c = new.config
+    if new.global_batch == old.global_batch:
+        return f"retrying with {c.micro_batch} x {c.grad_accum} accumulation (same global batch)"
+    return (f"retrying with micro-batch {c.micro_batch} and no accumulation: the plan keeps it at 1, "
+            f"{accumulation_stays_off(old)}, so the global batch drops from "
+            f"{old.global_batch} to {new.global_batch} and the learning rate from {old.lr:.3g} to {new.lr:.3g} "
+            f"({new.lr_scaling} scaling)")
 
 
 def retry_decision(oom: bool, plan: Plan, attempt: int, max_retries: int) -> tuple[Plan | None, str | None]:

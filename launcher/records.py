@@ -144,6 +144,8 @@ class Attempt(BaseModel):
     n: int = Field(description="1-based attempt number")
     micro_batch: int
     grad_accum: int
+    global_batch: int | None = Field(None, description="samples per optimizer step in this attempt")
+    note: str | None = Field(None, description="what an OOM retry changed from the attempt before")
     status: Literal["running", "succeeded", "failed", "oom", "cancelled"] = "running"
     exit_code: int | None = None
     started: float | None = None

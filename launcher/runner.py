@@ -333,14 +333,14 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
         return store.get(run_id)  # cancelled (or finished) before it started
     store.update(run_id, owner=procs.owner_identity())  # a read that finds us gone settles the record
     cancel = cancel or threading.Event()
-    current, attempt_no, launch, adir = plan, 0, None, None
+    current, attempt_no, launch, adir, note = plan, 0, None, None, None
     final: dict = {"status": "failed", "exit_code": None, "error": "internal error in the launcher"}
     try:
         while True:
             attempt_no += 1
             spec, adir = write_attempt_files(current, target, run_dir, attempt_no, options)
             att = Attempt(n=attempt_no, micro_batch=current.config.micro_batch, grad_accum=current.config.grad_accum,
-                          started=time.time(), log_dir=str(adir))
+                          global_batch=current.global_batch, note=note, started=time.time(), log_dir=str(adir))
             store.record_attempt(run_id, att)
             store.update(run_id, command=spec.model_dump(), plan=current.model_dump(mode="json"))
             if cancel.is_set():
@@ -363,9 +363,9 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                 "status": status, "exit_code": out.exit_code, "ended": time.time(),
                 "error": (oom.OOM_ERROR if is_oom else out.error)}))
             if nxt is not None and not cancel.is_set():
+                note = oom.retry_note(current, nxt)
                 if echo is not None:
-                    echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; retrying with "
-                               f"{nxt.config.micro_batch} x {nxt.config.grad_accum} accumulation (same global batch)\n")
+                    echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; {note}\n")
                 current = nxt
                 continue
             final = {"status": out.status, "exit_code": out.exit_code, "error": why or out.error}

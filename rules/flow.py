@@ -171,14 +171,17 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
     req, p, ctx, ch = run.req, run.planner, run.ctx, run.final
     hardware = p.hw
 
-    def cmd(c: Choice, *, model: str | None = None, epochs: float | None = None, hypothetical: bool = False) -> str:
+    def cmd(c: Choice, *, model: str | None = None, epochs: float | None = None, hypothetical: bool = False,
+            no_accumulation: bool | None = None) -> str:
         r2 = req.model_copy(update={"epochs": epochs}) if epochs else req
         ref = ModelRef(name=model) if model else req.model
         hw = c.estimate.hardware
         return launch_command(r2.model_copy(update={"model": ref}), config=c.config, strategy=c.strategy.value,
                               gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
                               gpus_per_node=hw.per_node, nodes=hw.nodes, global_batch=c.global_batch,
-                              base_lr=c.lr.base_lr, base_batch=c.lr.base_batch)
+                              base_lr=c.lr.base_lr, base_batch=c.lr.base_batch,
+                              no_accumulation=_no_accumulation(req, run.compromise) if no_accumulation is None and c is run.final
+                              else bool(no_accumulation))
 
     alt_list = []
     # Compromises when the standard setup does not fit on one GPU (node B said so) or on the GPUs
@@ -243,7 +246,14 @@ def _plan(run: Run, core: RecommendationCore) -> Plan:
         lr_scaling=req.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr.total_steps, epochs=req.epochs,
         dataset_size=req.dataset_size, num_workers=workers, pin_memory=core.pin_memory, task=req.task,
         prefetch_factor=core.prefetch_factor if workers else None, sync_batchnorm=core.sync_batchnorm,
+        no_accumulation=_no_accumulation(req, core.compromise),
     )
+
+
+def _no_accumulation(req, compromise: str | None) -> bool:
+    """The plan must keep accumulation at 1: node H's no-accumulation compromise fits only so, and a
+    pinned --grad-accum 1 is never overridden (launcher.oom keeps it on an OOM retry)."""
+    return req.grad_accum == 1 or "no-accumulation" in (compromise or "").split("+")
 
 
 def _applied(traces: list[RuleTrace]) -> dict[str, Any]:

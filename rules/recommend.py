@@ -237,9 +237,10 @@ def render_text(rec: Recommendation) -> str:
 
 
 def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_node: int, nodes: int,
-                   global_batch: int, base_lr: float, base_batch: int) -> str:
+                   global_batch: int, base_lr: float, base_batch: int, no_accumulation: bool = False) -> str:
     """The `advise launch` argv (a shell-quoted string) that pins every choice of a plan: the
-    request with the chosen configuration written over it (``Request.to_argv``)."""
+    request with the chosen configuration written over it (``Request.to_argv``). A plan that must
+    keep accumulation at 1 (``no_accumulation``) pins --grad-accum 1, so its plan says so too."""
     pins = dict(gpu=gpu_arg, gpus=gpus_per_node, nodes=nodes, strategy=strategy, micro_batch=config.micro_batch,
                 batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
@@ -247,6 +248,6 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                 lora_rank=config.lora_rank, base_lr=base_lr, base_batch=base_batch,
                 optimizer_in_backward=config.optimizer_in_backward or None, cpu_offload=config.cpu_offload or None,
                 # accumulation follows from batch / (micro-batch x GPUs) unless the user pinned it
-                grad_accum=config.grad_accum if req.grad_accum is not None else None)
+                grad_accum=config.grad_accum if req.grad_accum is not None or no_accumulation else None)
     pinned = req.model_copy(update=pins)
     return shlex.join(["advise", "launch", *pinned.to_argv(skip={"alternatives", "keep_global_batch"})])

@@ -125,6 +125,9 @@ def test_llama3_8b_on_one_gpu_recommends_a_compromise_that_fits_and_launches(gpu
     assert again == rec.plan
     if r.compromise == "cpu-offload":
         assert again.config.cpu_offload and again.config.strategy is Strategy.fsdp
+    # a plan that fits only without accumulation says so, and its command pins it (the OOM retry keeps it)
+    no_acc = "no-accumulation" in r.compromise.split("+")
+    assert rec.plan.no_accumulation is no_acc and ("--grad-accum" in argv) is no_acc
 
 
 def test_the_lowest_risk_level_that_fits_wins_over_a_faster_riskier_one():

@@ -102,6 +102,33 @@ def test_oom_retries_with_smaller_micro_batch(tmp_path, capsys):
     assert rec["metrics"]["steps"] == 3
 
 
+def test_oom_retry_keeps_a_no_accumulation_plan_without_accumulation(tmp_path, capsys):
+    """A plan carrying node H's no-accumulation compromise: the retry halves the micro-batch with
+    accumulation 1 and a smaller global batch (and says so) instead of re-creating the accumulation."""
+    from advisor.config import TrainConfig
+    from advisor.plan import ModelRef, Plan
+    from launcher.store import RunStore
+
+    plan = Plan(model=ModelRef(name="mini-transformer"), config=TrainConfig(micro_batch=4, seq_len=16, precision="fp32"),
+                cpu=True, global_batch=4, lr=4e-4, base_lr=4e-4, base_batch=4, no_accumulation=True)
+    plan.save(tmp_path / "plan.json")
+    rc = main(["launch", "--plan", str(tmp_path / "plan.json"), "--max-steps", "3", "--home", str(tmp_path),
+               "--", str(SCRIPTS / "oom_train.py"), "--micro-batch", "{micro_batch}",
+               "--grad-accum", "{grad_accum}", "--lr", "{lr}", "--limit", "2"])
+    out = capsys.readouterr().out
+    assert "retrying with micro-batch 2 and no accumulation" in out  # as it happens
+    assert "attempt 2: retrying with micro-batch 2" in out  # and in the summary
+    (stored,) = RunStore.open(tmp_path).list()
+    rec = stored.model_dump(mode="json")
+    assert rc == 0 and rec["status"] == "succeeded"
+    got = [(a["micro_batch"], a["grad_accum"], a["global_batch"], a["status"]) for a in rec["attempts"]]
+    assert got == [(4, 1, 4, "oom"), (2, 1, 2, "succeeded")]
+    assert "no-accumulation" in rec["attempts"][1]["note"] and "from 4 to 2" in rec["attempts"][1]["note"]
+    assert rec["plan"]["global_batch"] == 2 and rec["plan"]["lr"] == pytest.approx(2e-4)
+    argv2 = json.loads((Path(rec["run_dir"]) / "argv-attempt2-rank0.json").read_text())
+    assert argv2 == ["--micro-batch", "2", "--grad-accum", "1", "--lr", "0.0002", "--limit", "2"]
+
+
 def test_oom_gives_up_at_the_limit(tmp_path, capsys):
     rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-oom-retries", "0", "--home", str(tmp_path),
                           "--", str(SCRIPTS / "oom_train.py"), "--micro-batch", "{micro_batch}", "--grad-accum", "1")

@@ -19,7 +19,7 @@ from advisor.plan import ModelRef, Plan
 from launcher.accelerate_config import accelerate_config, to_yaml, write_accelerate_config
 from cli.main import main
 from launcher.command import Target, build_launch_spec, fill_placeholders
-from launcher.oom import shrink, smaller_micro_batch, text_has_oom
+from launcher.oom import retry_note, shrink, smaller_micro_batch, text_has_oom
 from launcher.run_logs import failing_rank
 from launcher.runtime import lr_factor
 from launcher.store import Attempt, MetricsSummary, RunStore
@@ -176,6 +176,36 @@ def test_oom_policy():
     small = shrink(plan)
     assert (small.config.micro_batch, small.config.grad_accum, small.global_batch, small.lr) == (3, 2, 12, plan.lr)
     assert shrink(make_plan(config={"micro_batch": 1, "grad_accum": 1}, global_batch=2)) is None
+
+
+def test_oom_retry_keeps_the_no_accumulation_compromise():
+    """Node H's no-accumulation plan fits only with accumulation 1: the retry lowers the global batch,
+    rescales the LR from the base and recounts the schedule instead of re-creating what did not fit."""
+    plan = make_plan(config={"micro_batch": 4, "grad_accum": 1}, global_batch=8, lr=3e-4, base_lr=3e-4, base_batch=8,
+                     warmup_steps=10, dataset_size=800, epochs=2, total_steps=200, no_accumulation=True)
+    small = shrink(plan)
+    assert (small.config.micro_batch, small.config.grad_accum, small.global_batch) == (2, 1, 4)
+    assert small.lr == pytest.approx(1.5e-4) and small.no_accumulation  # linear: 3e-4 x 4/8
+    assert (small.total_steps, small.warmup_steps) == (400, 20)  # 800/4 x 2 epochs; warmup keeps its samples
+    note = retry_note(plan, small)
+    assert "no-accumulation" in note and "from 8 to 4" in note and "no accumulation" in note
+    assert shrink(small.model_copy(update={"config": small.config.model_copy(update={"micro_batch": 1}),
+                                           "global_batch": 2})) is None
+    # a combined compromise and sqrt scaling; a plan without it keeps the global batch
+    sq = shrink(make_plan(config={"micro_batch": 6, "grad_accum": 1}, global_batch=12, base_batch=12, base_lr=1e-3,
+                          lr=1e-3, lr_scaling="sqrt", no_accumulation=True))
+    assert (sq.config.micro_batch, sq.config.grad_accum, sq.global_batch) == (3, 1, 6)
+    assert sq.lr == pytest.approx(1e-3 * (6 / 12) ** 0.5)
+    plain = shrink(make_plan(config={"micro_batch": 4, "grad_accum": 1}, global_batch=8, no_accumulation=False))
+    assert (plain.config.grad_accum, plain.global_batch) == (2, 8)
+    assert retry_note(plan.model_copy(update={"no_accumulation": False}), plain).endswith("(same global batch)")
+
+
+def test_oom_retry_of_the_step_in_backward_never_accumulates():
+    plan = make_plan(config={"micro_batch": 4, "grad_accum": 1, "strategy": "single", "optimizer_in_backward": True},
+                     processes_per_node=1, global_batch=4, base_batch=4, lr=3e-4, base_lr=3e-4)
+    small = shrink(plan)  # accumulation 2 would be refused by TrainConfig
+    assert (small.config.micro_batch, small.config.grad_accum, small.global_batch) == (2, 1, 2)
     assert text_has_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert not text_has_oom("RuntimeError: shapes do not match")
 
