@@ -27,12 +27,18 @@ class KernelCounter(TorchDispatchMode):
 class BackwardPeak(TorchDispatchMode):
     """During backward, once the model's output has its gradient: the largest pair of consecutive
     ops' new outputs (a gradient being produced while the one it is made from is alive), the
-    transient on top of the saved tensors inside a layer's backward (an MLP's widest gradients)."""
+    transient inside a layer's backward (an MLP's widest gradients), counted as what it adds to the
+    saved tensors still alive at that moment: ``peak`` is the most bytes it puts above all of them.
 
-    def __init__(self, armed: bool, param_shapes: set):
+    ``released()`` gives the saved bytes autograd has freed so far: those whose last user, a node
+    that has finished, unpacked them. A CNN's widest gradients come last in backward (the stem's, at full resolution),
+    when the saved activations of every later layer are gone: they add nothing to the peak."""
+
+    def __init__(self, armed: bool, param_shapes: set, released=lambda: 0):
         super().__init__()
         self.armed = armed
         self.param_shapes = param_shapes  # weight gradients are model state, counted elsewhere
+        self.released = released
         self.peak = 0
         self._last = 0
 
@@ -45,7 +51,7 @@ class BackwardPeak(TorchDispatchMode):
                       if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in inputs
                       and tuple(o.shape) not in self.param_shapes)
             if new:  # views and weight gradients do not break a pair
-                self.peak = max(self.peak, self._last + new)
+                self.peak = max(self.peak, self._last + new - self.released())
                 self._last = new
         return out
 
