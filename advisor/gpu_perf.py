@@ -6,8 +6,8 @@ Work kinds (what a step's time is made of, ``work_kind``):
   conv       cuDNN convolutions on tensor cores, channels_last (or compiled), or TF32 (fp32 included
              from Ampere on: cuDNN TF32 default)
   conv_nchw  half-precision convolutions in PyTorch's default NCHW layout: cuDNN transposes around
-             its NHWC tensor-core kernels, a cost that differs by architecture (on the H200 they
-             reach a sixth of the channels_last rate, benchmarks/results/h200-estimator.md)
+             its NHWC tensor-core kernels, a cost that differs by architecture (on the H200 bf16 ones
+             run as TF32 on fp32 copies, advisor.throughput.gpu_seconds)
   simt       fp32 matmuls on CUDA cores (fp32 everywhere; tf32 before Ampere)
   conv_simt  fp32 convolutions on CUDA cores (before Ampere): cuDNN picks Winograd/FFT algorithms for
              3x3 convolutions, so their FLOP rate differs from a GEMM's (Lavin & Gray 2016)

@@ -6,6 +6,7 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
             + attention FLOPs / (matmul peak x e_attn)     fused SDPA
             + conv FLOPs / (conv peak x e_conv)            cuDNN: fp32 runs TF32 (cudnn.allow_tf32)
             + conv bytes / (bandwidth x e_conv_bytes[layout])   NCHW vs channels_last
+                                                           (bf16 in NCHW: TF32 FLOPs, fp32 bytes)
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
@@ -129,12 +130,21 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     nchw_kind = work_kind_on(gpu, p.value, conv=True, nhwc=False)
     conv_bw = bw if nchw_kind != "conv_nchw" or layout == "nhwc" else \
         gpu.mem_bw * gpu.fraction_vs_h200("conv_nchw")
+    conv_bytes = work.conv_bytes
+    if layout == "nchw" and p in (Precision.bf16, Precision.pure_bf16) and gpu.compute_capability >= (8, 0):
+        # cuDNN has few native NCHW bf16 kernels: it transposes NCHW bf16 tensors into fp32 NHWC
+        # copies (genericTranspose_kernel<float, __nv_bfloat16, ...>) and runs its TF32 kernel, so a
+        # bf16 convolution in NCHW costs what a TF32 one does (on the H200: ResNet-18/50 bf16 NCHW
+        # steps 176/415-433 us a sample against TF32's 192/473-501, the gap being their elementwise
+        # bytes; benchmarks/results/h200-reference.jsonl and h200-hostbound.jsonl).
+        conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind_on(gpu, "fp32", conv=True, nhwc=True))
+        conv_bytes *= 2  # the fp32 copies: twice the bytes of the bf16 tensors the census counted
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
     unaligned, odd = ("matmul_unaligned", "matmul_odd")
     if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
-    conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / (conv_bw * e[f"conv_bytes|{layout}"])
+    conv = work.conv_flops / (conv_peak * e["conv"]) + conv_bytes / (conv_bw * e[f"conv_bytes|{layout}"])
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
     # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.

@@ -1,5 +1,6 @@
-"""Dispatch-level counters for ``advisor.tracer``: kernels launched, and the largest pair of
-gradients produced in a row during backward (a transient on top of the saved tensors)."""
+"""Dispatch-level counters for ``advisor.tracer``: kernels launched, the bytes autograd saves and
+frees, and the largest pair of gradients produced in a row during backward (a transient on top of
+the saved tensors still alive)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,68 @@ class KernelCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class SavedTensors:
+    """``saved_tensors_hooks`` that measure what autograd saves for backward (parameters apart:
+    model state) and, during backward, what it has freed: a node frees the saved tensors it was
+    the last to use once it has run (``released``)."""
+
+    def __init__(self, param_storages: set[int]):
+        self.params = param_storages
+        self.bytes: dict[int, int] = {}
+        self.users: dict[int, int] = {}  # nodes that saved each storage and have not run their backward
+        self._node, self._pending, self._done = None, 0, 0  # storages the running node uses last
+
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st._cdata not in self.params:
+            self.bytes[st._cdata] = st.nbytes()
+            self.users[st._cdata] = self.users.get(st._cdata, 0) + 1
+        return t
+
+    def unpack(self, t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage()._cdata
+        if self.users.get(key):
+            self.users[key] -= 1
+            if not self.users[key]:  # its last user is running: freed once that node is done
+                node = _running_node()
+                if node is not self._node:
+                    self._node, self._pending, self._done = node, 0, self.released()
+                self._pending += self.bytes[key]
+        return t
+
+    def released(self) -> int:
+        """Saved bytes freed so far."""
+        return self._done + (self._pending if _running_node() is not self._node else 0)
+
+
+_NO_NODE = object()
+
+
+def _running_node():
+    """The autograd node whose backward is running (torch._C._current_autograd_node); where torch
+    lacks it, one object that stands for every node, so nothing counts as freed."""
+    current = getattr(torch._C, "_current_autograd_node", None)
+    return current() if current is not None else _NO_NODE
+
+
 class BackwardPeak(TorchDispatchMode):
     """During backward, once the model's output has its gradient: the largest pair of consecutive
     ops' new outputs (a gradient being produced while the one it is made from is alive), the
-    transient on top of the saved tensors inside a layer's backward (an MLP's widest gradients)."""
+    transient inside a layer's backward (an MLP's widest gradients), counted as what it adds to the
+    saved tensors still alive at that moment: ``peak`` is the most bytes it puts above all of them.
 
-    def __init__(self, armed: bool, param_shapes: set):
+    ``released()`` gives the saved bytes autograd has freed so far: those whose last user, a node
+    that has finished, unpacked them. A CNN's widest gradients come last in backward (the stem's, at full resolution),
+    when the saved activations of every later layer are gone: they add nothing to the peak."""
+
+    def __init__(self, armed: bool, param_shapes: set, released=lambda: 0):
         super().__init__()
         self.armed = armed
         self.param_shapes = param_shapes  # weight gradients are model state, counted elsewhere
+        self.released = released
         self.peak = 0
         self._last = 0
 
@@ -45,7 +99,7 @@ class BackwardPeak(TorchDispatchMode):
                       if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in inputs
                       and tuple(o.shape) not in self.param_shapes)
             if new:  # views and weight gradients do not break a pair
-                self.peak = max(self.peak, self._last + new)
+                self.peak = max(self.peak, self._last + new - self.released())
                 self._last = new
         return out
 

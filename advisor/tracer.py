@@ -53,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from advisor import sdpa
 from advisor.errors import UserError
 from advisor.models import ModelSpec, TraceProfile
-from advisor.trace_counters import BackwardPeak, KernelCounter, OpCensus
+from advisor.trace_counters import BackwardPeak, KernelCounter, OpCensus, SavedTensors
 
 _LOWER = {F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose2d, torch.matmul, torch.mm, torch.bmm,
           torch.addmm, torch.baddbmm, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm,
@@ -217,15 +217,7 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     inputs = make_inputs(batch)
     if precision == "pure-bf16":
         inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
-    param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor):
-        st = t.untyped_storage()
-        if st._cdata not in param_storages:
-            saved[st._cdata] = st.nbytes()
-        return t
-
+    saved = SavedTensors({p.untyped_storage()._cdata for p in model.parameters()})
     mode = _TraceMode(autocast)
     # FLOPs and kernels are counted only when asked: the dispatch-level counters cost more than
     # the trace itself, and one precision's count is all the estimator reads.
@@ -238,7 +230,7 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     census = OpCensus({d for prm in model.parameters() for d in prm.shape} - {batch})
     # The census is the innermost dispatch mode: it sees the ops the GPU runs, before FlopCounterMode
     # decomposes the ones it has no formula for (silu_backward into 6).
-    with kernels, mode, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with kernels, mode, torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         with fwd, census:
             out = model(*inputs) if loss_fn is None else loss_fn(model, inputs)
             held = None
@@ -251,7 +243,7 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
         if held is not None:
             numel = held.numel() if held.dim() > 0 else 0
         shapes = {tuple(p.shape) for p in model.parameters()} | {tuple(p.shape)[::-1] for p in model.parameters()}
-        peak = BackwardPeak(held is None or not held.requires_grad, shapes)
+        peak = BackwardPeak(held is None or not held.requires_grad, shapes, saved.released)
         if not peak.armed:
             held.register_hook(lambda g: setattr(peak, "armed", True))
         with bwd, peak, census:
@@ -264,7 +256,7 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     # (FlashAttention, Dao 2022): 3.5x in all. One kernel forward, three backward (preprocess, main,
     # dq convert: flash_bwd_launch_template.h).
     work = dict(census.work, attn_flops=3.5 * mode.attn_flops, kernels=census.work["kernels"] + 4 * mode.attn_calls)
-    return StepTrace(float(sum(saved.values())), f, f, mode.attn_flops, kernels.count if count else 0, numel,
+    return StepTrace(float(saved.total()), f, f, mode.attn_flops, kernels.count if count else 0, numel,
                      mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes, work)
 
 

@@ -24,7 +24,8 @@ fraction of each datasheet rate per kind of work, ``rate_efficiency``; ``gpu_ker
 ``host_combine_p``; ``traffic_per_saved_byte`` for closed-form transformers) by coordinate descent
 in log space, each within physical bounds (fractions in (0, 1]), minimising the mean squared log
 error of samples/s over the fit rows plus a quarter of the worst row's. Then the memory constants:
-``compile_gelu_kept`` (compiled GELU MLPs) and ``ckpt_fraction`` (CNN checkpointing) from the fit
+``compile_gelu_kept`` (compiled GELU MLPs), ``compile_activation_factor`` (compiled CNNs) and
+``ckpt_fraction`` (CNN checkpointing) from the fit
 rows' measured peaks.
 """
 
@@ -232,6 +233,15 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
             c = cal.model_copy(update={"compile_gelu_kept": k})
             return max(abs(predict(r, c, hw).memory.peak_gib / r["peak_gib"] - 1) for r in compiled)
         cal.compile_gelu_kept = min((1.0, 1.25, 1.5, 1.75, 2.0), key=worst)
+    # Compiled traced models without token scaling (CNNs, U-Nets): the fraction of the eager step's
+    # saved activations inductor keeps (it recomputes pointwise ops), from the compiled fit rows.
+    compiled = [r for r in fit_rows if r["compile"] and spec_of(r).trace is not None
+                and spec_of(r).trace.scales_with != "tokens"]
+    if compiled:
+        def worst_cnn(k):
+            c = cal.model_copy(update={"compile_activation_factor": k})
+            return max(abs(predict(r, c, hw).memory.peak_gib / r["peak_gib"] - 1) for r in compiled)
+        cal.compile_activation_factor = min((0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0), key=worst_cnn)
     # CNN checkpointing keeps this fraction of activations.
     for r in fit_rows:
         if r["grad_ckpt"] and spec_of(r).family == "cnn":
@@ -353,7 +363,8 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
               json.dumps({k: v for k, v in cal.model_dump().items()
                           if k in ("rate_efficiency", "gpu_kernel_us", "traffic_per_saved_byte", "launch_us",
                                    "compile_launch", "compile_launch_factor", "host_combine_p",
-                                   "compile_traffic_factor", "compile_traffic", "compile_gelu_kept", "ckpt_fraction")},
+                                   "compile_traffic_factor", "compile_traffic", "compile_gelu_kept",
+                                   "compile_activation_factor", "ckpt_fraction")},
                          indent=1), "```", ""]
     return "\n".join(lines)
 

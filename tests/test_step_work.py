@@ -139,7 +139,16 @@ def test_each_kind_of_work_is_costed_at_its_own_rate():
     # convolution bytes: NCHW and channels_last have rates of their own
     cb = StepWork(conv_bytes=1e11)
     nchw, nhwc = (gpu_seconds(cb, cfg.model_copy(update={"channels_last": cl}), H200.gpu, CAL)[1] for cl in (False, True))
-    assert nchw / nhwc == pytest.approx(e["conv_bytes|nhwc"] / e["conv_bytes|nchw"])
+    assert nchw / nhwc == pytest.approx(2 * e["conv_bytes|nhwc"] / e["conv_bytes|nchw"])  # bf16 NCHW: fp32 copies
+    fp32_nchw = gpu_seconds(cb, fp32, H200.gpu, CAL)[1]
+    assert fp32_nchw / gpu_seconds(cb, fp32.model_copy(update={"channels_last": True}), H200.gpu, CAL)[1] == \
+        pytest.approx(e["conv_bytes|nhwc"] / e["conv_bytes|nchw"])
+    # bf16 convolutions in NCHW cost what TF32 ones do on fp32 copies (the census counts bf16 bytes)
+    half = StepWork(conv_flops=1e13, conv_bytes=1e11)
+    full = StepWork(conv_flops=1e13, conv_bytes=2e11)
+    assert gpu_seconds(half, cfg, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(full, fp32, H200.gpu, CAL)[1])
+    assert gpu_seconds(half, cfg.model_copy(update={"channels_last": True}), H200.gpu, CAL)[1] < \
+        gpu_seconds(full, fp32.model_copy(update={"channels_last": True}), H200.gpu, CAL)[1]
     # compiling fuses elementwise bytes away, not GEMMs
     assert gpu_seconds(mm, cfg.model_copy(update={"compile": True}), H200.gpu, CAL)[0] == gpu_seconds(mm, cfg, H200.gpu, CAL)[0]
     el = StepWork(bytes=1e11)

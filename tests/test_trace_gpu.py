@@ -218,3 +218,15 @@ def test_backward_gradient_pair_is_a_transient():
     per = t3.backward_peak_bytes - t2.backward_peak_bytes
     assert S * FF * 4 <= per <= S * FF * 8
     assert t3.transient_bytes(t2) == per  # no loss temporaries, no held output (loss none)
+
+
+def test_gradient_pair_counts_only_above_the_saved_tensors_still_alive():
+    """A wide block made last in backward (a CNN's stem): by then the saved tensors of every later
+    layer are freed, so its gradient pair adds nothing above the saved total; what is left is the
+    narrow layers' own pairs (at most two E-wide gradients)."""
+    with torch.device("meta"):
+        narrow = [m for _ in range(8) for m in (nn.Linear(E, E), nn.GELU())]
+        m = nn.Sequential(nn.Linear(E, FF), nn.GELU(), nn.Linear(FF, E), *narrow)
+    t2, t3 = (trace_step(m, lambda b: floats(b, "meta"), b, "fp32", loss="none") for b in (2, 3))
+    assert t3.saved_bytes - t2.saved_bytes > S * FF * 8  # the later layers saved more than the wide pair
+    assert 0 <= t3.backward_peak_bytes - t2.backward_peak_bytes <= S * E * 8
