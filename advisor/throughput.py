@@ -119,21 +119,18 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     layout = "nhwc" if channels_last(config) else "nchw"
     # The rates are fractions of the H200's peaks, fit there; another GPU reaches its own datasheet
     # peak times its architecture's achievable fraction over Hopper's (advisor.gpu_perf), by work kind.
-    mm_kind, conv_kind = work_kind_on(gpu, p.value, conv=False), work_kind_on(gpu, p.value, conv=True, nhwc=True)
+    mm_kind, conv_kind = work_kind_on(gpu, p.value, conv=False), work_kind_on(gpu, p.value, conv=True)
     mm_peak = gpu.matmul_flops(p.value) * gpu.fraction_vs_h200(mm_kind)
     conv_peak = gpu.conv_flops(p.value) * gpu.fraction_vs_h200(conv_kind)  # cuDNN TF32 default
+    # Memory traffic, the convolutions' included: the layout's cost (NCHW transposes around cuDNN's
+    # NHWC tensor-core kernels) is the H200 fit's rate per layout, at this GPU's bandwidth fraction.
     bw = gpu.mem_bw * gpu.fraction_vs_h200("bandwidth")
-    # NCHW half-precision convolutions: the layout transposes around cuDNN's NHWC kernels cost what
-    # the architecture's conv_nchw fraction says, relative to its channels_last one.
-    nchw_kind = work_kind_on(gpu, p.value, conv=True, nhwc=False)
-    conv_bw = bw if nchw_kind != "conv_nchw" or layout == "nhwc" else \
-        gpu.mem_bw * gpu.fraction_vs_h200("conv_nchw")
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
     unaligned, odd = ("matmul_unaligned", "matmul_odd")
     if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
-    conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / (conv_bw * e[f"conv_bytes|{layout}"])
+    conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / (bw * e[f"conv_bytes|{layout}"])
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
     # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.

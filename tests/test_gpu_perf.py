@@ -57,9 +57,9 @@ def test_work_kinds_name_the_units_that_run_the_work():
     a100, v100 = get_gpu("A100"), get_gpu("V100")
     assert gpu_perf.work_kind(a100, "fp32", conv=True) == "conv"  # TF32 cuDNN
     assert gpu_perf.work_kind(a100, "fp32", conv=False) == "simt"
-    assert gpu_perf.work_kind(a100, "tf32", conv=False) == "matmul"
-    assert gpu_perf.work_kind(a100, "bf16", conv=True) == "conv_nchw"
-    assert gpu_perf.work_kind(a100, "bf16", conv=True, nhwc=True) == "conv"
+    assert gpu_perf.work_kind(a100, "tf32", conv=False) == "matmul_tf32"  # TF32 GEMMs: their own fraction
+    assert gpu_perf.work_kind(a100, "bf16", conv=False) == "matmul"
+    assert gpu_perf.work_kind(a100, "bf16", conv=True) == "conv"  # the layout's cost is traffic (bandwidth)
     assert gpu_perf.work_kind(v100, "tf32", conv=True) == "conv_simt"
     assert gpu_perf.work_kind(v100, "fp16", conv=False) == "matmul"
 
@@ -83,6 +83,30 @@ def test_fitted_fractions_change_estimates_through_the_gpu_only(monkeypatch):
     assert a2.samples_per_s > a1.samples_per_s
     assert h2 == h1  # ... and nothing moves on the H200
     assert a2.mfu <= 1.0 and a2.mfu == pytest.approx(a1.mfu * a2.samples_per_s / a1.samples_per_s)  # MFU vs datasheet
+
+
+def test_nchw_convolution_traffic_scales_with_the_bandwidth_fraction(monkeypatch):
+    """NCHW's transposes around cuDNN's NHWC kernels are memory traffic: an architecture moving bytes
+    twice as fast pays half for them, and its convolution FLOPs do not move."""
+    from advisor.calibration import default_calibration
+    from advisor.step_work import step_work
+    from advisor.throughput import gpu_seconds
+
+    spec, cfg, a100 = catalog_model("resnet50"), TrainConfig(micro_batch=64, precision="bf16"), get_gpu("A100")
+    cal = default_calibration()
+    work = step_work(spec, cfg, cal)
+    traffic = work.model_copy(update={k: 0.0 for k in ("conv_flops", "conv_unaligned_flops", "dwconv_flops", "bytes",
+                                                       "matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops",
+                                                       "attn_flops", "kernels")})
+    assert traffic.conv_bytes > 0
+
+    def ampere(kind: str, v: float):
+        kinds = {k: gpu_perf.Fraction(vs_h200=v if k == kind else 1.0, source="test") for k in gpu_perf.WORK_KINDS}
+        monkeypatch.setattr(gpu_perf, "_fitted", lambda: {"Ampere": gpu_perf.ArchPerf(arch="Ampere", **kinds)})
+        return gpu_seconds(traffic, cfg, a100, cal)[1]
+
+    assert ampere("bandwidth", 2.0) == pytest.approx(ampere("bandwidth", 1.0) / 2)
+    assert ampere("conv", 2.0) == pytest.approx(ampere("conv", 1.0))
 
 
 def test_packaged_fit_names_its_rows():
