@@ -4,8 +4,9 @@ architecture achieves on training work, with the source of every figure.
 Work kinds (what a step's time is made of, ``work_kind``):
   matmul     linear layers / attention on tensor cores in half precision (bf16, fp16, fp8)
   matmul_tf32  the same in TF32 (--precision tf32, Ampere on): a rate of its own, as TF32 GEMMs need
-             not reach the fraction of their (half-as-high) peak that half precision does; no H200
-             fit row runs TF32 matmuls, so Hopper's is assumed equal to its bf16 one
+             not reach the fraction of their (half-as-high) peak that half precision does; stated
+             against the H200's bf16 fraction, since no H200 fit row runs TF32 matmuls (Hopper's
+             own: the fitted architectures' TF32-to-half ratio, see ``arch_perf``)
   conv       cuDNN convolutions on tensor cores (half precision, or TF32: fp32 included from Ampere
              on, cuDNN's TF32 default), their FLOPs
   simt       fp32 matmuls on CUDA cores (fp32 everywhere; tf32 before Ampere)
@@ -90,7 +91,7 @@ def hopper_fractions() -> dict[str, tuple[float, str]]:
     e = default_calibration().rate_efficiency
     src = "rate_efficiency of the H200 fit (advisor/data/calibration.json, benchmarks/fit_calibration.py)"
     return {"matmul": (e["matmul|tensor"], f"matmul|tensor, {src}"),
-            "matmul_tf32": (e["matmul|tensor"], f"matmul|tensor (no H200 fit row runs TF32 matmuls: bf16's assumed), {src}"),
+            "matmul_tf32": (e["matmul|tensor"], f"matmul|tensor (no H200 fit row runs TF32 matmuls: stated against bf16's), {src}"),
             "conv": (e["conv"], f"conv, {src}"),
             "simt": (e["matmul|fp32"], f"matmul|fp32, {src}"),
             "conv_simt": (e["conv"], f"conv (Hopper runs fp32 convolutions as TF32), {src}"),
@@ -118,14 +119,20 @@ def _fitted() -> dict[str, ArchPerf]:
 
 
 def arch_perf(arch: str) -> ArchPerf:
-    """The architecture's fractions: Hopper's measured ones, a fitted entry, or Hopper's as a stated prior."""
-    if arch == REFERENCE_ARCH:
-        return _HOPPER
+    """The architecture's fractions: Hopper's measured ones, a fitted entry, or Hopper's as a stated prior.
+
+    Hopper's are 1.0 (the H200 the efficiencies were fit on) except where the H200 fit has no row:
+    TF32 matmuls, which the packaged fit gives the share of the half-precision fraction the fitted
+    architectures' TF32 matmuls reach (benchmarks/cross_gpu/fit.py writes it as the Hopper entry)."""
     fitted = _fitted().get(arch)
+    if arch == REFERENCE_ARCH:
+        return fitted or _HOPPER
     if fitted is not None:
         return fitted
+    hopper = arch_perf(REFERENCE_ARCH)
     prior = "no published training result of this architecture in the fit set: Hopper's fraction assumed"
-    return ArchPerf(arch=arch, **{k: Fraction(vs_h200=1.0, source=prior) for k in WORK_KINDS})
+    return ArchPerf(arch=arch, **{k: Fraction(vs_h200=hopper.get(k).vs_h200, source=f"{prior} ({hopper.get(k).source})")
+                                  for k in WORK_KINDS})
 
 
 def fraction_vs_reference(capability: tuple[int, int], kind: str) -> float:

@@ -66,7 +66,12 @@ def test_work_kinds_name_the_units_that_run_the_work():
 
 def test_the_h200_is_the_reference_so_its_estimates_do_not_move():
     h200 = get_gpu("H200")
-    assert all(h200.fraction_vs_h200(k) == 1.0 for k in gpu_perf.WORK_KINDS)
+    assert all(h200.fraction_vs_h200(k) == 1.0 for k in gpu_perf.WORK_KINDS if k != "matmul_tf32")
+    # no H200 fit row runs TF32 matmuls: Hopper's take the fitted architectures' TF32-to-half ratio
+    ampere = gpu_perf.arch_perf("Ampere")
+    assert h200.fraction_vs_h200("matmul_tf32") < 1.0
+    assert h200.fraction_vs_h200("matmul_tf32") == pytest.approx(ampere.matmul_tf32.vs_h200 / ampere.matmul.vs_h200, rel=0.2)
+    assert "no H200 fit row runs TF32 matmuls" in gpu_perf.arch_perf("Hopper").matmul_tf32.source
 
 
 def test_fitted_fractions_change_estimates_through_the_gpu_only(monkeypatch):
@@ -113,12 +118,13 @@ def test_packaged_fit_names_its_rows():
     data = json.loads(gpu_perf.FITTED.read_text())
     for arch, kinds in data["arches"].items():
         assert set(kinds) == set(gpu_perf.WORK_KINDS), arch
-        assert all("fit on lambda-" in v["source"] and v["vs_h200"] > 0 for v in kinds.values())
+        fitted = [kinds["matmul_tf32"]] if arch == gpu_perf.REFERENCE_ARCH else kinds.values()
+        assert all("fit on lambda-" in v["source"] and v["vs_h200"] > 0 for v in fitted)
 
 
 def test_an_architecture_without_fit_rows_says_it_assumes_hoppers():
     b200 = gpu_perf.performance_model(get_gpu("B200"))
-    assert b200.vs_h200 == {k: 1.0 for k in gpu_perf.WORK_KINDS}
+    assert b200.vs_h200 == {k: gpu_perf.arch_perf("Hopper").get(k).vs_h200 for k in gpu_perf.WORK_KINDS}
     assert "Hopper's fraction assumed" in b200.sources["matmul"]
 
 

@@ -82,6 +82,21 @@ def leave_one_out(by_arch: dict[str, list[dict]], fracs: dict) -> list[float]:
     return out
 
 
+def hopper_entry(fracs: dict[str, dict[str, float]], by_arch: dict[str, list[dict]]) -> dict:
+    """Hopper's fractions: 1.0 (the H200 every efficiency was fit on), but TF32 matmuls, which no
+    H200 fit row runs: the geometric mean of the TF32-to-half matmul ratio of the fitted
+    architectures with TF32 tensor cores (Ampere on), whose rows show it."""
+    tf32 = [a for a in fracs if get_gpu(by_arch[a][0]["gpu"]).tensor_tf32]
+    ratio = math.exp(sum(math.log(fracs[a]["matmul_tf32"] / fracs[a]["matmul"]) for a in tf32) / len(tf32))
+    ids = [r["id"] for a in tf32 for r in by_arch[a] if r["precision"] in ("tf32", "fp16", "bf16") and "bert" in r["model"]]
+    ref = {k: {"vs_h200": 1.0, "source": "the reference: every efficiency was fit on the H200"} for k in gpu_perf.WORK_KINDS}
+    ref["matmul_tf32"] = {"vs_h200": round(ratio, 4), "source": (
+        f"{ratio:.2f}x the H200's bf16 matmul fraction: no H200 fit row runs TF32 matmuls; {', '.join(tf32)} reach "
+        f"{ratio:.2f}x their half-precision matmul fraction in TF32 (geometric mean; fit on {', '.join(ids)})")}
+    print("Hopper matmul_tf32", round(ratio, 3))
+    return ref
+
+
 def main() -> None:
     rows = [r for r in P.load_rows() if r["split"] == "fit"]
     by_arch: dict[str, list[dict]] = {}
@@ -107,6 +122,7 @@ def main() -> None:
                                    f"Hopper's (no {arch} fit row exercises it; ridge keeps it), " + note}
                                for k, v in rel.items()}
         print(arch, {k: round(v, 3) for k, v in rel.items()}, [f"{e * 100:+.0f}%" for e in errs])
+    out["arches"][gpu_perf.REFERENCE_ARCH] = hopper_entry(fracs, by_arch)
     gpu_perf.FITTED.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {gpu_perf.FITTED}")
 
