@@ -13,9 +13,9 @@ Work kinds (what a step's time is made of, ``work_kind``):
   conv_simt  fp32 convolutions on CUDA cores (before Ampere): cuDNN picks Winograd/FFT algorithms for
              3x3 convolutions, so their FLOP rate differs from a GEMM's (Lavin & Gray 2016)
   bandwidth  memory-bound work against datasheet GB/s: elementwise kernels, normalisation, the
-             optimizer pass, and the bytes convolutions move (advisor.throughput's conv-traffic term,
-             whose NCHW-vs-channels_last cost is the H200 fit's rate per layout; an NCHW layout's
-             transposes are memory traffic like any other, so no kind of their own)
+             optimizer pass, and the bytes convolutions move (advisor.throughput.conv_traffic_rate:
+             the H200 fit's rate per layout, NCHW or channels_last, scaled by the GPU's SM cycles up
+             to its DRAM ceiling; an NCHW layout's transposes are traffic, no kind of their own)
 
 The estimator's family efficiencies (``advisor/data/calibration.json``) are fractions of the
 H200's peaks, fit on H200 measurements. A GPU of another architecture reaches

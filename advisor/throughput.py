@@ -5,7 +5,8 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
   GPU time  = matmul FLOPs / (matmul peak x e_matmul)      GEMMs: fp32 on CUDA cores, else tensor cores
             + attention FLOPs / (matmul peak x e_attn)     fused SDPA
             + conv FLOPs / (conv peak x e_conv)            cuDNN: fp32 runs TF32 (cudnn.allow_tf32)
-            + conv bytes / (bandwidth x e_conv_bytes[layout])   NCHW vs channels_last
+            + conv bytes / min(H200 rate x SM cycles ratio,      NCHW vs channels_last; not DRAM-bound
+                               bandwidth x e_bytes)                on the H200, capped by DRAM elsewhere
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
@@ -35,7 +36,7 @@ from advisor.calibration import Calibration, calibration_key
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.gpu_perf import work_kind as work_kind_on
-from advisor.gpus import GpuSpec
+from advisor.gpus import GpuSpec, get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
@@ -130,7 +131,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
-    conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / (bw * e[f"conv_bytes|{layout}"])
+    conv = work.conv_flops / (conv_peak * e["conv"]) + work.conv_bytes / conv_traffic_rate(gpu, e, layout)
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
     # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.
@@ -142,6 +143,16 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         kernels *= COMPILED_KERNELS
     other += work.attn_bytes / (bw * e["bytes"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
+
+
+def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
+    """Bytes/s of the convolutions' traffic: the H200 fit runs it at 15% (NCHW) to 38% (channels_last)
+    of its bandwidth, far below the elementwise kernels' 77%, so it is not DRAM-bound there: another
+    GPU runs it at the H200's rate scaled by its SM cycles, up to its own DRAM ceiling (the
+    elementwise rate on its bandwidth); both at its architecture's bandwidth fraction."""
+    ref = get_gpu("H200")
+    sm_rate = e[f"conv_bytes|{layout}"] * ref.mem_bw * gpu.sm_cycles / ref.sm_cycles
+    return min(sm_rate, e["bytes"] * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
 
 
 def work_kind(work: StepWork) -> str:

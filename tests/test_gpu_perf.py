@@ -114,6 +114,24 @@ def test_nchw_convolution_traffic_scales_with_the_bandwidth_fraction(monkeypatch
     assert ampere("conv", 2.0) == pytest.approx(ampere("conv", 1.0))
 
 
+def test_convolution_traffic_scales_with_sm_cycles_up_to_dram(monkeypatch):
+    """The H200 runs convolution traffic far below its DRAM bandwidth: an H100 SXM (the same SMs and
+    clocks, 70% of the bandwidth) runs it at the H200's rate; a GPU whose DRAM is the tighter ceiling
+    (the elementwise rate on its bandwidth) runs it at that."""
+    from advisor.calibration import default_calibration
+    from advisor.throughput import conv_traffic_rate
+
+    monkeypatch.setattr(gpu_perf, "_fitted", lambda: {})  # every architecture at Hopper's fractions
+    e = default_calibration().rate_efficiency
+    h200, h100, t4 = get_gpu("H200"), get_gpu("H100 SXM"), get_gpu("T4")
+    assert h100.sm_cycles == pytest.approx(h200.sm_cycles, rel=0.01)  # 132 SMs x 1.98 GHz, both
+    assert get_gpu("A100").sm_cycles == pytest.approx(108 * 1.41e9, rel=0.01)  # 64 fp32 lanes per SM (8.0)
+    for layout in ("nchw", "nhwc"):
+        assert conv_traffic_rate(h200, e, layout) == pytest.approx(e[f"conv_bytes|{layout}"] * h200.mem_bw)
+        assert conv_traffic_rate(h100, e, layout) == pytest.approx(conv_traffic_rate(h200, e, layout), rel=0.01)
+    assert conv_traffic_rate(t4, e, "nhwc") == pytest.approx(e["bytes"] * t4.mem_bw)  # 320 GB/s: DRAM-bound
+
+
 def test_packaged_fit_names_its_rows():
     data = json.loads(gpu_perf.FITTED.read_text())
     for arch, kinds in data["arches"].items():
