@@ -149,10 +149,12 @@ def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
     """Bytes/s of the convolutions' traffic: the H200 fit runs it at 15% (NCHW) to 38% (channels_last)
     of its bandwidth, far below the elementwise kernels' 77%, so it is not DRAM-bound there: another
     GPU runs it at the H200's rate scaled by its SM cycles, up to its own DRAM ceiling (the
-    elementwise rate on its bandwidth); both at its architecture's bandwidth fraction."""
+    elementwise rate on its bandwidth); both at its architecture's bandwidth fraction. On the H200
+    it is the fit's rate whatever the fit tries (the ceiling is never below it there)."""
     ref = get_gpu("H200")
-    sm_rate = e[f"conv_bytes|{layout}"] * ref.mem_bw * gpu.sm_cycles / ref.sm_cycles
-    return min(sm_rate, e["bytes"] * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
+    fraction = e[f"conv_bytes|{layout}"]
+    sm_rate = fraction * ref.mem_bw * gpu.sm_cycles / ref.sm_cycles
+    return min(sm_rate, max(e["bytes"], fraction) * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
 
 
 def work_kind(work: StepWork) -> str:
