@@ -2,16 +2,20 @@
 architecture achieves on training work, with the source of every figure.
 
 Work kinds (what a step's time is made of, ``work_kind``):
-  matmul     linear layers / attention on tensor cores (bf16, fp16, fp8; TF32 from Ampere on)
-  conv       cuDNN convolutions on tensor cores, channels_last (or compiled), or TF32 (fp32 included
-             from Ampere on: cuDNN TF32 default)
-  conv_nchw  half-precision convolutions in PyTorch's default NCHW layout: cuDNN transposes around
-             its NHWC tensor-core kernels, a cost that differs by architecture (on the H200 bf16 ones
-             run as TF32 on fp32 copies, advisor.throughput.gpu_seconds)
+  matmul     linear layers / attention on tensor cores in half precision (bf16, fp16, fp8)
+  matmul_tf32  the same in TF32 (--precision tf32, Ampere on): a rate of its own, as TF32 GEMMs need
+             not reach the fraction of their (half-as-high) peak that half precision does; stated
+             against the H200's bf16 fraction, since no H200 fit row runs TF32 matmuls (Hopper's
+             own: the fitted architectures' TF32-to-half ratio, see ``arch_perf``)
+  conv       cuDNN convolutions on tensor cores (half precision, or TF32: fp32 included from Ampere
+             on, cuDNN's TF32 default), their FLOPs
   simt       fp32 matmuls on CUDA cores (fp32 everywhere; tf32 before Ampere)
   conv_simt  fp32 convolutions on CUDA cores (before Ampere): cuDNN picks Winograd/FFT algorithms for
              3x3 convolutions, so their FLOP rate differs from a GEMM's (Lavin & Gray 2016)
-  bandwidth  memory-bound kernels (normalisation, activations, optimizer) against datasheet GB/s
+  bandwidth  memory-bound work against datasheet GB/s: elementwise kernels, normalisation, the
+             optimizer pass, and the bytes convolutions move (advisor.throughput.conv_traffic_rate:
+             the H200 fit's rate per layout, NCHW or channels_last, scaled by the GPU's SM cycles up
+             to its DRAM ceiling; an NCHW layout's transposes are traffic, no kind of their own)
 
 The estimator's family efficiencies (``advisor/data/calibration.json``) are fractions of the
 H200's peaks, fit on H200 measurements. A GPU of another architecture reaches
@@ -34,7 +38,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 FITTED = Path(__file__).with_name("data") / "gpu_perf.json"
-WORK_KINDS = ("matmul", "conv", "conv_nchw", "simt", "conv_simt", "bandwidth")
+WORK_KINDS = ("matmul", "matmul_tf32", "conv", "simt", "conv_simt", "bandwidth")
 REFERENCE_ARCH = "Hopper"  # the architecture of the H200 every calibration constant was fit on
 
 # (architecture, first compute capability), newest last; a GPU belongs to the last one at or below
@@ -61,8 +65,8 @@ class ArchPerf(BaseModel):
 
     arch: str
     matmul: Fraction
+    matmul_tf32: Fraction
     conv: Fraction
-    conv_nchw: Fraction
     simt: Fraction
     conv_simt: Fraction
     bandwidth: Fraction
@@ -78,18 +82,17 @@ def hopper_fractions() -> dict[str, tuple[float, str]]:
 
     matmul, conv and simt: the H200 fit's rates for that work (advisor/data/calibration.json,
     rate_efficiency: fractions of the datasheet peak fit by benchmarks/fit_calibration.py on H200
-    runs). conv_nchw: the channels_last rate scaled by the fit's NCHW/NHWC convolution-traffic rates
-    (cuDNN transposes around its NHWC tensor-core kernels). bandwidth: the fit's elementwise-bytes
-    rate. Other architectures are stated relative to these (``Fraction.vs_h200``).
+    runs). bandwidth: the fit's elementwise-bytes rate (its convolution-traffic rates per layout,
+    conv_bytes|nchw and conv_bytes|nhwc, scale with the same fraction). Other architectures are
+    stated relative to these (``Fraction.vs_h200``).
     """
     from advisor.calibration import default_calibration
 
     e = default_calibration().rate_efficiency
     src = "rate_efficiency of the H200 fit (advisor/data/calibration.json, benchmarks/fit_calibration.py)"
-    nchw = e["conv"] * e["conv_bytes|nchw"] / e["conv_bytes|nhwc"]
     return {"matmul": (e["matmul|tensor"], f"matmul|tensor, {src}"),
+            "matmul_tf32": (e["matmul|tensor"], f"matmul|tensor (no H200 fit row runs TF32 matmuls: stated against bf16's), {src}"),
             "conv": (e["conv"], f"conv, {src}"),
-            "conv_nchw": (nchw, f"conv x conv_bytes|nchw / conv_bytes|nhwc, {src}"),
             "simt": (e["matmul|fp32"], f"matmul|fp32, {src}"),
             "conv_simt": (e["conv"], f"conv (Hopper runs fp32 convolutions as TF32), {src}"),
             "bandwidth": (e["bytes"], f"bytes, {src}")}
@@ -116,14 +119,20 @@ def _fitted() -> dict[str, ArchPerf]:
 
 
 def arch_perf(arch: str) -> ArchPerf:
-    """The architecture's fractions: Hopper's measured ones, a fitted entry, or Hopper's as a stated prior."""
-    if arch == REFERENCE_ARCH:
-        return _HOPPER
+    """The architecture's fractions: Hopper's measured ones, a fitted entry, or Hopper's as a stated prior.
+
+    Hopper's are 1.0 (the H200 the efficiencies were fit on) except where the H200 fit has no row:
+    TF32 matmuls, which the packaged fit gives the share of the half-precision fraction the fitted
+    architectures' TF32 matmuls reach (benchmarks/cross_gpu/fit.py writes it as the Hopper entry)."""
     fitted = _fitted().get(arch)
+    if arch == REFERENCE_ARCH:
+        return fitted or _HOPPER
     if fitted is not None:
         return fitted
+    hopper = arch_perf(REFERENCE_ARCH)
     prior = "no published training result of this architecture in the fit set: Hopper's fraction assumed"
-    return ArchPerf(arch=arch, **{k: Fraction(vs_h200=1.0, source=prior) for k in WORK_KINDS})
+    return ArchPerf(arch=arch, **{k: Fraction(vs_h200=hopper.get(k).vs_h200, source=f"{prior} ({hopper.get(k).source})")
+                                  for k in WORK_KINDS})
 
 
 def fraction_vs_reference(capability: tuple[int, int], kind: str) -> float:
@@ -131,15 +140,14 @@ def fraction_vs_reference(capability: tuple[int, int], kind: str) -> float:
     return arch_perf(arch_of(capability)).get(kind).vs_h200
 
 
-def work_kind(gpu, precision: str, conv: bool, nhwc: bool = False) -> str:
-    """The work kind a precision's matmuls (conv=False) or convolutions (conv=True, ``nhwc`` for
-    channels_last or compiled) are on this GPU."""
+def work_kind(gpu, precision: str, conv: bool) -> str:
+    """The work kind a precision's matmuls (conv=False) or convolutions' FLOPs (conv=True) are on
+    this GPU: tensor cores or CUDA cores. (Their layout's cost is traffic: ``bandwidth``.)"""
     if not gpu.tensor_work(precision, conv):
         return "conv_simt" if conv else "simt"
-    if not conv:
-        return "matmul"
-    half = precision in ("bf16", "fp16", "pure-bf16", "fp8")
-    return "conv_nchw" if half and not nhwc else "conv"
+    if conv:
+        return "conv"
+    return "matmul_tf32" if precision == "tf32" else "matmul"
 
 
 class GpuPerf(BaseModel):

@@ -55,6 +55,15 @@ class GpuSpec(BaseModel):
         return arch_of(self.compute_capability)
 
     @property
+    def sm_cycles(self) -> float:
+        """SM clock cycles per second summed over the SMs (SM count x boost clock): the datasheet fp32
+        peak over the fp32 FLOPs an SM does per clock, 2 x 64 lanes for compute capability 7.x and
+        8.0, 2 x 128 from 8.6 on (CUDA C Programming Guide, "Arithmetic Instructions" throughput
+        table, 32-bit floating-point add/multiply/multiply-add)."""
+        lanes = 64 if self.compute_capability < (8, 6) else 128
+        return self.fp32_tflops * 1e12 / (2 * lanes)
+
+    @property
     def mem_bw(self) -> float:
         """Datasheet memory bandwidth, bytes/s."""
         return self.bandwidth_gbps * 1e9

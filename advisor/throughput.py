@@ -5,7 +5,8 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
   GPU time  = matmul FLOPs / (matmul peak x e_matmul)      GEMMs: fp32 on CUDA cores, else tensor cores
             + attention FLOPs / (matmul peak x e_attn)     fused SDPA
             + conv FLOPs / (conv peak x e_conv)            cuDNN: fp32 runs TF32 (cudnn.allow_tf32)
-            + conv bytes / (bandwidth x e_conv_bytes[layout])   NCHW vs channels_last
+            + conv bytes / min(H200 rate x SM cycles ratio,      NCHW vs channels_last; not DRAM-bound
+                               bandwidth x e_bytes)                on the H200, capped by DRAM elsewhere
                                                            (bf16 in NCHW: TF32 FLOPs, fp32 bytes)
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
@@ -36,7 +37,7 @@ from advisor.calibration import Calibration, calibration_key
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.gpu_perf import work_kind as work_kind_on
-from advisor.gpus import GpuSpec
+from advisor.gpus import GpuSpec, get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
@@ -121,15 +122,12 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     layout = "nhwc" if channels_last(config) else "nchw"
     # The rates are fractions of the H200's peaks, fit there; another GPU reaches its own datasheet
     # peak times its architecture's achievable fraction over Hopper's (advisor.gpu_perf), by work kind.
-    mm_kind, conv_kind = work_kind_on(gpu, p.value, conv=False), work_kind_on(gpu, p.value, conv=True, nhwc=True)
+    mm_kind, conv_kind = work_kind_on(gpu, p.value, conv=False), work_kind_on(gpu, p.value, conv=True)
     mm_peak = gpu.matmul_flops(p.value) * gpu.fraction_vs_h200(mm_kind)
     conv_peak = gpu.conv_flops(p.value) * gpu.fraction_vs_h200(conv_kind)  # cuDNN TF32 default
+    # Memory traffic, the convolutions' included: the layout's cost (NCHW transposes around cuDNN's
+    # NHWC tensor-core kernels) is the H200 fit's rate per layout, at this GPU's bandwidth fraction.
     bw = gpu.mem_bw * gpu.fraction_vs_h200("bandwidth")
-    # NCHW half-precision convolutions: the layout transposes around cuDNN's NHWC kernels cost what
-    # the architecture's conv_nchw fraction says, relative to its channels_last one.
-    nchw_kind = work_kind_on(gpu, p.value, conv=True, nhwc=False)
-    conv_bw = bw if nchw_kind != "conv_nchw" or layout == "nhwc" else \
-        gpu.mem_bw * gpu.fraction_vs_h200("conv_nchw")
     conv_bytes = work.conv_bytes
     if layout == "nchw" and p in (Precision.bf16, Precision.pure_bf16) and gpu.compute_capability >= (8, 0):
         # cuDNN has few native NCHW bf16 kernels: it transposes NCHW bf16 tensors into fp32 NHWC
@@ -137,14 +135,14 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         # bf16 convolution in NCHW costs what a TF32 one does (on the H200: ResNet-18/50 bf16 NCHW
         # steps 176/415-433 us a sample against TF32's 192/473-501, the gap being their elementwise
         # bytes; benchmarks/results/h200-reference.jsonl and h200-hostbound.jsonl).
-        conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind_on(gpu, "fp32", conv=True, nhwc=True))
+        conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind_on(gpu, "fp32", conv=True))
         conv_bytes *= 2  # the fp32 copies: twice the bytes of the bf16 tensors the census counted
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
     unaligned, odd = ("matmul_unaligned", "matmul_odd")
     if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
-    conv = work.conv_flops / (conv_peak * e["conv"]) + conv_bytes / (conv_bw * e[f"conv_bytes|{layout}"])
+    conv = work.conv_flops / (conv_peak * e["conv"]) + conv_bytes / conv_traffic_rate(gpu, e, layout)
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
     # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.
@@ -156,6 +154,18 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         kernels *= COMPILED_KERNELS
     other += work.attn_bytes / (bw * e["bytes"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
+
+
+def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
+    """Bytes/s of the convolutions' traffic: the H200 fit runs it at 15% (NCHW) to 38% (channels_last)
+    of its bandwidth, far below the elementwise kernels' 77%, so it is not DRAM-bound there: another
+    GPU runs it at the H200's rate scaled by its SM cycles, up to its own DRAM ceiling (the
+    elementwise rate on its bandwidth); both at its architecture's bandwidth fraction. On the H200
+    it is the fit's rate whatever the fit tries (the ceiling is never below it there)."""
+    ref = get_gpu("H200")
+    fraction = e[f"conv_bytes|{layout}"]
+    sm_rate = fraction * ref.mem_bw * gpu.sm_cycles / ref.sm_cycles
+    return min(sm_rate, max(e["bytes"], fraction) * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
 
 
 def work_kind(work: StepWork) -> str:

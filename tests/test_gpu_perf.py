@@ -57,16 +57,21 @@ def test_work_kinds_name_the_units_that_run_the_work():
     a100, v100 = get_gpu("A100"), get_gpu("V100")
     assert gpu_perf.work_kind(a100, "fp32", conv=True) == "conv"  # TF32 cuDNN
     assert gpu_perf.work_kind(a100, "fp32", conv=False) == "simt"
-    assert gpu_perf.work_kind(a100, "tf32", conv=False) == "matmul"
-    assert gpu_perf.work_kind(a100, "bf16", conv=True) == "conv_nchw"
-    assert gpu_perf.work_kind(a100, "bf16", conv=True, nhwc=True) == "conv"
+    assert gpu_perf.work_kind(a100, "tf32", conv=False) == "matmul_tf32"  # TF32 GEMMs: their own fraction
+    assert gpu_perf.work_kind(a100, "bf16", conv=False) == "matmul"
+    assert gpu_perf.work_kind(a100, "bf16", conv=True) == "conv"  # the layout's cost is traffic (bandwidth)
     assert gpu_perf.work_kind(v100, "tf32", conv=True) == "conv_simt"
     assert gpu_perf.work_kind(v100, "fp16", conv=False) == "matmul"
 
 
 def test_the_h200_is_the_reference_so_its_estimates_do_not_move():
     h200 = get_gpu("H200")
-    assert all(h200.fraction_vs_h200(k) == 1.0 for k in gpu_perf.WORK_KINDS)
+    assert all(h200.fraction_vs_h200(k) == 1.0 for k in gpu_perf.WORK_KINDS if k != "matmul_tf32")
+    # no H200 fit row runs TF32 matmuls: Hopper's take the fitted architectures' TF32-to-half ratio
+    ampere = gpu_perf.arch_perf("Ampere")
+    assert h200.fraction_vs_h200("matmul_tf32") < 1.0
+    assert h200.fraction_vs_h200("matmul_tf32") == pytest.approx(ampere.matmul_tf32.vs_h200 / ampere.matmul.vs_h200, rel=0.2)
+    assert "no H200 fit row runs TF32 matmuls" in gpu_perf.arch_perf("Hopper").matmul_tf32.source
 
 
 def test_fitted_fractions_change_estimates_through_the_gpu_only(monkeypatch):
@@ -85,16 +90,59 @@ def test_fitted_fractions_change_estimates_through_the_gpu_only(monkeypatch):
     assert a2.mfu <= 1.0 and a2.mfu == pytest.approx(a1.mfu * a2.samples_per_s / a1.samples_per_s)  # MFU vs datasheet
 
 
+def test_nchw_convolution_traffic_scales_with_the_bandwidth_fraction(monkeypatch):
+    """NCHW's transposes around cuDNN's NHWC kernels are memory traffic: an architecture moving bytes
+    twice as fast pays half for them, and its convolution FLOPs do not move."""
+    from advisor.calibration import default_calibration
+    from advisor.step_work import step_work
+    from advisor.throughput import gpu_seconds
+
+    spec, cfg, a100 = catalog_model("resnet50"), TrainConfig(micro_batch=64, precision="bf16"), get_gpu("A100")
+    cal = default_calibration()
+    work = step_work(spec, cfg, cal)
+    traffic = work.model_copy(update={k: 0.0 for k in ("conv_flops", "conv_unaligned_flops", "dwconv_flops", "bytes",
+                                                       "matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops",
+                                                       "attn_flops", "kernels")})
+    assert traffic.conv_bytes > 0
+
+    def ampere(kind: str, v: float):
+        kinds = {k: gpu_perf.Fraction(vs_h200=v if k == kind else 1.0, source="test") for k in gpu_perf.WORK_KINDS}
+        monkeypatch.setattr(gpu_perf, "_fitted", lambda: {"Ampere": gpu_perf.ArchPerf(arch="Ampere", **kinds)})
+        return gpu_seconds(traffic, cfg, a100, cal)[1]
+
+    assert ampere("bandwidth", 2.0) == pytest.approx(ampere("bandwidth", 1.0) / 2)
+    assert ampere("conv", 2.0) == pytest.approx(ampere("conv", 1.0))
+
+
+def test_convolution_traffic_scales_with_sm_cycles_up_to_dram(monkeypatch):
+    """The H200 runs convolution traffic far below its DRAM bandwidth: an H100 SXM (the same SMs and
+    clocks, 70% of the bandwidth) runs it at the H200's rate; a GPU whose DRAM is the tighter ceiling
+    (the elementwise rate on its bandwidth) runs it at that."""
+    from advisor.calibration import default_calibration
+    from advisor.throughput import conv_traffic_rate
+
+    monkeypatch.setattr(gpu_perf, "_fitted", lambda: {})  # every architecture at Hopper's fractions
+    e = default_calibration().rate_efficiency
+    h200, h100, t4 = get_gpu("H200"), get_gpu("H100 SXM"), get_gpu("T4")
+    assert h100.sm_cycles == pytest.approx(h200.sm_cycles, rel=0.01)  # 132 SMs x 1.98 GHz, both
+    assert get_gpu("A100").sm_cycles == pytest.approx(108 * 1.41e9, rel=0.01)  # 64 fp32 lanes per SM (8.0)
+    for layout in ("nchw", "nhwc"):
+        assert conv_traffic_rate(h200, e, layout) == pytest.approx(e[f"conv_bytes|{layout}"] * h200.mem_bw)
+        assert conv_traffic_rate(h100, e, layout) == pytest.approx(conv_traffic_rate(h200, e, layout), rel=0.01)
+    assert conv_traffic_rate(t4, e, "nhwc") == pytest.approx(e["bytes"] * t4.mem_bw)  # 320 GB/s: DRAM-bound
+
+
 def test_packaged_fit_names_its_rows():
     data = json.loads(gpu_perf.FITTED.read_text())
     for arch, kinds in data["arches"].items():
         assert set(kinds) == set(gpu_perf.WORK_KINDS), arch
-        assert all("fit on lambda-" in v["source"] and v["vs_h200"] > 0 for v in kinds.values())
+        fitted = [kinds["matmul_tf32"]] if arch == gpu_perf.REFERENCE_ARCH else kinds.values()
+        assert all("fit on lambda-" in v["source"] and v["vs_h200"] > 0 for v in fitted)
 
 
 def test_an_architecture_without_fit_rows_says_it_assumes_hoppers():
     b200 = gpu_perf.performance_model(get_gpu("B200"))
-    assert b200.vs_h200 == {k: 1.0 for k in gpu_perf.WORK_KINDS}
+    assert b200.vs_h200 == {k: gpu_perf.arch_perf("Hopper").get(k).vs_h200 for k in gpu_perf.WORK_KINDS}
     assert "Hopper's fraction assumed" in b200.sources["matmul"]
 
 

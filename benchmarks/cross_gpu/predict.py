@@ -81,7 +81,8 @@ def _bar(errs: list[float]) -> bool:
     return bool(a) and statistics.median(a) <= 0.15 and max(a) <= 0.30
 
 
-def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None = None) -> str:
+def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None = None,
+           last: dict[str, float] | None = None) -> str:
     lines = ["# Throughput on other GPU kinds: predicted vs published", "",
              "Regenerate: `python benchmarks/cross_gpu/fit.py` (fits `advisor/data/gpu_perf.json` on the rows marked *fit*), "
              "then `python benchmarks/cross_gpu/predict.py` (this page). Rows and their split: "
@@ -90,7 +91,10 @@ def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None
              "through `advise estimate`'s path (`advisor.exact.estimate_request`) with the flags shown (`advise estimate` "
              "estimates catalog transformers as their transformers class, here `BertForMaskedLM`). *before*: the estimator "
              "before issue 14 (`before.json`, written by `predict.py --snapshot-before` from a checkout of 83593e1; GPUs that "
-             "commit lacked have none). The bar (DESIGN.md): held-out rows within 15% median and 30% worst.", ""]
+             "commit lacked have none). *last published*: this page as last published, at aa0cb47 (the per-architecture "
+             "fractions fit against the estimator before its roofline per kind of kernel; `last_published.json`, the `before.json` "
+             "that `predict.py --snapshot-before` writes in a checkout of aa0cb47, reproduces that page's predictions). The bar "
+             "(DESIGN.md): held-out rows within 15% median and 30% worst.", ""]
     up_front = [x for x in res if "added" not in x[0]]
     for title, sel_all in (("Rows declared before the fit", up_front), ("All rows", res)):
         lines.append(f"**{title}**")
@@ -100,29 +104,40 @@ def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None
             if not sel:
                 continue
             prev = [before[r["id"]] / r["published"] - 1 for r, _, _ in sel if before and r["id"] in before]
-            lines.append(f"- {split}: {stats([e for _, _, e in sel])}" + (f" (before issue 14: {stats(prev)})" if prev else ""))
+            pub = [last[r["id"]] / r["published"] - 1 for r, _, _ in sel if last and r["id"] in last]
+            lines.append(f"- {split}: {stats([e for _, _, e in sel])}" + (f" (last published: {stats(pub)})" if pub else "")
+                         + (f" (before issue 14: {stats(prev)})" if prev else ""))
         lines.append("")
     lines += ["Held-out rows per GPU kind (*bar*: median <= 15% and worst <= 30%):", "",
-              "| GPU | rows declared up front | median | worst | bar | all rows | median | worst | bar |",
-              "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+              "| GPU | rows declared up front | median | worst | bar | last published: median | worst | bar "
+              "| all rows | median | worst | bar |",
+              "|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---|"]
+
+    def cell(e: list[float], n: bool = True) -> str:
+        a = [abs(v) for v in e]
+        if not a:
+            return "0 | | | " if n else " | | "
+        return (f"{len(a)} | " if n else "") + f"{statistics.median(a) * 100:.1f}% | {max(a) * 100:.1f}% | " \
+            + ("yes" if _bar(e) else "no")
+
     for k in sorted({r["gpu"] for r, _, _ in res}):
-        cols = []
-        for sel in (up_front, res):
-            e = [x[2] for x in sel if x[0]["gpu"] == k and x[0]["split"] == "holdout"]
-            a = [abs(v) for v in e]
-            cols.append(f"{len(a)} | {statistics.median(a) * 100:.1f}% | {max(a) * 100:.1f}% | {'yes' if _bar(e) else 'no'}"
-                        if a else "0 | | | ")
-        lines.append(f"| {k} | {cols[0]} | {cols[1]} |")
-    lines += ["", "| id | split | flags | published | predicted | err | before err | source |", "|---|---|---|---:|---:|---:|---:|---|"]
+        held = [x for x in up_front if x[0]["gpu"] == k and x[0]["split"] == "holdout"]
+        pub = [last[r["id"]] / r["published"] - 1 for r, _, _ in held if last and r["id"] in last]
+        every = [x[2] for x in res if x[0]["gpu"] == k and x[0]["split"] == "holdout"]
+        lines.append(f"| {k} | {cell([x[2] for x in held])} | {cell(pub, n=False)} | {cell(every)} |")
+    lines += ["", "| id | split | flags | published | predicted | err | last published err | before err | source |",
+              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r, pred, e in res:
         b = f"{(before[r['id']] / r['published'] - 1) * 100:+.1f}%" if before and r["id"] in before else ""
+        lp = f"{(last[r['id']] / r['published'] - 1) * 100:+.1f}%" if last and r["id"] in last else ""
         split = r["split"] + (" (added)" if "added" in r else "")
-        lines.append(f"| {r['id']} | {split} | `{flags(r)}` | {r['published']:,.1f} | {pred:,.1f} | {e * 100:+.1f}% | {b} "
-                     f"| [{r['row']}]({r['source']}) |")
+        lines.append(f"| {r['id']} | {split} | `{flags(r)}` | {r['published']:,.1f} | {pred:,.1f} | {e * 100:+.1f}% | {lp} "
+                     f"| {b} | [{r['row']}]({r['source']}) |")
     return "\n".join(lines) + "\n"
 
 
 BEFORE = Path(__file__).with_name("before.json")
+LAST = Path(__file__).with_name("last_published.json")  # this page's predictions at aa0cb47
 NOTES = Path(__file__).with_name("notes.md")  # the findings, written by hand, put above the generated tables
 
 
@@ -161,7 +176,8 @@ def main() -> None:
         return
     res = errors(rows)
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
-    text = report(res, before)
+    last = json.loads(LAST.read_text()) if LAST.exists() else None
+    text = report(res, before, last)
     if "--print" in sys.argv:
         print(text)
         return
