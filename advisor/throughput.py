@@ -8,6 +8,8 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
             + conv bytes / min(H200 rate x SM cycles ratio,      NCHW vs channels_last; not DRAM-bound
                                bandwidth x e_bytes)                on the H200, capped by DRAM elsewhere
                                                            (bf16 in NCHW: TF32 FLOPs, fp32 bytes)
+                                                           (fp16 in NCHW: channels_last kernels +
+                                                            NHWC copies at the elementwise rate)
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
@@ -49,6 +51,13 @@ OPTIMIZER_OPS = 4
 # Kernels a compiled step launches over the eager step's aten ops: 747-813 compiled against 858-1039
 # eager for resnet50 and vit-b-16 on the H200 (benchmarks/results/h200-hostbound.jsonl, cuda_kernels).
 COMPILED_KERNELS = 0.85
+# fp16 convolutions in NCHW: bytes cuDNN's NCHW<->NHWC conversions move per byte the convolutions read
+# and write (each tensor converted once, read in one layout and written in the other: 2). cuDNN's
+# half-precision tensor-core convolutions are NHWC kernels and it "may use ... NCHW-to-NHWC
+# transformations to call the Tensor Core operations" (cuDNN developer guide, Legacy API, Convolution
+# Functions, Data and Filter Formats; NVIDIA's Convolutional Layers User's Guide, "Tensor Layouts In
+# Memory: NCHW vs NHWC": NHWC avoids the transposes).
+NCHW_HALF_TRANSPOSES = 2.0
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
 # not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
@@ -137,12 +146,20 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         # bytes; benchmarks/results/h200-reference.jsonl and h200-hostbound.jsonl).
         conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind_on(gpu, "fp32", conv=True))
         conv_bytes *= 2  # the fp32 copies: twice the bytes of the bf16 tensors the census counted
+    conv_layout, transposes = layout, 0.0
+    if layout == "nchw" and p is Precision.fp16 and gpu.tensor_work("fp16", conv=True):
+        # fp16 (AMP) has native NHWC tensor-core kernels from Volta on: cuDNN converts the NCHW tensors
+        # to NHWC (nchwToNhwcKernel) and back, and runs the channels_last kernel, at the channels_last
+        # traffic rate; the conversions are copies, memory-bound: the elementwise rate on this GPU's
+        # DRAM. (bf16 above has no such kernels for NCHW and goes through fp32 copies instead.)
+        conv_layout = "nhwc"
+        transposes = NCHW_HALF_TRANSPOSES * conv_bytes / (bw * e["bytes"])
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
     unaligned, odd = ("matmul_unaligned", "matmul_odd")
     if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
-    conv = work.conv_flops / (conv_peak * e["conv"]) + conv_bytes / conv_traffic_rate(gpu, e, layout)
+    conv = work.conv_flops / (conv_peak * e["conv"]) + conv_bytes / conv_traffic_rate(gpu, e, conv_layout) + transposes
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
     # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.

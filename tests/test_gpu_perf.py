@@ -140,6 +140,14 @@ def test_packaged_fit_names_its_rows():
         assert all("fit on lambda-" in v["source"] and v["vs_h200"] > 0 for v in fitted)
 
 
+
+def test_no_fitted_architecture_moves_bytes_above_its_datasheet_bandwidth():
+    """fit.py bounds the bandwidth fraction: the elementwise rate it gives stays within the GPU's GB/s."""
+    hopper_bytes = gpu_perf.hopper_fractions()["bandwidth"][0]
+    for name in NAMED:
+        assert gpu_perf.performance_model(get_gpu(name)).achievable["bandwidth"] <= 1.0 + 1e-3, name
+    assert hopper_bytes < 1.0
+
 def test_an_architecture_without_fit_rows_says_it_assumes_hoppers():
     b200 = gpu_perf.performance_model(get_gpu("B200"))
     assert b200.vs_h200 == {k: gpu_perf.arch_perf("Hopper").get(k).vs_h200 for k in gpu_perf.WORK_KINDS}

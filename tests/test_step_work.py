@@ -155,6 +155,27 @@ def test_each_kind_of_work_is_costed_at_its_own_rate():
     assert gpu_seconds(el, cfg.model_copy(update={"compile": True}), H200.gpu, CAL)[1] < gpu_seconds(el, cfg, H200.gpu, CAL)[1]
 
 
+
+def test_fp16_nchw_convolutions_run_channels_last_kernels_plus_layout_copies():
+    """cuDNN's fp16 tensor-core convolutions are NHWC kernels: in NCHW they cost the channels_last
+    kernel plus NCHW<->NHWC copies (2 bytes moved per convolution byte) at the elementwise rate;
+    bf16 keeps its fp32-copy path, fp16 on a GPU without fp16 tensor cores is untouched."""
+    from advisor.throughput import NCHW_HALF_TRANSPOSES
+
+    e = CAL.rate_efficiency
+    fp16 = TrainConfig(micro_batch=8, precision="fp16")
+    work = StepWork(conv_flops=1e13, conv_bytes=1e11)
+    for gpu in (H200.gpu, get_gpu("A100"), get_gpu("V100")):
+        nchw = gpu_seconds(work, fp16, gpu, CAL)[1]
+        nhwc = gpu_seconds(work, fp16.model_copy(update={"channels_last": True}), gpu, CAL)[1]
+        copies = NCHW_HALF_TRANSPOSES * 1e11 / (gpu.mem_bw * gpu.fraction_vs_h200("bandwidth") * e["bytes"])
+        assert nchw == pytest.approx(nhwc + copies), gpu.name
+    bf16 = TrainConfig(micro_batch=8, precision="bf16")
+    assert gpu_seconds(work, bf16, H200.gpu, CAL)[1] > gpu_seconds(work, fp16, H200.gpu, CAL)[1]
+    compiled = fp16.model_copy(update={"compile": True})  # inductor runs convolutions channels_last
+    assert gpu_seconds(work, compiled, H200.gpu, CAL)[0] == pytest.approx(
+        gpu_seconds(work, fp16.model_copy(update={"channels_last": True}), H200.gpu, CAL)[0])
+
 def test_compiled_bidirectional_attention_with_dropout_moves_its_probabilities():
     bert = catalog_model("bert-base")
     cfg = TrainConfig(micro_batch=4, seq_len=512, precision="bf16")

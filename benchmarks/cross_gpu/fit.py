@@ -8,7 +8,9 @@ ran), the fractions of datasheet peak its GPUs reach (matmul, matmul_tf32, conv,
 bandwidth; advisor/gpu_perf.py) are chosen to minimise the squared log error of the predicted samples/s
 over its fit rows, plus a ridge pulling each toward Hopper's fraction (RIDGE: with four rows per
 architecture and up to six fractions, a kind no row exercises stays at Hopper's value instead of
-drifting). Coordinate descent over a log grid, GRID_STEPS per doubling, SWEEPS passes.
+drifting). Coordinate descent over a log grid, GRID_STEPS per doubling, SWEEPS passes. The bandwidth
+fraction is bounded by the datasheet: the elementwise rate it gives is at most 100% of the GPU's GB/s
+(``bandwidth_cap``).
 Hopper is not fit: its fractions are the H200's measured ceilings, which every calibration
 constant was fit against. Held-out rows never influence a fraction.
 
@@ -54,12 +56,23 @@ def loss(rows: list[dict], rel: dict[str, float]) -> float:
     return err + RIDGE * sum(math.log(v) ** 2 for v in rel.values())
 
 
+def bandwidth_cap() -> float:
+    """The largest bandwidth fraction (relative to Hopper's) a fit may choose: memory-bound work at
+    the H200 fit's elementwise rate times it stays within the GPU's datasheet bandwidth (rate 1.0)."""
+    from advisor.calibration import default_calibration  # noqa: PLC0415
+
+    return 1.0 / default_calibration().rate_efficiency["bytes"]
+
+
 def fit_arch(arch: str, rows: list[dict], fracs: dict) -> dict[str, float]:
     rel = {k: 1.0 for k in gpu_perf.WORK_KINDS}
+    cap = bandwidth_cap()
     for _ in range(SWEEPS):
         for k in gpu_perf.WORK_KINDS:
             best = None
             for g in GRID:
+                if k == "bandwidth" and g > cap:
+                    continue  # above the datasheet bandwidth
                 trial = {**rel, k: g}
                 _set({**fracs, arch: trial})
                 v = loss(rows, trial)

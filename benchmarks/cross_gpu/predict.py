@@ -91,9 +91,10 @@ def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None
              "through `advise estimate`'s path (`advisor.exact.estimate_request`) with the flags shown (`advise estimate` "
              "estimates catalog transformers as their transformers class, here `BertForMaskedLM`). *before*: the estimator "
              "before issue 14 (`before.json`, written by `predict.py --snapshot-before` from a checkout of 83593e1; GPUs that "
-             "commit lacked have none). *last published*: this page as last published, at aa0cb47 (the per-architecture "
-             "fractions fit against the estimator before its roofline per kind of kernel; `last_published.json`, the `before.json` "
-             "that `predict.py --snapshot-before` writes in a checkout of aa0cb47, reproduces that page's predictions). The bar "
+             "commit lacked have none). *last published*: this page as last published, at 9e9e7a3 (main after merging r4-x14 "
+             "and r4-x16, before fp16 NCHW convolutions were costed as channels_last kernels plus cuDNN's layout conversions; "
+             "`last_published.json`, the `before.json` that `predict.py --snapshot-before` writes in a checkout of 9e9e7a3, "
+             "reproduces that page's predictions). The bar "
              "(DESIGN.md): held-out rows within 15% median and 30% worst.", ""]
     up_front = [x for x in res if "added" not in x[0]]
     for title, sel_all in (("Rows declared before the fit", up_front), ("All rows", res)):
@@ -137,7 +138,7 @@ def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None
 
 
 BEFORE = Path(__file__).with_name("before.json")
-LAST = Path(__file__).with_name("last_published.json")  # this page's predictions at aa0cb47
+LAST = Path(__file__).with_name("last_published.json")  # this page's predictions at 9e9e7a3
 NOTES = Path(__file__).with_name("notes.md")  # the findings, written by hand, put above the generated tables
 
 
