@@ -134,12 +134,12 @@ def tree(run: Run) -> None:
         run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
     elif isinstance(choice, Choice):
-        from rules.compromise import pinned
+        from rules.compromise import level_gives_up, pinned
 
         lvs = pinned(choice.config, run.req)
         if lvs:
             run.compromise = "+".join(lv.name for lv in lvs)
-            run.gives_up = "; and ".join(lv.gives_up for lv in lvs) + " (pinned)"
+            run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 

@@ -91,3 +91,15 @@ def test_the_runtime_runs_torch_adamw_for_plain_and_kahan_by_default():
     assert w.dtype == torch.bfloat16 and set(plain.state[w]) >= {"exp_avg", "exp_avg_sq"}
     assert "compensation" not in plain.state[w] and plain.state[w]["exp_avg"].dtype == torch.bfloat16
     assert type(make_optimizer(_plan(PureBf16Update.kahan), [w], torch.device("cpu"))) is KahanAdamW
+
+
+def test_a_plain_pin_is_said_and_given_back_in_the_launch_command(capsys):
+    import json
+
+    argv = ["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1", "--seq-len", "2048", "--json", "--precision", "pure-bf16"]
+    assert main([*argv, "--pure-bf16-update", "plain"]) == 0
+    r = json.loads(capsys.readouterr().out)["recommendation"]
+    assert "--pure-bf16-update plain" in r["command"] and "plain torch AdamW" in r["gives_up"]
+    assert main(argv) == 0  # the default: Kahan, and the flag is not written
+    r = json.loads(capsys.readouterr().out)["recommendation"]
+    assert "--pure-bf16-update" not in r["command"] and "KahanAdamW" in r["gives_up"]
