@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from advisor.config import Optimizer, Precision, TrainConfig
+from advisor.config import Optimizer, Precision, PureBf16Update, TrainConfig
 from advisor.gpus import GpuSpec
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
@@ -124,12 +124,17 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.optimizer_s = host + kernel
         out.notes.append(f"8-bit AdamW (bitsandbytes): {tensors} per-tensor steps, each synchronised; "
                          f"~{kernel * 1e3:.0f} ms of blockwise (de)quantising kernels + ~{host * 1e3:.0f} ms on the host")
-    elif (config.precision is Precision.pure_bf16 and config.optimizer is Optimizer.adamw and config.lora_rank is None
-          and not config.cpu_offload):
+    elif config.kahan and config.lora_rank is None and not config.cpu_offload:
         host, gpu = kahan_step_s(trainable / shard, tensors, bw, launch_us, gpu_kernel_us)
         out.optimizer_s = max(host, gpu)
         out.notes.append(f"KahanAdamW: {KAHAN_KERNELS_PER_TENSOR} unfused kernels per tensor x {tensors} "
                          f"(~{gpu * 1e3:.0f} ms on the GPU, ~{host * 1e3:.0f} ms of launches)")
+    elif (config.precision is Precision.pure_bf16 and config.optimizer is Optimizer.adamw
+          and config.pure_bf16_update is PureBf16Update.plain and not config.cpu_offload):
+        # --pure-bf16-update plain: torch's fused AdamW over bf16 weights, grads and moments, the one
+        # streaming pass throughput.py already charges (half the fp32 bytes).
+        out.notes.append("pure-bf16 with plain torch AdamW (--pure-bf16-update plain): one fused pass over bf16, "
+                         "no Kahan compensation")
     if config.optimizer_in_backward:
         per_call = IN_BACKWARD_CALL_OPS + (FUSED_KERNELS_PER_CALL if out.optimizer_s is None else 0)
         launches = tensors * per_call * launch_us * 1e-6

@@ -4,8 +4,9 @@ the largest single tensor (what the optimizer step in backward keeps alive).
 The semantics are the ones the runtime runs (launcher/compromises/):
 
 * ``adamw``: two fp32 moments, 8 bytes (torch.optim.AdamW, fused); in pure-bf16 the moments are
-  bf16 (4 bytes) plus one bf16 Kahan compensation buffer per parameter (``KahanAdamW``, 2 bytes:
-  Zamirai et al. 2020, "Revisiting BFloat16 Training", sec. 4).
+  bf16 (4 bytes) plus, with the default ``--pure-bf16-update kahan``, one bf16 Kahan compensation
+  buffer per parameter (``KahanAdamW``, 2 bytes: Zamirai et al. 2020, "Revisiting BFloat16
+  Training", sec. 4); ``--pure-bf16-update plain`` (torch AdamW on bf16 weights) has no buffer.
 * ``adamw-8bit``: bitsandbytes ``AdamW8bit``: two uint8 moments plus one fp32 absmax per
   256-element block and moment; tensors under ``min_8bit_size`` = 4096 elements keep fp32 moments
   (bitsandbytes/optim/optimizer.py, ``Optimizer2State.init_state``; Dettmers et al. 2022).
@@ -76,7 +77,7 @@ def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     pure = p is Precision.pure_bf16 and not lora  # LoRA adapters stay fp32
     if opt is Optimizer.sgd:
         return trainable * (2 if pure else 4)
-    return trainable * ((4 + KAHAN_BYTES) if pure else 8)
+    return trainable * ((4 + (KAHAN_BYTES if config.kahan else 0)) if pure else 8)
 
 
 def largest_tensor_params(model: ModelSpec, lora_rank: int | None = None) -> int:

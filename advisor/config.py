@@ -37,6 +37,17 @@ class Precision(str, Enum):
         return 4 if self in (Precision.fp32, Precision.tf32) else 2
 
 
+class PureBf16Update(str, Enum):
+    """Which optimizer step pure-bf16 runs (meaningful only with ``Precision.pure_bf16``).
+    kahan: cardwise's KahanAdamW (launcher/compromises/kahan.py): bf16 moments plus a bf16
+    compensation buffer, 13 unfused kernels per tensor; what the rules recommend.
+    plain: torch.optim.AdamW (fused on CUDA) on bf16 weights, no compensation: what a script that
+    calls ``model.to(torch.bfloat16)`` and builds its own AdamW runs."""
+
+    kahan = "kahan"
+    plain = "plain"
+
+
 class Optimizer(str, Enum):
     adamw = "adamw"
     sgd = "sgd"  # with momentum (one state)
@@ -61,6 +72,8 @@ class TrainConfig(BaseModel):
     image_size: int | None = Field(None, description="square input side in pixels (vision models)")
     precision: Precision = Precision.bf16
     optimizer: Optimizer = Optimizer.adamw
+    pure_bf16_update: PureBf16Update = Field(
+        PureBf16Update.kahan, description="pure-bf16's AdamW step: kahan (KahanAdamW) or plain (torch AdamW on bf16)")
     compile: bool = False
     channels_last: bool = False
     grad_ckpt: bool = False
@@ -71,6 +84,12 @@ class TrainConfig(BaseModel):
         "full gradient buffer lives at once (needs grad_accum 1)")
     cpu_offload: bool = Field(
         False, description="FSDP CPU offload: parameters, gradients and optimizer states live in host memory")
+
+    @property
+    def kahan(self) -> bool:
+        """pure-bf16 AdamW stepped by KahanAdamW (the compensated update), not plain torch AdamW."""
+        return (self.precision is Precision.pure_bf16 and self.optimizer is Optimizer.adamw
+                and self.pure_bf16_update is PureBf16Update.kahan)
 
     @model_validator(mode="after")
     def _positive(self) -> "TrainConfig":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from advisor.calibration import Calibration
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.estimate import Estimate, estimate
 from advisor.hardware import Machine, detect_machine, resolve_hardware
@@ -52,10 +52,12 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
         applied.append(f"image size {image} (the model's)")
     if req.optimizer is None:
         applied.append("optimizer adamw")
+    if precision is Precision.pure_bf16 and req.pure_bf16_update is None and (req.optimizer or Optimizer.adamw) is Optimizer.adamw:
+        applied.append("pure-bf16 update kahan (cardwise's KahanAdamW; --pure-bf16-update plain for torch AdamW on bf16 weights)")
     cfg = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image,
                       precision=precision, optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
                       lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
-                      cpu_offload=bool(req.cpu_offload))
+                      cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     est = estimate(spec, cfg, hw, dataset_size=req.dataset_size, epochs=req.epochs, calibration=calibration)
     return est, applied

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.activations import activation_profile, backward_bytes
 from advisor.calibration import Calibration
 from advisor.compromise_memory import largest_tensor_params, lora_params, state_bytes
-from advisor.config import Precision, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
 
@@ -155,7 +155,10 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     if lora:
         notes.append(f"LoRA rank {config.lora_rank}: {nt:,} trainable of {n:,} parameters; frozen base in bf16, adapters fp32")
     if p is Precision.pure_bf16:
-        notes.append("pure-bf16: weights, gradients and optimizer states in bf16, updates compensated (Kahan summation)")
+        notes.append("pure-bf16: weights, gradients and optimizer states in bf16, updates compensated (Kahan summation)"
+                     if config.kahan or config.optimizer is not Optimizer.adamw else
+                     "pure-bf16 with plain torch AdamW (--pure-bf16-update plain): weights, gradients and optimizer "
+                     "states in bf16, no compensation buffer (updates below bf16's resolution round away)")
     return MemoryEstimate(
         weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=states / GIB,
         activations_gib=acts / GIB, other_gib=(temps + buckets + gathered) / GIB + WORKSPACE_GIB,

@@ -16,12 +16,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from advisor.config import Optimizer, Precision, Strategy
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.errors import UserError
 from advisor.plan import ModelRef
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
-CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "compile",
+CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "pure_bf16_update", "compile",
                "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload")
 
 # field -> (flag, how it is written). "value": --flag VALUE; "toggle": --flag / --no-flag
@@ -33,6 +33,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "batch_size": ("--batch-size", "value"), "grad_accum": ("--grad-accum", "value"),
     "seq_len": ("--seq-len", "value"), "image_size": ("--image-size", "value"),
     "precision": ("--precision", "value"), "optimizer": ("--optimizer", "value"),
+    "pure_bf16_update": ("--pure-bf16-update", "value"),
     "compile": ("--compile", "toggle"), "channels_last": ("--channels-last", "toggle"),
     "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
     "optimizer_in_backward": ("--optimizer-in-backward", "toggle"), "cpu_offload": ("--cpu-offload", "toggle"),
@@ -64,6 +65,8 @@ class Request(BaseModel):
     image_size: int | None = Field(None, ge=1)
     precision: Precision | None = None
     optimizer: Optimizer | None = None
+    pure_bf16_update: PureBf16Update | None = Field(
+        None, description="pure-bf16's AdamW step: kahan (KahanAdamW, the default) or plain (torch AdamW on bf16)")
     compile: bool | None = None
     channels_last: bool | None = None
     grad_ckpt: bool | None = None
@@ -89,6 +92,10 @@ class Request(BaseModel):
         if self.strategy is Strategy.dp:
             raise UserError("--strategy dp (DataParallel) is never recommended",
                             fix="use --strategy ddp; `advise rules dataparallel.never` says why (the bench still measures dp)")
+        if self.pure_bf16_update is not None and self.precision is not Precision.pure_bf16:
+            given = f"--precision {self.precision.value}" if self.precision else "no --precision"
+            raise UserError(f"--pure-bf16-update {self.pure_bf16_update.value} with {given}: it says how pure-bf16 "
+                            "steps its bf16 weights", fix="add --precision pure-bf16, or drop --pure-bf16-update")
         if self.deadline_h is not None and not (self.dataset_size and self.epochs):
             raise UserError("a deadline needs the amount of work to compare against",
                             fix="add --dataset-size N --epochs E (samples per epoch and passes), or drop --deadline")

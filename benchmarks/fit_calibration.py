@@ -123,9 +123,11 @@ def spec_of(r: dict):
 def config_of(r: dict) -> TrainConfig:
     if "config" in r:  # users' rows: the configuration advise estimate chose from the row's flags
         return r["config"]
+    # pure-bf16 rows ran plain fused torch.optim.AdamW on bf16 weights (measure_reference.py,
+    # run_config: torch.optim.AdamW(..., fused=True)), not KahanAdamW: estimate what ran.
     return TrainConfig(micro_batch=r["micro_batch"], seq_len=r["seq_len"], image_size=r["image_size"],
                        precision=r["precision"], compile=r["compile"], grad_ckpt=r["grad_ckpt"],
-                       channels_last=r["channels_last"])
+                       channels_last=r["channels_last"], pure_bf16_update="plain")
 
 
 def predict(r: dict, cal: Calibration, hw: HardwareSpec):

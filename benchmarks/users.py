@@ -46,7 +46,12 @@ def request_of(flags: str, base: Path = ROOT):
     from cli.flags import request_from_namespace
     from cli.main import build_parser
 
-    args = build_parser("estimate").parse_args(_absolute(shlex.split(flags), base) + ["--gpu", GPU])
+    argv = _absolute(shlex.split(flags), base) + ["--gpu", GPU]
+    if "pure-bf16" in argv and "--pure-bf16-update" not in argv:
+        # The pure-bf16 rows ran plain fused torch.optim.AdamW on bf16 weights (measure_users_models.py,
+        # run_config: torch.optim.AdamW(..., fused=True)), not cardwise's KahanAdamW: estimate what ran.
+        argv += ["--pure-bf16-update", "plain"]
+    args = build_parser("estimate").parse_args(argv)
     return request_from_namespace(args)
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from advisor import units
-from advisor.config import Optimizer, Precision, Strategy
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.request import Request
 
 
@@ -69,6 +69,9 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--image-size", type=positive_int, metavar="N", help="image side in pixels")
     g.add_argument("--precision", choices=[p.value for p in Precision], help="bf16/fp16 = autocast with fp32 master weights")
     g.add_argument("--optimizer", choices=[o.value for o in Optimizer])
+    g.add_argument("--pure-bf16-update", choices=[u.value for u in PureBf16Update],
+                   help="with --precision pure-bf16: kahan = cardwise's KahanAdamW (default), "
+                        "plain = torch AdamW on bf16 weights (what model.to(torch.bfloat16) scripts run)")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")

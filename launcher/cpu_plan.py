@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.plan import Plan, scaled_lr
 from advisor.request import Request
@@ -104,7 +104,7 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
                          channels_last=bool(req.channels_last),
                          grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
                          lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
-                         cpu_offload=bool(req.cpu_offload))
+                         cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     plan = Plan(model=model, config=config, gpu=None, processes_per_node=procs, nodes=nodes, cpu=True,
                 global_batch=global_batch, lr=lr, base_lr=base_lr, base_batch=base_batch, lr_scaling=rule,
                 warmup_steps=warmup, total_steps=total, epochs=epochs, dataset_size=dataset,

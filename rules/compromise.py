@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor.config import Optimizer, Precision, Strategy
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.estimate import Estimate
 from rules.planner import Choice, Infeasible, Planner
 
@@ -219,11 +219,19 @@ def name_of(level: Level, ch: Choice, p: Planner) -> str:
     return "+".join([lv.name for lv in _partners(level, ch, p)] + [level.name])
 
 
+def level_gives_up(level: Level, config) -> str:
+    """The level's ``gives_up``, for the update ``config`` runs (pure-bf16 pinned with --pure-bf16-update plain)."""
+    if level.name == "pure-bf16" and config.pure_bf16_update is PureBf16Update.plain:
+        return ("fp32 master weights: weights, gradients and AdamW states in bf16, plain torch AdamW "
+                "(--pure-bf16-update plain): updates below bf16's resolution round away")
+    return level.gives_up
+
+
 def gives_up(level: Level, ch: Choice, p: Planner) -> str:
     """What this compromise gives up, with its numbers."""
     partners = _partners(level, ch, p)
     if partners:
-        return "; and ".join(lv.gives_up for lv in partners) + "; and " + _gives_up_one(level, ch, p)
+        return "; and ".join(level_gives_up(lv, ch.config) for lv in partners) + "; and " + _gives_up_one(level, ch, p)
     return _gives_up_one(level, ch, p)
 
 
@@ -234,7 +242,7 @@ def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
                 f"{ch.lr.lr:.3g} ({ch.lr.text})")
     if level.name == "cpu-offload":
         return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
-    return level.gives_up
+    return level_gives_up(level, ch.config)
 
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.calibration import Calibration
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine
 from advisor.models import ModelSpec
@@ -98,7 +98,7 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
                       optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=Strategy.single,
                       lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
-                      cpu_offload=bool(req.cpu_offload))
+                      cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
     return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
@@ -134,12 +134,12 @@ def tree(run: Run) -> None:
         run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
     elif isinstance(choice, Choice):
-        from rules.compromise import pinned
+        from rules.compromise import level_gives_up, pinned
 
         lvs = pinned(choice.config, run.req)
         if lvs:
             run.compromise = "+".join(lv.name for lv in lvs)
-            run.gives_up = "; and ".join(lv.gives_up for lv in lvs) + " (pinned)"
+            run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 

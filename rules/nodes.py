@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from advisor.config import Precision, Strategy, TrainConfig
+from advisor.config import Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.estimate import Estimate
 from advisor.units import format_hours
 from rules.planner import Choice, Infeasible
@@ -26,7 +26,9 @@ def _precision_text(cfg: TrainConfig) -> str:
     return {
         Precision.bf16: "bf16 autocast with fp32 master weights",
         Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
-        Precision.pure_bf16: "pure bf16 (weights and states in bf16, Kahan-compensated update)",
+        Precision.pure_bf16: ("pure bf16 (weights and states in bf16, "
+                              + ("plain AdamW update)" if cfg.pure_bf16_update is PureBf16Update.plain
+                                 else "Kahan-compensated update)")),
         Precision.fp32: "fp32",
         Precision.tf32: "tf32 matmuls, fp32 storage",
     }[cfg.precision]

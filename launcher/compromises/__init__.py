@@ -4,7 +4,8 @@
 that uses the runtime gets the same behaviour:
 
 - ``apply_to_model``  (from ``setup_model``): LoRA adapters (``lora``) after the plan's other model choices;
-- ``make_optimizer``  (from ``optimizer``): KahanAdamW for pure-bf16 (``kahan``), bitsandbytes
+- ``make_optimizer``  (from ``optimizer``): KahanAdamW for pure-bf16 (``kahan``; torch AdamW on the
+  bf16 weights with ``--pure-bf16-update plain``), bitsandbytes
   AdamW8bit for adamw-8bit, either wrapped per parameter for --optimizer-in-backward (``in_backward``);
 - ``describe``        (from ``prepare``): ``compromise.json`` in the run directory, what really ran
   (optimizer class, parameter dtypes, trainable counts, FSDP offload), for the run record and the tests.
@@ -69,12 +70,13 @@ def _one_optimizer(plan: Plan, params: list, lr: float, weight_decay: float, dev
         import bitsandbytes as bnb  # presence checked at plan time (checks.check_compromises)
 
         return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
-    if c.precision is Precision.pure_bf16:
+    if c.kahan:
         from launcher.compromises.kahan import KahanAdamW
 
         return KahanAdamW(params, lr=lr, weight_decay=weight_decay)
     # Fused AdamW on CUDA: one kernel over all parameters instead of a loop of small ones. Not with
-    # CPU offload, where the parameters and states the step touches live in host memory.
+    # CPU offload, where the parameters and states the step touches live in host memory. pure-bf16
+    # with --pure-bf16-update plain lands here too: fused AdamW steps bf16 weights and moments.
     fused = device.type == "cuda" and not c.cpu_offload
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
 

@@ -16,8 +16,8 @@ from advisor.plan import Plan
 # Host bytes per parameter that FSDP CPU offload keeps in RAM: fp32 weights 4 + fp32 gradients 4 + AdamW's
 # two fp32 moments 8 = 16 (the accounting of Rajbhandari et al. 2020, ZeRO, section 3.1, with the
 # gradients in fp32 as FSDP's mixed precision keeps them). pure-bf16: 2 + 2 + 2 x 2 + the Kahan buffer 2
-# (launcher.compromises.kahan).
-OFFLOAD_BYTES_PER_PARAM = {"fp32-master": 16, "pure-bf16": 10}
+# (launcher.compromises.kahan); with --pure-bf16-update plain, no buffer.
+OFFLOAD_BYTES_PER_PARAM = {"fp32-master": 16, "pure-bf16": 10, "pure-bf16-plain": 8}
 # Of the RAM the kernel reports available, leave a tenth to the page cache and the processes
 # themselves (the same margin launcher.host_fit uses for CPU ranks).
 RAM_FRACTION = 0.9
@@ -33,7 +33,9 @@ def _require(package: str, what: str) -> None:
 
 def offload_host_gib(plan: Plan, params: int) -> float:
     """Host RAM (GiB) FSDP CPU offload holds for ``params`` parameters of ``plan`` (all ranks of a node together)."""
-    per = OFFLOAD_BYTES_PER_PARAM["pure-bf16" if plan.config.precision is Precision.pure_bf16 else "fp32-master"]
+    c = plan.config
+    per = OFFLOAD_BYTES_PER_PARAM["fp32-master" if c.precision is not Precision.pure_bf16 else
+                                  "pure-bf16" if c.kahan else "pure-bf16-plain"]
     return params * per / 2**30
 
 
