@@ -160,7 +160,8 @@ class GpuPerf(BaseModel):
     peak_tflops: dict[str, float] = Field(description="dense datasheet peak by dtype (fp32, tf32, bf16, fp16, fp8)")
     bandwidth_gbps: float
     achievable: dict[str, float] = Field(description="fraction of datasheet peak reached, by work kind")
-    vs_h200: dict[str, float] = Field(description="achievable / Hopper's: what scales the H200-fit efficiencies")
+    vs_h200: dict[str, float] = Field(description="achievable / Hopper's: what scales the H200-fit efficiencies "
+                                      "(the architecture's fraction times the GPU's sustained-clock factor)")
     sources: dict[str, str]
 
 
@@ -171,7 +172,8 @@ def performance_model(gpu) -> GpuPerf:
              "fp16": gpu.fp16_tflops, "fp8": gpu.fp8_tflops}
     return GpuPerf(
         gpu=gpu.name, arch=ap.arch, peak_tflops=peaks, bandwidth_gbps=gpu.bandwidth_gbps,
-        achievable={k: round(hop[k][0] * ap.get(k).vs_h200, 4) for k in WORK_KINDS},
-        vs_h200={k: ap.get(k).vs_h200 for k in WORK_KINDS},
-        sources={"datasheet": gpu.source, **{k: f"{ap.get(k).source}; Hopper's: {hop[k][1]}" for k in WORK_KINDS}},
+        achievable={k: round(hop[k][0] * gpu.fraction_vs_h200(k), 4) for k in WORK_KINDS},
+        vs_h200={k: gpu.fraction_vs_h200(k) for k in WORK_KINDS},
+        sources={"datasheet": gpu.source, "sustained": f"{gpu.sustained} on compute kinds: {gpu.sustained_source}",
+                 **{k: f"{ap.get(k).source}; Hopper's: {hop[k][1]}" for k in WORK_KINDS}},
     )

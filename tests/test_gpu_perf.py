@@ -150,7 +150,8 @@ def test_no_fitted_architecture_moves_bytes_above_its_datasheet_bandwidth():
 
 def test_an_architecture_without_fit_rows_says_it_assumes_hoppers():
     b200 = gpu_perf.performance_model(get_gpu("B200"))
-    assert b200.vs_h200 == {k: gpu_perf.arch_perf("Hopper").get(k).vs_h200 for k in gpu_perf.WORK_KINDS}
+    clock = {k: 1.0 if k == "bandwidth" else get_gpu("B200").sustained for k in gpu_perf.WORK_KINDS}
+    assert b200.vs_h200 == pytest.approx({k: gpu_perf.arch_perf("Hopper").get(k).vs_h200 * clock[k] for k in gpu_perf.WORK_KINDS})
     assert "Hopper's fraction assumed" in b200.sources["matmul"]
 
 
@@ -158,3 +159,37 @@ def test_table_rows_are_unique_and_sourced():
     names = [g.name for g in all_gpus()]
     assert len(names) == len(set(names))
     assert all(g.source and (g.fp8_tflops == 0 or g.compute_capability >= (8, 9)) for g in all_gpus())
+
+
+def test_the_sustained_clock_factor_scales_compute_and_not_bandwidth():
+    """GpuSpec.sustained (a power-limited card's lower clock under dense load) multiplies every compute
+    kind's fraction and leaves the bandwidth fraction alone: the memory clock does not move."""
+    a10 = get_gpu("A10")
+    assert a10.sustained < 1.0
+    slow = a10.model_copy(update={"sustained": a10.sustained / 2})
+    for kind in gpu_perf.WORK_KINDS:
+        ratio = slow.fraction_vs_h200(kind) / a10.fraction_vs_h200(kind)
+        assert ratio == pytest.approx(1.0 if kind == "bandwidth" else 0.5), kind
+
+
+def test_a_slower_sustained_clock_slows_a_matmul_step_and_not_a_memory_bound_one():
+    from advisor.step_work import StepWork
+    from advisor.throughput import gpu_seconds
+    from advisor.calibration import default_calibration
+
+    cal, cfg = default_calibration(), TrainConfig(precision="bf16")
+    a10 = get_gpu("A10")
+    slow = a10.model_copy(update={"sustained": a10.sustained / 2})
+    gemm, copy = StepWork(matmul_flops=1e12), StepWork(bytes=1e9)
+    assert gpu_seconds(gemm, cfg, slow, cal)[1] > 1.9 * gpu_seconds(gemm, cfg, a10, cal)[1] - 1e-6
+    assert gpu_seconds(copy, cfg, slow, cal)[1] == pytest.approx(gpu_seconds(copy, cfg, a10, cal)[1])
+
+
+def test_the_h200_is_the_sustained_clock_reference_and_every_factor_is_sourced():
+    assert get_gpu("H200").sustained == 1.0
+    for g in all_gpus():
+        assert g.sustained > 0 and g.sustained_source, g.name
+        if g.sustained != 1.0:
+            assert "github.com/" in g.sustained_source and " of " in g.sustained_source, g.name
+    # the 300 W RTX 6000 Ada sustains less of its datasheet peak than the 450 W RTX 4090 (same AD102)
+    assert get_gpu("RTX-6000-Ada").sustained < get_gpu("RTX-4090").sustained
