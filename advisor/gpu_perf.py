@@ -75,8 +75,6 @@ class ArchPerf(BaseModel):
         return getattr(self, kind)
 
 
-
-
 def hopper_fractions() -> dict[str, tuple[float, str]]:
     """Hopper's (the H200's) absolute achievable fraction per work kind, with how it is known.
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.errors import unknown_name
+from advisor.gpu_perf import arch_of, fraction_vs_reference
 
 
 class GpuSpec(BaseModel):
@@ -53,8 +54,6 @@ class GpuSpec(BaseModel):
     @property
     def arch(self) -> str:
         """Architecture name (Volta, Turing, Ampere, Ada, Hopper, Blackwell) from the compute capability."""
-        from advisor.gpu_perf import arch_of
-
         return arch_of(self.compute_capability)
 
     @property
@@ -104,8 +103,6 @@ class GpuSpec(BaseModel):
         Compute kinds (all but ``bandwidth``) also carry ``sustained``: datasheet TFLOPS are at the
         boost clock, and a power-limited card runs dense tensor-core work at a lower one (the memory
         clock does not move, so bandwidth keeps 1). The one place the factor is applied."""
-        from advisor.gpu_perf import fraction_vs_reference
-
         clock = 1.0 if kind == "bandwidth" else self.sustained
         return fraction_vs_reference(self.compute_capability, kind) * clock
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.calibration import Calibration, calibration_key
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
-from advisor.gpu_perf import work_kind as work_kind_on
+from advisor.gpu_perf import work_kind
 from advisor.gpus import GpuSpec, get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
@@ -131,7 +131,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     layout = "nhwc" if channels_last(config) else "nchw"
     # The rates are fractions of the H200's peaks, fit there; another GPU reaches its own datasheet
     # peak times its architecture's achievable fraction over Hopper's (advisor.gpu_perf), by work kind.
-    mm_kind, conv_kind = work_kind_on(gpu, p.value, conv=False), work_kind_on(gpu, p.value, conv=True)
+    mm_kind, conv_kind = work_kind(gpu, p.value, conv=False), work_kind(gpu, p.value, conv=True)
     mm_peak = gpu.matmul_flops(p.value) * gpu.fraction_vs_h200(mm_kind)
     conv_peak = gpu.conv_flops(p.value) * gpu.fraction_vs_h200(conv_kind)  # cuDNN TF32 default
     # Memory traffic, the convolutions' included: the layout's cost (NCHW transposes around cuDNN's
@@ -144,7 +144,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         # bf16 convolution in NCHW costs what a TF32 one does (on the H200: ResNet-18/50 bf16 NCHW
         # steps 176/415-433 us a sample against TF32's 192/473-501, the gap being their elementwise
         # bytes; benchmarks/results/h200-reference.jsonl and h200-hostbound.jsonl).
-        conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind_on(gpu, "fp32", conv=True))
+        conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind(gpu, "fp32", conv=True))
         conv_bytes *= 2  # the fp32 copies: twice the bytes of the bf16 tensors the census counted
     conv_layout, transposes = layout, 0.0
     if layout == "nchw" and p is Precision.fp16 and gpu.tensor_work("fp16", conv=True):
@@ -167,7 +167,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     other = work.bytes / (bw * e["bytes"])
     kernels = work.kernels
     if config.compile:  # fusion removes memory-bound passes and their launches, not GEMM/conv work
-        other *= cal.compile_traffic.get(work_kind(work), cal.compile_traffic_factor)
+        other *= cal.compile_traffic.get(compile_family(work), cal.compile_traffic_factor)
         kernels *= COMPILED_KERNELS
     other += work.attn_bytes / (bw * e["bytes"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
@@ -185,7 +185,7 @@ def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
     return min(sm_rate, max(e["bytes"], fraction) * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
 
 
-def work_kind(work: StepWork) -> str:
+def compile_family(work: StepWork) -> str:
     """"cnn" when convolutions carry the step's FLOPs, else "transformer" (keys of the compile factors)."""
     return "cnn" if work.conv_flops + work.conv_unaligned_flops > work.matmul_flops + work.matmul_unaligned_flops \
         else "transformer"
@@ -202,7 +202,7 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
     work = work or step_work(model, config, cal)
     host = (work.kernels + OPTIMIZER_OPS / max(1, config.grad_accum)) * cal.launch_us * 1e-6
     if config.compile:
-        host *= cal.compile_launch.get(work_kind(work), cal.compile_launch_factor)
+        host *= cal.compile_launch.get(compile_family(work), cal.compile_launch_factor)
     return host
 
 

@@ -16,7 +16,6 @@ such a file from the checkout it runs in).
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -45,10 +44,6 @@ def predictions() -> tuple[list[dict], dict]:
     return rows, out
 
 
-def _stat(errs: list[float]) -> str:
-    return f"{statistics.median(errs):.1%} | {max(errs):.1%}" if errs else "- | -"
-
-
 def report(rows: list[dict], pred: dict, before: dict) -> str:
     import fit_calibration as fc
 
@@ -74,9 +69,9 @@ def report(rows: list[dict], pred: dict, before: dict) -> str:
     for (src, split), v in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
         if split == "excluded":
             continue
-        lines.append(f"| {src} | {split} | {len(v)} | {_stat([abs(x[1]) for x in v if x[1] is not None])} | "
-                     f"{_stat([abs(x[0]) for x in v])} | {_stat([abs(x[3]) for x in v if x[3] is not None])} | "
-                     f"{_stat([abs(x[2]) for x in v])} |")
+        lines.append(f"| {src} | {split} | {len(v)} | {fc._stats([abs(x[1]) for x in v if x[1] is not None])} | "
+                     f"{fc._stats([abs(x[0]) for x in v])} | {fc._stats([abs(x[3]) for x in v if x[3] is not None])} | "
+                     f"{fc._stats([abs(x[2]) for x in v])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -31,19 +31,10 @@ from rules.tree import load_tree  # the tree's structure, for renderers (the wiz
 
 
 def resolve_model(ref: ModelRef) -> ModelSpec:
-    """``advisor.sources.resolve_model`` when it is there; the catalog otherwise."""
-    try:
-        from advisor.sources import resolve_model as _resolve
-    except ImportError:
-        _resolve = None
-    if _resolve is not None:
-        return _resolve(ref)
-    if ref.name:
-        from advisor.catalog import catalog_model
+    """``advisor.sources.resolve_model``, imported when a model is resolved."""
+    from advisor.sources import resolve_model as _resolve
 
-        return catalog_model(ref.name)
-    raise UserError("--hf-config and --module need advisor.sources, which this installation lacks",
-                    fix="use a catalog model with --model NAME (see `advise models`)")
+    return _resolve(ref)
 
 
 def _ref_for_spec(spec: ModelSpec) -> ModelRef:
