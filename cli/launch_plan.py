@@ -157,7 +157,7 @@ def target_from_flags(args: argparse.Namespace, plan):
 def options_from_flags(args: argparse.Namespace, plan):
     """How to execute the plan (retries, steps, multi-node rendezvous); refuses rendezvous flags that do not fit."""
     from advisor.errors import UserError
-    from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS
+    from launcher.command import checkpoint_env
     from launcher.runner import RunOptions
 
     if plan.nodes > 1:
@@ -166,10 +166,7 @@ def options_from_flags(args: argparse.Namespace, plan):
                             fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
     elif args.node_rank not in (None, 0) or args.main_address:
         raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
-    every = getattr(args, "checkpoint_every", None)
-    env = {} if every is None else {ENV_CHECKPOINT_EVERY: str(every)}  # launcher.checkpoints reads it in the ranks
-    if getattr(args, "no_final_weights", False):
-        env[ENV_FINAL_WEIGHTS] = "0"
+    env = checkpoint_env(getattr(args, "checkpoint_every", None), not getattr(args, "no_final_weights", False))
     return RunOptions(max_oom_retries=args.max_oom_retries, max_steps=args.max_steps, machine_rank=args.node_rank or 0,
                       main_address=args.main_address, main_port=args.main_port, extra_env=env)
 

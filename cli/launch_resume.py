@@ -52,7 +52,7 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
         raise UserError(f"{', '.join(given)} cannot be combined with --resume (the resumed run keeps its plan)",
                         fix=f"advise launch --resume {args.resume} [--home DIR] [--json]")
     from launcher.checkpoints import latest
-    from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS, ENV_MAX_STEPS, ENV_RESUME, check_target
+    from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS, ENV_MAX_STEPS, check_target, checkpoint_env
     from launcher.home import resolve_home
     from launcher.runner import RunOptions
     from launcher.store import RunStore
@@ -80,9 +80,7 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
         require_gpus(plan)
     env = (old.command or {}).get("env") or {}
     max_steps, every = _count(env, ENV_MAX_STEPS), _count(env, ENV_CHECKPOINT_EVERY)
-    extra = {ENV_RESUME: str(ckpt), **({ENV_CHECKPOINT_EVERY: str(every)} if every else {}),
-             **({ENV_FINAL_WEIGHTS: "0"} if env.get(ENV_FINAL_WEIGHTS) == "0" else {})}
     options = RunOptions(max_oom_retries=args.max_oom_retries, max_steps=max_steps, main_port=args.main_port,
-                         extra_env=extra)
+                         extra_env=checkpoint_env(every, env.get(ENV_FINAL_WEIGHTS) != "0", resume=ckpt))
     print(f"advise: resuming run {old.id} from {ckpt.name}", file=sys.stderr)
     return run_recorded(args, plan, target, options, resumed_from=old.id)

@@ -45,6 +45,16 @@ ENV_FINAL_WEIGHTS = "CARDWISE_FINAL_WEIGHTS"  # "0": launcher.checkpoints saves 
 LOOPBACK = "127.0.0.1"
 
 
+def checkpoint_env(every: int | None, final_weights: bool = True, resume: Path | None = None) -> dict[str, str]:
+    """The variables ``launcher.checkpoints`` reads in the ranks (``--checkpoint-every``, ``--no-final-weights``, resume)."""
+    env = {ENV_RESUME: str(resume)} if resume is not None else {}
+    if every:
+        env[ENV_CHECKPOINT_EVERY] = str(every)
+    if not final_weights:
+        env[ENV_FINAL_WEIGHTS] = "0"
+    return env
+
+
 class Target(BaseModel):
     """What every rank runs: a built-in recipe, a script file, or a ``python -m`` module."""
 

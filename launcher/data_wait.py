@@ -45,7 +45,6 @@ class DataWaitClock:
 
     def __init__(self) -> None:
         self.waited = 0.0
-        self.total = 0.0
 
     def wrap(self, iterable: Iterable) -> Iterator:
         it = iter(iterable)
@@ -55,9 +54,7 @@ class DataWaitClock:
                 item = next(it)
             except StopIteration:
                 return
-            dt = time.perf_counter() - t0
-            self.waited += dt
-            self.total += dt
+            self.waited += time.perf_counter() - t0
             yield item
 
     def take(self) -> float:
