@@ -15,6 +15,7 @@ Configurations (seq 2048, no accumulation, checkpointing on for the full fine-tu
   standard    bf16 autocast, fp32 master weights and AdamW states, micro-batch 1
   pure-bf16   bf16 weights/grads/states, KahanAdamW, micro-batch 2
   adamw-8bit  bf16 autocast, bitsandbytes AdamW8bit, micro-batch 1
+  adamw-8bit-mb4  the same at micro-batch 4 (checks the 8-bit step rate fit on the row above)
   in-backward bf16 autocast, AdamW stepped per parameter in backward, micro-batch 1
   lora-r16    frozen bf16 base, fp32 adapters (peft), bf16 autocast, micro-batch 4
   cpu-offload FSDP2 CPUOffloadPolicy on one GPU, bf16 autocast: llama3.2-3b, not llama3-8b: 8B
@@ -54,6 +55,9 @@ CONFIGS = [
     ("pure-bf16", "llama3-8b", dict(micro_batch=2, precision=Precision.pure_bf16, grad_ckpt=True)),
     ("adamw-8bit", "llama3-8b", dict(micro_batch=1, precision=Precision.bf16, optimizer=Optimizer.adamw_8bit,
                                      grad_ckpt=True)),
+    # The check of the 8-bit step rate fit on "adamw-8bit" (benchmarks/fit_compromises.py): same optimizer, more compute.
+    ("adamw-8bit-mb4", "llama3-8b", dict(micro_batch=4, precision=Precision.bf16, optimizer=Optimizer.adamw_8bit,
+                                         grad_ckpt=True)),
     ("in-backward", "llama3-8b", dict(micro_batch=1, precision=Precision.bf16, optimizer_in_backward=True,
                                       grad_ckpt=True)),
     ("lora-r16", "llama3-8b", dict(micro_batch=4, precision=Precision.bf16, lora_rank=16, grad_ckpt=True)),
