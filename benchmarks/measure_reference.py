@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from advisor.catalog import catalog_model  # noqa: E402
 from advisor.zoo import build_trainable, init_weights, synthetic_batch  # noqa: E402
+from launcher import host_dispatch  # noqa: E402
 from steploop import ceilings, free_device, make_step, memory, timed, warm_up  # noqa: E402
 
 # (id, model, micro_batch, seq_len, image_size, precision, compile, grad_ckpt, channels_last, split)
@@ -212,6 +213,8 @@ def main() -> None:
         header.update(ceilings(device))
         free, total = torch.cuda.mem_get_info()
         header["context_gib"] = (total - free) / 2**30
+    # This host's dispatch speed (launcher.host_dispatch): host-bound rows are predicted with it.
+    header["host_dispatch"] = host_dispatch.measure(device, windows=2 if args.smoke else 7)
     print(json.dumps(header), flush=True)
     began = time.perf_counter()
     with args.out.open("a") as f:

@@ -303,6 +303,13 @@ def header(device: str) -> dict:
         free, total = torch.cuda.mem_get_info()
         h["context_gib"] = (total - free) / 2**30
         h["device_total_gib"] = total / 2**30
+    # This host's dispatch speed (launcher.host_dispatch): host-bound rows are predicted with it.
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from launcher import host_dispatch
+
+    h["host_dispatch"] = host_dispatch.measure(device, windows=2 if device == "cpu" else 7)
     return h
 
 
