@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from advisor import host_speed
 from advisor.probe_factors import ModelFactor, bench_model_factors, with_model_factors
 
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
@@ -46,6 +47,18 @@ class Calibration(BaseModel):
     # ~5-10 us per op on a fast bare-metal CPU); fit by benchmarks/fit_calibration.py on the
     # host-bound H200 fit rows (batch <= 8), whose virtual machine dispatches several times slower.
     launch_us: float = 6.0
+    # The same per kind of step ("cnn", "transformer": advisor.throughput.compile_family), fit on the
+    # host-bound fit rows: a cuDNN convolution's dispatch (its plan lookup) costs the host more than
+    # an elementwise op or a cuBLAS call, and CNN steps are mostly convolutions and their BN/ReLU.
+    # launch_us is the fallback for a kind with no row.
+    launch_us_by_kind: dict[str, float] = Field(default_factory=dict)
+    # This host's dispatch time over the host's that fit launch_us (advisor.host_speed: `advise probe`
+    # times launcher.host_dispatch's reference step). 1.0 when not measured; multiplies every host term.
+    host_factor: float = 1.0
+    host_source: str = host_speed.ASSUMED
+    # That reference step on the host whose rows fit launch_us, microseconds (the header of the
+    # host-bound measurement file; benchmarks/fit_calibration.py writes it). None: no host factor.
+    host_dispatch_ref_us: float | None = None
     # Host time of a compiled step over the eager one, per kind ("cnn", "transformer"); fit on the
     # compiled small-batch fit rows. compile_launch_factor is the fallback for a kind with no row.
     compile_launch: dict[str, float] = Field(default_factory=dict)
@@ -151,7 +164,7 @@ def default_calibration() -> Calibration:
 
 
 def load_calibration(home: Path | None) -> Calibration:
-    """Packaged constants plus the factors `advise bench` measured on this machine, if any."""
+    """Packaged constants plus what `advise bench` and `advise probe` measured on this machine, if any."""
     cal = default_calibration()
     if home is None:
         return cal
@@ -168,6 +181,7 @@ def load_calibration(home: Path | None) -> Calibration:
     # `advise probe`'s per-model factors (more specific) override the same key.
     cal = cal.model_copy(update={"model_factors": {**cal.model_factors, **bench_model_factors(data.get("samples"))}})
     cal = with_model_factors(cal, Path(home))
+    cal = host_speed.with_host_speed(cal, host_speed.read_host_speed(Path(home)))
     measured = data.get("measured", {})
     if not measured or not isinstance(measured, dict):
         return cal

@@ -30,11 +30,16 @@ from advisor.calibration import Calibration
 from advisor.config import Precision, TrainConfig
 from advisor.models import ModelSpec
 
-# Kernels (aten ops that launch) per transformer layer per forward+backward under autocast, by
-# layer kind (mlp, norm): counted by advisor.tracer on the zoo's layers, and re-counted by
+# Kernels (aten ops that launch) per transformer layer per forward+backward, by layer kind (mlp,
+# norm) and traced precision: counted by advisor.tracer on the zoo's layers, and re-counted by
 # tests/test_estimator.py::test_kernel_counts_match_the_tracer. HF-style RMSNorm is op-for-op
 # (upcast, pow, mean, rsqrt, muls), hence SwiGLU/RMSNorm layers launch about twice as many.
-KERNELS_PER_LAYER = {("gelu", "layernorm"): 70, ("swiglu", "rmsnorm"): 139}
+# Autocast's casts of weights and inputs are dispatches of their own: a GELU/LayerNorm layer
+# launches 70 under bf16 autocast and 36 without (fp32, pure-bf16). On the H200 the CUDA kernels
+# profiled per step agree in direction: vit-b-16 974 bf16 vs 613 fp32, mini-transformer 500 vs 358
+# (benchmarks/results/h200-hostbound-2026-12-04.jsonl, cuda_kernels).
+KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 70, "fp32": 36, "pure-bf16": 36},
+                     ("swiglu", "rmsnorm"): {"bf16": 139, "fp32": 105, "pure-bf16": 113}}
 KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
 
 
@@ -100,7 +105,8 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
-        per_layer = KERNELS_PER_LAYER.get((a.mlp, a.norm), max(KERNELS_PER_LAYER.values()))
+        counts = KERNELS_PER_LAYER.get((a.mlp, a.norm), KERNELS_PER_LAYER[("swiglu", "rmsnorm")])
+        per_layer = counts[key]
         head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head
         odd = a.vocab % 2 == 1
         work = StepWork(matmul_flops=6.0 * (a.matmul_params() - head) * tokens * mb,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor import host_speed
 from advisor.calibration import Calibration, calibration_key
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
@@ -200,7 +201,8 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
     cuda_kernels), so the factor is fit per kind (CNN, transformer), not assumed small.
     """
     work = work or step_work(model, config, cal)
-    host = (work.kernels + OPTIMIZER_OPS / max(1, config.grad_accum)) * cal.launch_us * 1e-6
+    launch_us = cal.launch_us_by_kind.get(compile_family(work), cal.launch_us)
+    host = (work.kernels + OPTIMIZER_OPS / max(1, config.grad_accum)) * launch_us * 1e-6 * cal.host_factor
     if config.compile:
         host *= cal.compile_launch.get(compile_family(work), cal.compile_launch_factor)
     return host
@@ -241,6 +243,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
                      else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
+    if gpu.name == "cpu" and cal.host_factor != 1.0:  # the factor times a CUDA host's dispatch (advisor.host_speed)
+        cal = cal.model_copy(update={"host_factor": 1.0, "host_source": host_speed.ASSUMED})
     work = step_work(model, config, cal)
     mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)
     host_s = host_seconds(model, config, cal, work)
@@ -249,6 +253,11 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         host_s *= world  # one Python thread per replica under the GIL (DataParallel)
     micro_s = combine(gpu_s, host_s, cal.host_combine_p)
     compute_s = micro_s * config.grad_accum
+    if host_s > gpu_s and gpu.name != "cpu":
+        # Host speed varies by machine far more than GPU speed does (advisor.host_speed): say whose was used.
+        notes.append(f"host-bound: the CPU's kernel dispatch ({host_s * 1e3:.1f} ms a micro-batch) sets the pace, "
+                     f"not the GPU ({gpu_s * 1e3:.1f} ms); host speed {cal.host_source}"
+                     + ("; `advise probe` measures this machine's" if cal.host_factor == 1.0 else ""))
 
     nt = trainable_params(model, config)
     shard = world if config.strategy is Strategy.fsdp else 1
@@ -276,7 +285,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         comm = (model.params * p.weight_bytes + grad_bytes) * (world - 1) / link * config.grad_accum
         exposed = comm
     # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
-    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us, nt, shard, cal.gpu_kernel_us)
+    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us * cal.host_factor, nt, shard,
+                            cal.gpu_kernel_us)
     if extra.replaces_optimizer_s:
         opt_s = 0.0
     elif extra.optimizer_s is not None:

@@ -193,8 +193,9 @@ def test_non_positive_sizes_are_user_errors(field):
         TrainConfig(**{field: 0})
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
 @pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
-def test_kernel_counts_match_the_tracer(name):
+def test_kernel_counts_match_the_tracer(name, precision):
     """The launch-overhead constants are what the tracer counts on the zoo's layers."""
     torch = pytest.importorskip("torch")
     from advisor.step_work import KERNELS_PER_LAYER
@@ -207,5 +208,5 @@ def test_kernel_counts_match_the_tracer(name):
         spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
         with torch.device("meta"):
             model = build_trainable(spec)
-        counts[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, "bf16").kernels
-    assert counts[2] - counts[1] == KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)]
+        counts[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).kernels
+    assert counts[2] - counts[1] == KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
