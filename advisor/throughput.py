@@ -81,6 +81,8 @@ class ThroughputEstimate(BaseModel):
     exposed_comm_s: float = Field(description="per optimizer step: communication not hidden by compute")
     optimizer_s: float
     host_bound: bool = Field(description="kernel launches, not the GPU, set the pace")
+    host_speed: str = Field(host_speed.ASSUMED, description="whose dispatch speed host_s assumes: the benchmark "
+                                                            "host's, or this machine's as `advise probe` measured it")
     scaling_efficiency: float = Field(1.0, description="samples/s over (GPUs x one-GPU samples/s)")
     calibrated: bool = False
     notes: list[str] = Field(default_factory=list)
@@ -313,5 +315,5 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         mfu=model_flops / (peak * world), tflops_per_gpu=model_flops / world / 1e12,
         compute_s=compute_s, matmul_s=mm_s * config.grad_accum, gpu_s=gpu_s * config.grad_accum,
         host_s=host_s * config.grad_accum, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
-        host_bound=host_s > gpu_s, calibrated=calibrated, notes=notes,
+        host_bound=host_s > gpu_s, host_speed=cal.host_source, calibrated=calibrated, notes=notes,
     )

@@ -151,3 +151,6 @@ def render(result, console=None) -> None:
     if result.stored:
         console.print(Text(f"factors stored for {result.factor_key} in {result.stored}: later estimates of this "
                            f"model on {result.device} use them", style="green"))
+    if result.host_stored:
+        console.print(Text(f"host dispatch speed stored in {result.host_stored}: later estimates of every model on "
+                           f"this machine use it (x{result.host_factor:.2f})", style="green"))

@@ -8,8 +8,10 @@ Three parts, as ``advise bench``: *checks* (``probe_target``: one device, the de
 the CPU, and the hardware its estimate uses; mistakes raise UserError before anything starts),
 *running* (one child per micro-batch, ``launcher.recipes.probe`` through
 ``launcher.runner.Launch``, with the bench's utilisation sampler beside it; a device OOM tries
-half the micro-batch, down to 1), and *arithmetic* (``compare``: measured over the uncalibrated
-estimate of the configuration that ran, stored as ``advisor.probe_factors`` factors).
+half the micro-batch, down to 1), and *arithmetic* (``compare``: measured over the estimate of the
+configuration that ran with the packaged constants and this host's dispatch speed, which the
+child times first on a GPU (``launcher.host_dispatch``); stored as ``advisor.probe_factors``
+factors and ``advisor.host_speed``'s ``host-speed.json``).
 
 One device, whatever the plan's GPU count: a DDP rank runs exactly this configuration (one whole
 replica per GPU), which is what the probe measures. FSDP shards the model, which one device
@@ -73,6 +75,8 @@ class ProbeMeasured(BaseModel):
     implementation: str
     device_name: str
     torch: str | None = None
+    host_dispatch_us: float | None = Field(None, description="GPU probes: launcher.host_dispatch's reference step, "
+                                                             "microseconds (this host's dispatch speed)")
 
 
 class ProbeResult(BaseModel):
@@ -87,11 +91,15 @@ class ProbeResult(BaseModel):
     config: TrainConfig = Field(description="the configuration measured (the last attempt's)")
     attempts: list[ProbeAttempt] = Field(default_factory=list)
     measured: ProbeMeasured | None = None
-    estimate: Estimate | None = Field(None, description="uncalibrated estimate of the measured configuration")
+    estimate: Estimate | None = Field(None, description="estimate of the measured configuration: packaged constants "
+                                                         "and this host's measured dispatch speed only")
     memory_ratio: float | None = Field(None, description="measured / estimated peak_gib")
     throughput_ratio: float | None = Field(None, description="measured / estimated samples_per_s")
     factor_key: str | None = None
     stored: str | None = Field(None, description="file the factors were written to")
+    host_factor: float | None = Field(None, description="this host's dispatch time over the benchmark host's "
+                                                        "(advisor.host_speed); later estimates' host terms use it")
+    host_stored: str | None = Field(None, description="file the host's dispatch speed was written to")
     probe_dir: str | None = None
     error: str | None = None
     notes: list[str] = Field(default_factory=list)
@@ -238,9 +246,16 @@ def compare(result: dict, sampler, spec, config: TrainConfig, target: ProbeTarge
     """Measured beside the uncalibrated estimate of the same configuration; the factors saved."""
     from advisor.calibration import default_calibration
     from advisor.estimate import estimate
+    from advisor.host_speed import HostSpeed, save_host_speed, with_host_speed
     from advisor.probe_factors import ModelFactor, save_model_factor
 
-    est = estimate(spec, config, target.hardware, calibration=default_calibration())
+    # The estimate is for this host: its measured dispatch speed first (advisor.host_speed), so that the
+    # model's factor is what remains beyond the host, and one probe's host serves every later estimate.
+    dispatch = result.get("host_dispatch") if target.gpu_index is not None else None
+    speed = HostSpeed(us_per_step=dispatch["us_per_step"], ops_per_step=dispatch.get("ops_per_step"),
+                      device=base["device"]) if dispatch else None
+    cal = with_host_speed(default_calibration(), speed)
+    est = estimate(spec, config, target.hardware, calibration=cal)
     sps = result["samples_per_s"]
     tokens = est.throughput.tokens_per_s / est.throughput.samples_per_s if est.throughput.tokens_per_s else None
     util = sampler.mean(result.get("t_start"), result.get("t_end"))
@@ -250,7 +265,8 @@ def compare(result: dict, sampler, spec, config: TrainConfig, target: ProbeTarge
         tokens_per_s=sps * tokens if tokens else None, gpu_util_pct=util if target.gpu_index is not None else None,
         cpu_util_pct=util if target.gpu_index is None else None, first_step_s=result.get("first_step_s"),
         steps=result["steps"], warmup_steps=result["warmup_steps"], implementation=result["implementation"],
-        device_name=result.get("device_name", base["device"]), torch=result.get("torch"))
+        device_name=result.get("device_name", base["device"]), torch=result.get("torch"),
+        host_dispatch_us=speed.us_per_step if speed else None)
     mem_ratio = measured.peak_gib / est.memory.peak_gib if est.memory.peak_gib > 0 and measured.peak_gib > 0 else None
     thr_ratio = sps / est.throughput.samples_per_s if est.throughput.samples_per_s > 0 else None
     notes = []
@@ -260,6 +276,12 @@ def compare(result: dict, sampler, spec, config: TrainConfig, target: ProbeTarge
     if target.gpu_index is None:
         notes.append("CPU probe: memory is peak RSS over the process's RSS before the model was built; "
                      "its factors apply to CPU estimates only")
+    host_stored = None
+    if speed is not None:
+        notes.append(f"host dispatch: {speed.us_per_step:,.0f} us per reference step, x{cal.host_factor:.2f} the time of "
+                     "the H200 host that fit launch_us" + ("" if cal.host_dispatch_ref_us else " (no reference: not applied)"))
+        if save:
+            host_stored = str(save_host_speed(home, speed))
     stored = None
     if save and (mem_ratio or thr_ratio):
         factor = ModelFactor(key=key, model=base["identity"], device=base["device"], variant=key.rsplit("|", 1)[1],
@@ -270,4 +292,4 @@ def compare(result: dict, sampler, spec, config: TrainConfig, target: ProbeTarge
         stored = str(save_model_factor(home, factor))
     return ProbeResult(status="ok", config=config, attempts=attempts, measured=measured, estimate=est,
                        memory_ratio=mem_ratio, throughput_ratio=thr_ratio, factor_key=key, stored=stored,
-                       notes=notes, **base)
+                       host_factor=cal.host_factor if speed else None, host_stored=host_stored, notes=notes, **base)

@@ -122,7 +122,9 @@ def test_convolution_traffic_scales_with_sm_cycles_up_to_dram(monkeypatch):
     from advisor.throughput import conv_traffic_rate
 
     monkeypatch.setattr(gpu_perf, "_fitted", lambda: {})  # every architecture at Hopper's fractions
-    e = default_calibration().rate_efficiency
+    # The rates of the H200 fit that this was written on (conv traffic 15% / 38% of the bandwidth, other
+    # kernels 77%): the property is the code's, whatever a later refit finds.
+    e = {**default_calibration().rate_efficiency, "conv_bytes|nchw": 0.15, "conv_bytes|nhwc": 0.38, "bytes": 0.77}
     h200, h100, t4 = get_gpu("H200"), get_gpu("H100 SXM"), get_gpu("T4")
     assert h100.sm_cycles == pytest.approx(h200.sm_cycles, rel=0.01)  # 132 SMs x 1.98 GHz, both
     assert get_gpu("A100").sm_cycles == pytest.approx(108 * 1.41e9, rel=0.01)  # 64 fp32 lanes per SM (8.0)

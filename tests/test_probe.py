@@ -236,7 +236,7 @@ def test_a_gpu_factor_changes_that_model_on_that_gpu_only(tmp_path):
     other = catalog_model("mini-transformer")
     assert estimate(other, config, h200, calibration=cal) == estimate(other, config, h200, calibration=default_calibration())
     compiled = config.model_copy(update={"compile": True})
-    assert not any("advise probe" in n for n in estimate(spec, compiled, h200, calibration=cal).notes)
+    assert not any("from advise probe" in n for n in estimate(spec, compiled, h200, calibration=cal).notes)
     # FSDP shards what the probe ran whole: named, not applied
     fsdp = resolve_hardware(_no_gpu(), gpu="h200", gpus=8)
     sharded = config.model_copy(update={"strategy": Strategy.fsdp})

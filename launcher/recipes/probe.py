@@ -131,6 +131,12 @@ def measure(plan, warmup: int, steps: int) -> dict:
     # --module: the child loads the factory itself; the parent already traced it for the estimate.
     spec = None if ref.module else resolve_model(ref)
     build = _module if ref.module else (_hf if ref.hf_config else _catalog)
+    dispatch = None
+    if cuda:  # this host's dispatch speed, before the model takes the GPU (advisor.host_speed)
+        from launcher import host_dispatch
+
+        dispatch = host_dispatch.measure(device)
+        _say(f"host dispatch: {dispatch['us_per_step']:.0f} us per reference step ({dispatch['us_per_op']:.1f} us/op)")
     baseline_rss = _rss_gib()
     torch.manual_seed(0)
     model, pool, loss_fn, implementation = build(plan, spec, device)
@@ -174,7 +180,7 @@ def measure(plan, warmup: int, steps: int) -> dict:
         "peak_gib": torch.cuda.max_memory_allocated(device) / GIB if cuda else max(0.0, peak_rss - baseline_rss),
         "reserved_gib": torch.cuda.max_memory_reserved(device) / GIB if cuda else None,
         "peak_rss_gib": peak_rss, "baseline_rss_gib": baseline_rss,
-        "torch": torch.__version__,
+        "torch": torch.__version__, "host_dispatch": dispatch,
     }
     _say(f"{out['samples_per_s']:.2f} samples/s, peak {out['peak_gib']:.3f} GiB")
     return out
