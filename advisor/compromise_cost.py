@@ -1,5 +1,5 @@
 """Step time the memory compromises add or change: CPU offload's host transfers and CPU optimizer
-step, the optimizer step in backward's per-parameter calls, KahanAdamW's unfused per-tensor kernels,
+step (clipping and AdamW on one host thread), the optimizer step in backward's per-parameter calls, KahanAdamW's unfused per-tensor kernels,
 bitsandbytes' 8-bit AdamW step.
 
 ``throughput.estimate_throughput`` calls ``compromise_cost`` once, after the standard step time
@@ -7,7 +7,8 @@ bitsandbytes' 8-bit AdamW step.
 standard optimizer's one streaming pass, ``extra_s`` is added. Each optimizer is modelled from how
 its step runs: launches per parameter tensor (llama3-8b has 291), synchronisations, bytes and the
 kernel's achieved rate. Rough where it says so; the 8-bit kernel's rate is fit on one measured
-configuration (``benchmarks/fit_compromises.py`` -> ``advisor/data/compromise_rates.json``).
+configuration (``benchmarks/fit_compromises.py`` -> ``advisor/data/compromise_rates.json``), and so is CPU
+offload's host step (clipping and torch AdamW on one host thread).
 """
 
 from __future__ import annotations
@@ -24,11 +25,33 @@ from advisor.models import ModelSpec
 
 RATES = Path(__file__).with_name("data") / "compromise_rates.json"
 
-# PyTorch's CPU Adam: ~1.4 s per billion parameters per step on a two-socket Xeon (Ren et al. 2021,
-# ZeRO-Offload, Table 3, "PT-CPU" column; DeepSpeed's CPU-Adam is ~6x faster). Rough. Its per-tensor
-# loop (torch.optim.AdamW on CPU tensors runs _single_tensor_adamw, ~10 ops a tensor) is inside that
-# figure; FSDP's copies are one per wrapped unit, not per tensor: no launch term is missing here.
-CPU_ADAM_S_PER_BPARAM = 1.4
+# FSDP2 CPU offload (--cpu-offload: Accelerate's fsdp_offload_params -> torch's CPUOffloadPolicy, pinned
+# host memory; accelerate 1.16 utils/fsdp_utils.fsdp2_prepare_model, torch 2.13 distributed/fsdp/_fully_shard),
+# one step as it runs:
+# - GPU side: each unit's fp32 shard is copied host-to-device (FSDPParam.all_gather_inputs:
+#   .to(device, non_blocking=True) on the all-gather copy-in stream, one unit prefetched ahead) in forward
+#   and again in backward (reshard_after_forward); each unit's gradient, reduce-scattered and cast back to
+#   fp32, is copied device-to-host on the post-reduce stream (_fsdp_collectives.foreach_reduce) while
+#   backward goes on. The two directions use separate copy engines: forward takes max(compute, copies in),
+#   backward max(compute, copies in, copies out). With accumulation, later micro-batches' gradient copies
+#   are blocking (they accumulate into the host gradient), so they are charged in full.
+# - Host side, after backward (the CPU waits on the gradient copies' events): accelerate's clip_grad_norm_
+#   (FSDP2: _clip_grad_norm_dtensor_aware, a vector_norm then a mul_ per CPU DTensor gradient), then
+#   torch.optim.AdamW as launcher/compromises builds it with offload (fused=None): _single_tensor_adamw, since
+#   DTensor is not in optimizer._foreach_supported_types: per tensor 8 elementwise ops over the fp32 weight,
+#   gradient and moments (~80 bytes a parameter), two of them (sqrt, the division) allocating a fresh
+#   parameter-sized temporary whose pages the kernel must fault in and zero. All of it on ONE thread:
+#   `accelerate launch` sets OMP_NUM_THREADS=1 for GPU ranks when the environment has none
+#   (accelerate/commands/launch.py _validate_launch_command, utils/launch.py), and launcher.command sets it
+#   only for --cpu plans. Its per-parameter time is the host's own (one core's memory bandwidth and page
+#   faults, not a datasheet figure): fit in compromise_rates.json ("cpu_step_s_per_param") by
+#   benchmarks/fit_compromises.py on ONE measured row, checked by none yet. (ZeRO-Offload, Ren et al. 2021,
+#   Table 3, gives ~1.4 s per billion parameters for PyTorch's CPU Adam on a two-socket Xeon with all its
+#   cores: a multi-threaded figure, well below the one-thread rate fit on the H200 host.)
+# Share of a micro-batch's GPU compute that is forward: 1 of 3 (backward is twice the forward), 1 of 4
+# with checkpointing (the forward is run again in backward).
+FWD_SHARE = 1.0 / 3.0
+FWD_SHARE_CKPT = 1.0 / 4.0
 # Achieved share of the PCIe link's one-way peak for pinned host<->device copies (the same 0.7 the
 # offload alternative used; NVIDIA "How to Optimize Data Transfers in CUDA C/C++": pinned copies
 # reach ~70-80% of the link). Rough.
@@ -142,14 +165,31 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.notes.append(f"optimizer step in backward: {tensors} per-parameter optimizer calls "
                          f"(~{launches * 1e3:.0f} ms on the host per step)")
     if config.cpu_offload:
-        link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
-        # parameters copied in (fp32 flat parameters, forward and again for backward) every
-        # micro-batch, gradients copied out once per step
-        h2d = 2 * 4 * model.params / shard * config.grad_accum / link
-        d2h = 4 * trainable / shard / link
-        cpu_step = trainable / shard / 1e9 * CPU_ADAM_S_PER_BPARAM
-        exposed = max(0.0, h2d - compute_s) + d2h
-        out.extra_s += exposed + cpu_step
+        copies, cpu_step = cpu_offload_step_s(model, config, hw, compute_s, trainable, shard)
+        out.extra_s += copies + cpu_step
         out.replaces_optimizer_s = True
-        out.notes.append(f"CPU offload (rough): +{exposed:.1f} s of PCIe copies and +{cpu_step:.1f} s of CPU AdamW per step")
+        out.notes.append(f"CPU offload: +{copies:.1f} s of PCIe copies not hidden by compute and +{cpu_step:.1f} s of "
+                         f"gradient clipping and AdamW on one host thread per step")
     return out
+
+
+def cpu_step_s(params: float, rate: float | None = None) -> float:
+    """Host time of one offloaded step's clipping and torch AdamW over ``params`` fp32 parameters, on the
+    one thread `accelerate launch` gives a GPU rank (rate fit in compromise_rates.json)."""
+    r = compromise_rates()["cpu_step_s_per_param"] if rate is None else rate
+    return params * r
+
+
+def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, trainable: int,
+                       shard: int, rate: float | None = None) -> tuple[float, float]:
+    """(copy time not hidden by GPU compute, host optimizer time) of one FSDP2 CPU-offload step (see above)."""
+    link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
+    weight_b = 2 if config.precision is Precision.pure_bf16 else 4  # the host shards' dtype (fp32 master weights)
+    copy_in = weight_b * model.params / shard / link  # one pass of unit-by-unit copies over all parameters
+    copy_out = weight_b * trainable / shard / link  # gradients, in the weights' dtype
+    accum = max(1, config.grad_accum)
+    micro = compute_s / accum
+    fwd = micro * (FWD_SHARE_CKPT if config.grad_ckpt else FWD_SHARE)
+    one = max(fwd, copy_in) + max(micro - fwd, copy_in, copy_out) - micro
+    exposed = one * accum + (accum - 1) * copy_out
+    return exposed, cpu_step_s(trainable / shard, rate)
