@@ -138,9 +138,19 @@ def kahan_step_s(params: float, tensors: int, bw: float, launch_us: float, gpu_k
     return kernels * launch_us * 1e-6, params * KAHAN_BYTES_PER_PARAM / bw + kernels * gpu_kernel_us * 1e-6
 
 
+def _combine(gpu_s: float, host_s: float, p: float) -> float:
+    """throughput.combine (not imported: throughput imports this module)."""
+    return max(gpu_s, host_s) if p <= 0 else (gpu_s**p + host_s**p) ** (1.0 / p)
+
+
 def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, bw: float, launch_us: float,
-                    trainable: int, shard: int, gpu_kernel_us: float = 0.0) -> CompromiseCost:
+                    trainable: int, shard: int, gpu_kernel_us: float = 0.0, *, gpu_s: float | None = None,
+                    host_s: float | None = None, opt_s: float = 0.0, combine_p: float = 0.0) -> CompromiseCost:
+    """``gpu_s``/``host_s``: the step's GPU and host pipelines (compute_s combines them), ``opt_s`` the
+    standard optimizer's GPU pass, ``combine_p`` the calibration's host_combine_p; with them, a step in
+    backward that never synchronises is overlapped with backward instead of added after it."""
     out = CompromiseCost()
+    opt_host = opt_gpu = None  # an unsynchronised optimizer's host and GPU parts, when modelled here
     tensors = param_tensors(model)
     if config.optimizer is Optimizer.adamw_8bit and not config.cpu_offload:
         host, kernel = adamw_8bit_step_s(trainable / shard, tensors, hw.gpu, launch_us)
@@ -150,6 +160,11 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
     elif config.kahan and config.lora_rank is None and not config.cpu_offload:
         host, gpu = kahan_step_s(trainable / shard, tensors, bw, launch_us, gpu_kernel_us)
         out.optimizer_s = max(host, gpu)
+        opt_host, opt_gpu = host, gpu
+        if gpu_s is not None and host_s is not None and not config.optimizer_in_backward:
+            # Nothing synchronises between backward and the step (clip_grad_norm_ keeps the norm on the
+            # device): the host launches the step's kernels while the GPU still works through backward.
+            out.optimizer_s = _combine(gpu_s + gpu, host_s + host, combine_p) - compute_s
         out.notes.append(f"KahanAdamW: {KAHAN_KERNELS_PER_TENSOR} unfused kernels per tensor x {tensors} "
                          f"(~{gpu * 1e3:.0f} ms on the GPU, ~{host * 1e3:.0f} ms of launches)")
     elif (config.precision is Precision.pure_bf16 and config.optimizer is Optimizer.adamw
@@ -159,10 +174,25 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.notes.append("pure-bf16 with plain torch AdamW (--pure-bf16-update plain): one fused pass over bf16, "
                          "no Kahan compensation")
     if config.optimizer_in_backward:
-        per_call = IN_BACKWARD_CALL_OPS + (FUSED_KERNELS_PER_CALL if out.optimizer_s is None else 0)
+        fused = out.optimizer_s is None
+        per_call = IN_BACKWARD_CALL_OPS + (FUSED_KERNELS_PER_CALL if fused else 0)
         launches = tensors * per_call * launch_us * 1e-6
-        out.extra_s += launches
+        if fused:
+            opt_host, opt_gpu = 0.0, opt_s
+        if opt_host is not None and gpu_s is not None and host_s is not None and config.grad_accum == 1:
+            # The hooks run on autograd's thread while backward's kernels are still queued on the GPU, and
+            # neither fused AdamW/SGD nor KahanAdamW synchronises (launcher/compromises/in_backward.py): their
+            # host time joins the host pipeline that runs ahead of the GPU and their kernels the GPU's, the
+            # two combined as throughput.combine does for any step. (bitsandbytes synchronises after every
+            # tensor: its calls stay added after backward.)
+            step = _combine(gpu_s + opt_gpu, host_s + opt_host + launches, combine_p)
+            out.extra_s += step - compute_s - (opt_s if fused else out.optimizer_s)
+        else:
+            out.extra_s += launches
         out.notes.append(f"optimizer step in backward: {tensors} per-parameter optimizer calls "
+                         f"(~{launches * 1e3:.0f} ms on the host per step, run while the GPU works through backward)"
+                         if opt_host is not None and gpu_s is not None else
+                         f"optimizer step in backward: {tensors} per-parameter optimizer calls "
                          f"(~{launches * 1e3:.0f} ms on the host per step)")
     if config.cpu_offload:
         copies, cpu_step = cpu_offload_step_s(model, config, hw, compute_s, trainable, shard)

@@ -276,7 +276,9 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         comm = (model.params * p.weight_bytes + grad_bytes) * (world - 1) / link * config.grad_accum
         exposed = comm
     # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
-    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us, nt, shard, cal.gpu_kernel_us)
+    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us, nt, shard, cal.gpu_kernel_us,
+                            gpu_s=gpu_s * config.grad_accum, host_s=host_s * config.grad_accum, opt_s=opt_s,
+                            combine_p=cal.host_combine_p)
     if extra.replaces_optimizer_s:
         opt_s = 0.0
     elif extra.optimizer_s is not None:
