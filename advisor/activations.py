@@ -131,9 +131,11 @@ def activation_precision(config: TrainConfig) -> Precision:
     is FSDP2 with ``MixedPrecisionPolicy(param_dtype=reduce_dtype=bf16)`` (accelerate 1.16,
     utils/dataclasses.FullyShardedDataParallelPlugin.set_mixed_precision): the gathered weights are bf16,
     so the embedding's output, the norms' weight products and the residual adds are bf16 too, and autocast
-    finds every matmul input already bf16 and makes no cast copies: what pure-bf16 keeps (r = 2 bytes)."""
+    finds every matmul input already bf16 and makes no cast copies: what pure-bf16 keeps (r = 2 bytes).
+    LoRA likewise: the runtime casts the frozen base to bf16 before peft wraps it
+    (launcher/compromises/lora.py; peft's own casts for the fp32 adapters are step_work's and memory's)."""
     p = config.precision
-    if p.autocast and (config.strategy is Strategy.fsdp or config.cpu_offload):
+    if p.autocast and (config.strategy is Strategy.fsdp or config.cpu_offload or config.lora_rank is not None):
         return Precision.pure_bf16
     return p
 

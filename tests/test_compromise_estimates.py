@@ -82,6 +82,15 @@ def test_cpu_offload_peak_is_the_loss_backward_with_bf16_activations_and_no_grad
     assert m.peak_gib == pytest.approx(7.42, rel=0.05)
 
 
+def test_lora_activations_are_bf16_since_the_base_is_cast_to_bf16():
+    """The runtime casts the frozen base to bf16 before peft wraps it: a bf16 residual stream.
+    Measured on one H200: 29.4 GiB (benchmarks/results/h200-compromises/lora-r16.json)."""
+    from advisor.activations import activation_precision
+    assert activation_precision(TrainConfig(micro_batch=4, lora_rank=16)) is Precision.pure_bf16
+    m = _est(micro_batch=4, lora_rank=16, grad_ckpt=True).memory
+    assert m.peak_gib == pytest.approx(29.4, rel=0.05)
+
+
 def test_lora_loads_the_base_in_bf16_and_autocast_copies_only_the_adapters():
     spec = catalog_model("llama3-8b")
     nt = lora_params(spec, 16)
