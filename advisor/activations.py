@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.config import Precision, TrainConfig
+from advisor.config import Precision, Strategy, TrainConfig
 from advisor.models import ModelSpec, TransformerArch
 
 
@@ -126,11 +126,25 @@ def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = Fa
     return n + loss, loss
 
 
+def activation_precision(config: TrainConfig) -> Precision:
+    """The precision the activations are computed in. FSDP with mixed precision (CPU offload included)
+    is FSDP2 with ``MixedPrecisionPolicy(param_dtype=reduce_dtype=bf16)`` (accelerate 1.16,
+    utils/dataclasses.FullyShardedDataParallelPlugin.set_mixed_precision): the gathered weights are bf16,
+    so the embedding's output, the norms' weight products and the residual adds are bf16 too, and autocast
+    finds every matmul input already bf16 and makes no cast copies: what pure-bf16 keeps (r = 2 bytes).
+    LoRA likewise: the runtime casts the frozen base to bf16 before peft wraps it
+    (launcher/compromises/lora.py; peft's own casts for the fp32 adapters are step_work's and memory's)."""
+    p = config.precision
+    if p.autocast and (config.strategy is Strategy.fsdp or config.cpu_offload or config.lora_rank is not None):
+        return Precision.pure_bf16
+    return p
+
+
 def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
                        gelu_kept: float = 1.0) -> ActivationProfile:
     """Per-sample saved bytes for ``config``; ``compile_factor`` scales traced (non-transformer) models
     when compiled, ``gelu_kept`` is the compiled GELU MLP's kept tensors (calibrated)."""
-    p = config.precision
+    p = activation_precision(config)
     if model.arch is not None and not (model.trace is not None and model.trace.layers and not config.compile):
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
@@ -157,7 +171,7 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
     """From a trace: per-token coefficients times tokens (the trace counts what fused attention keeps,
     which is linear in tokens), per-sample figures scaled by pixels, or as traced."""
     t = model.trace
-    p = config.precision
+    p = activation_precision(config)
     key = _trace_key(p)
     scale = 1.0
     if t.scales_with == "pixels" and config.image_size and t.ref_input:

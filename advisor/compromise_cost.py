@@ -1,5 +1,5 @@
 """Step time the memory compromises add or change: CPU offload's host transfers and CPU optimizer
-step, the optimizer step in backward's per-parameter calls, KahanAdamW's unfused per-tensor kernels,
+step (clipping and AdamW on one host thread), the optimizer step in backward's per-parameter calls, KahanAdamW's unfused per-tensor kernels,
 bitsandbytes' 8-bit AdamW step.
 
 ``throughput.estimate_throughput`` calls ``compromise_cost`` once, after the standard step time
@@ -7,7 +7,8 @@ bitsandbytes' 8-bit AdamW step.
 standard optimizer's one streaming pass, ``extra_s`` is added. Each optimizer is modelled from how
 its step runs: launches per parameter tensor (llama3-8b has 291), synchronisations, bytes and the
 kernel's achieved rate. Rough where it says so; the 8-bit kernel's rate is fit on one measured
-configuration (``benchmarks/fit_compromises.py`` -> ``advisor/data/compromise_rates.json``).
+configuration (``benchmarks/fit_compromises.py`` -> ``advisor/data/compromise_rates.json``), and so is CPU
+offload's host step (clipping and torch AdamW on one host thread).
 """
 
 from __future__ import annotations
@@ -24,11 +25,33 @@ from advisor.models import ModelSpec
 
 RATES = Path(__file__).with_name("data") / "compromise_rates.json"
 
-# PyTorch's CPU Adam: ~1.4 s per billion parameters per step on a two-socket Xeon (Ren et al. 2021,
-# ZeRO-Offload, Table 3, "PT-CPU" column; DeepSpeed's CPU-Adam is ~6x faster). Rough. Its per-tensor
-# loop (torch.optim.AdamW on CPU tensors runs _single_tensor_adamw, ~10 ops a tensor) is inside that
-# figure; FSDP's copies are one per wrapped unit, not per tensor: no launch term is missing here.
-CPU_ADAM_S_PER_BPARAM = 1.4
+# FSDP2 CPU offload (--cpu-offload: Accelerate's fsdp_offload_params -> torch's CPUOffloadPolicy, pinned
+# host memory; accelerate 1.16 utils/fsdp_utils.fsdp2_prepare_model, torch 2.13 distributed/fsdp/_fully_shard),
+# one step as it runs:
+# - GPU side: each unit's fp32 shard is copied host-to-device (FSDPParam.all_gather_inputs:
+#   .to(device, non_blocking=True) on the all-gather copy-in stream, one unit prefetched ahead) in forward
+#   and again in backward (reshard_after_forward); each unit's gradient, reduce-scattered and cast back to
+#   fp32, is copied device-to-host on the post-reduce stream (_fsdp_collectives.foreach_reduce) while
+#   backward goes on. The two directions use separate copy engines: forward takes max(compute, copies in),
+#   backward max(compute, copies in, copies out). With accumulation, later micro-batches' gradient copies
+#   are blocking (they accumulate into the host gradient), so they are charged in full.
+# - Host side, after backward (the CPU waits on the gradient copies' events): accelerate's clip_grad_norm_
+#   (FSDP2: _clip_grad_norm_dtensor_aware, a vector_norm then a mul_ per CPU DTensor gradient), then
+#   torch.optim.AdamW as launcher/compromises builds it with offload (fused=None): _single_tensor_adamw, since
+#   DTensor is not in optimizer._foreach_supported_types: per tensor 8 elementwise ops over the fp32 weight,
+#   gradient and moments (~80 bytes a parameter), two of them (sqrt, the division) allocating a fresh
+#   parameter-sized temporary whose pages the kernel must fault in and zero. All of it on ONE thread:
+#   `accelerate launch` sets OMP_NUM_THREADS=1 for GPU ranks when the environment has none
+#   (accelerate/commands/launch.py _validate_launch_command, utils/launch.py), and launcher.command sets it
+#   only for --cpu plans. Its per-parameter time is the host's own (one core's memory bandwidth and page
+#   faults, not a datasheet figure): fit in compromise_rates.json ("cpu_step_s_per_param") by
+#   benchmarks/fit_compromises.py on ONE measured row, checked by none yet. (ZeRO-Offload, Ren et al. 2021,
+#   Table 3, gives ~1.4 s per billion parameters for PyTorch's CPU Adam on a two-socket Xeon with all its
+#   cores: a multi-threaded figure, well below the one-thread rate fit on the H200 host.)
+# Share of a micro-batch's GPU compute that is forward: 1 of 3 (backward is twice the forward), 1 of 4
+# with checkpointing (the forward is run again in backward).
+FWD_SHARE = 1.0 / 3.0
+FWD_SHARE_CKPT = 1.0 / 4.0
 # Achieved share of the PCIe link's one-way peak for pinned host<->device copies (the same 0.7 the
 # offload alternative used; NVIDIA "How to Optimize Data Transfers in CUDA C/C++": pinned copies
 # reach ~70-80% of the link). Rough.
@@ -115,9 +138,19 @@ def kahan_step_s(params: float, tensors: int, bw: float, launch_us: float, gpu_k
     return kernels * launch_us * 1e-6, params * KAHAN_BYTES_PER_PARAM / bw + kernels * gpu_kernel_us * 1e-6
 
 
+def _combine(gpu_s: float, host_s: float, p: float) -> float:
+    """throughput.combine (not imported: throughput imports this module)."""
+    return max(gpu_s, host_s) if p <= 0 else (gpu_s**p + host_s**p) ** (1.0 / p)
+
+
 def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, bw: float, launch_us: float,
-                    trainable: int, shard: int, gpu_kernel_us: float = 0.0) -> CompromiseCost:
+                    trainable: int, shard: int, gpu_kernel_us: float = 0.0, *, gpu_s: float | None = None,
+                    host_s: float | None = None, opt_s: float = 0.0, combine_p: float = 0.0) -> CompromiseCost:
+    """``gpu_s``/``host_s``: the step's GPU and host pipelines (compute_s combines them), ``opt_s`` the
+    standard optimizer's GPU pass, ``combine_p`` the calibration's host_combine_p; with them, a step in
+    backward that never synchronises is overlapped with backward instead of added after it."""
     out = CompromiseCost()
+    opt_host = opt_gpu = None  # an unsynchronised optimizer's host and GPU parts, when modelled here
     tensors = param_tensors(model)
     if config.optimizer is Optimizer.adamw_8bit and not config.cpu_offload:
         host, kernel = adamw_8bit_step_s(trainable / shard, tensors, hw.gpu, launch_us)
@@ -127,6 +160,11 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
     elif config.kahan and config.lora_rank is None and not config.cpu_offload:
         host, gpu = kahan_step_s(trainable / shard, tensors, bw, launch_us, gpu_kernel_us)
         out.optimizer_s = max(host, gpu)
+        opt_host, opt_gpu = host, gpu
+        if gpu_s is not None and host_s is not None and not config.optimizer_in_backward:
+            # Nothing synchronises between backward and the step (clip_grad_norm_ keeps the norm on the
+            # device): the host launches the step's kernels while the GPU still works through backward.
+            out.optimizer_s = _combine(gpu_s + gpu, host_s + host, combine_p) - compute_s
         out.notes.append(f"KahanAdamW: {KAHAN_KERNELS_PER_TENSOR} unfused kernels per tensor x {tensors} "
                          f"(~{gpu * 1e3:.0f} ms on the GPU, ~{host * 1e3:.0f} ms of launches)")
     elif (config.precision is Precision.pure_bf16 and config.optimizer is Optimizer.adamw
@@ -136,20 +174,52 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.notes.append("pure-bf16 with plain torch AdamW (--pure-bf16-update plain): one fused pass over bf16, "
                          "no Kahan compensation")
     if config.optimizer_in_backward:
-        per_call = IN_BACKWARD_CALL_OPS + (FUSED_KERNELS_PER_CALL if out.optimizer_s is None else 0)
+        fused = out.optimizer_s is None
+        per_call = IN_BACKWARD_CALL_OPS + (FUSED_KERNELS_PER_CALL if fused else 0)
         launches = tensors * per_call * launch_us * 1e-6
-        out.extra_s += launches
+        if fused:
+            opt_host, opt_gpu = 0.0, opt_s
+        if opt_host is not None and gpu_s is not None and host_s is not None and config.grad_accum == 1:
+            # The hooks run on autograd's thread while backward's kernels are still queued on the GPU, and
+            # neither fused AdamW/SGD nor KahanAdamW synchronises (launcher/compromises/in_backward.py): their
+            # host time joins the host pipeline that runs ahead of the GPU and their kernels the GPU's, the
+            # two combined as throughput.combine does for any step. (bitsandbytes synchronises after every
+            # tensor: its calls stay added after backward.)
+            step = _combine(gpu_s + opt_gpu, host_s + opt_host + launches, combine_p)
+            out.extra_s += step - compute_s - (opt_s if fused else out.optimizer_s)
+        else:
+            out.extra_s += launches
         out.notes.append(f"optimizer step in backward: {tensors} per-parameter optimizer calls "
+                         f"(~{launches * 1e3:.0f} ms on the host per step, run while the GPU works through backward)"
+                         if opt_host is not None and gpu_s is not None else
+                         f"optimizer step in backward: {tensors} per-parameter optimizer calls "
                          f"(~{launches * 1e3:.0f} ms on the host per step)")
     if config.cpu_offload:
-        link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
-        # parameters copied in (fp32 flat parameters, forward and again for backward) every
-        # micro-batch, gradients copied out once per step
-        h2d = 2 * 4 * model.params / shard * config.grad_accum / link
-        d2h = 4 * trainable / shard / link
-        cpu_step = trainable / shard / 1e9 * CPU_ADAM_S_PER_BPARAM
-        exposed = max(0.0, h2d - compute_s) + d2h
-        out.extra_s += exposed + cpu_step
+        copies, cpu_step = cpu_offload_step_s(model, config, hw, compute_s, trainable, shard)
+        out.extra_s += copies + cpu_step
         out.replaces_optimizer_s = True
-        out.notes.append(f"CPU offload (rough): +{exposed:.1f} s of PCIe copies and +{cpu_step:.1f} s of CPU AdamW per step")
+        out.notes.append(f"CPU offload: +{copies:.1f} s of PCIe copies not hidden by compute and +{cpu_step:.1f} s of "
+                         f"gradient clipping and AdamW on one host thread per step")
     return out
+
+
+def cpu_step_s(params: float, rate: float | None = None) -> float:
+    """Host time of one offloaded step's clipping and torch AdamW over ``params`` fp32 parameters, on the
+    one thread `accelerate launch` gives a GPU rank (rate fit in compromise_rates.json)."""
+    r = compromise_rates()["cpu_step_s_per_param"] if rate is None else rate
+    return params * r
+
+
+def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, trainable: int,
+                       shard: int, rate: float | None = None) -> tuple[float, float]:
+    """(copy time not hidden by GPU compute, host optimizer time) of one FSDP2 CPU-offload step (see above)."""
+    link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
+    weight_b = 2 if config.precision is Precision.pure_bf16 else 4  # the host shards' dtype (fp32 master weights)
+    copy_in = weight_b * model.params / shard / link  # one pass of unit-by-unit copies over all parameters
+    copy_out = weight_b * trainable / shard / link  # gradients, in the weights' dtype
+    accum = max(1, config.grad_accum)
+    micro = compute_s / accum
+    fwd = micro * (FWD_SHARE_CKPT if config.grad_ckpt else FWD_SHARE)
+    one = max(fwd, copy_in) + max(micro - fwd, copy_in, copy_out) - micro
+    exposed = one * accum + (accum - 1) * copy_out
+    return exposed, cpu_step_s(trainable / shard, rate)

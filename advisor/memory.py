@@ -104,10 +104,15 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})
     gathered = 0.0
     if config.strategy is Strategy.fsdp or offload:
-        # FSDP with mixed precision gathers bf16 parameters (no autocast weight copies) and keeps
-        # the current and the prefetched unit unsharded (Zhao et al. 2023, PyTorch FSDP, sec. 4).
-        unit = _largest_unit(model)
-        gathered = 2 * unit * (2 if p.autocast else p.weight_bytes)
+        # FSDP with mixed precision gathers bf16 parameters (no autocast weight copies; the activations
+        # are bf16 too: activations.activation_precision) and keeps the current and the prefetched unit
+        # unsharded (Zhao et al. 2023, PyTorch FSDP, sec. 4).
+        gathered = 2 * _largest_unit(model) * (2 if p.autocast else p.weight_bytes)
+        if offload:
+            # At the peak, the start of the loss's backward: the root unit (embeddings, head, final norm:
+            # everything outside the wrapped layers) is gathered for the head's backward and
+            # FSDPParamGroup.pre_backward has prefetched the last layer's unit (torch 2.13 _fully_shard).
+            gathered = (_root_unit(model) + _layer_unit(model)) * (2 if p.autocast else p.weight_bytes)
         prof = prof.model_copy(update={"fixed_bytes": 0.0})
     acts, temps = backward_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
     copies = prof.fixed_bytes
@@ -129,9 +134,12 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         # FSDP CPUOffload(offload_params=True): sharded parameters, gradients and optimizer states
         # live in host memory and the optimizer steps on the CPU; the GPU holds the gathered units
         # (counted above) and one unit's gradient before it is copied out.
+        # No gradient is on the GPU at the start of backward, and later only the unit's being reduced:
+        # each unit's sharded fp32 gradient is copied to pinned host memory right after its reduce-scatter
+        # (torch _fsdp_collectives.foreach_reduce), and with accumulation it is added to the host's.
         host = weights + grads + states
         live_grads = _largest_unit(model) * 4
-        accum_grads = live_grads
+        accum_grads = 0.0
         weights = grads = states = 0.0
         notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM per GPU for weights, gradients and optimizer states")
 
@@ -170,6 +178,18 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
                 "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB},
         notes=notes,
     )
+
+
+def _layer_unit(model: ModelSpec) -> float:
+    """Parameters of one wrapped layer (FSDP's per-layer unit); the largest unit without an architecture."""
+    return model.arch.layer_params() if model.arch is not None else _largest_unit(model)
+
+
+def _root_unit(model: ModelSpec) -> float:
+    """Parameters FSDP's root unit holds: all outside the wrapped layers (embeddings, head, final norm)."""
+    if model.arch is not None:
+        return max(0.0, model.params - model.arch.n_layers * model.arch.layer_params())
+    return _largest_unit(model)
 
 
 def _largest_unit(model: ModelSpec) -> float:

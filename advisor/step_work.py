@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from advisor.activations import activation_profile, compiled_attention_keeps_probs
 from advisor.calibration import Calibration
+from advisor.compromise_memory import lora_shapes
 from advisor.config import Precision, TrainConfig
 from advisor.models import ModelSpec
 
@@ -41,6 +42,22 @@ from advisor.models import ModelSpec
 KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 70, "fp32": 36, "pure-bf16": 36},
                      ("swiglu", "rmsnorm"): {"bf16": 139, "fp32": 105, "pure-bf16": 113}}
 KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
+# peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
+# the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
+#   x = self._cast_input_dtype(x, lora_A.weight.dtype)   bf16 -> fp32 copy of the input: read 2, write 4 per in
+#   lora_A(x) under autocast                              fp32 -> bf16 cast: read 4, write 2; the GEMM reads 2
+#   lora_B(...)                                           writes the bf16 output: 2 per out
+#   * scaling; result + ...                               read 2 write 2; read 4 write 2 per out
+# forward: 14 bytes per input element, 12 per output element. Backward: the scaling's mul (4/out), lora_B's
+# two GEMMs read the output gradient (4/out), lora_A's weight GEMM reads x and its input-gradient GEMM writes
+# it (4/in), the two casts' backward (6/in each), the sum into x's gradient with the base layer's (6/in):
+# 22 per input, 8 per output. Checkpointing runs the forward again. Rank-16 GEMMs are this thin: they
+# stream their operands like the elementwise ops (the FLOPs are negligible).
+LORA_FWD_BYTES_IN, LORA_FWD_BYTES_OUT = 14.0, 12.0
+LORA_BWD_BYTES_IN, LORA_BWD_BYTES_OUT = 22.0, 8.0
+# Kernels per adapted projection: forward 2 input casts, 2 GEMMs, mul, add, 2 weight casts (autocast, fp32
+# adapters); backward mul, 4 GEMMs, 2 casts, the gradient sum, 2 weight-gradient casts back to fp32.
+LORA_FWD_KERNELS, LORA_BWD_KERNELS = 8, 10
 
 
 class StepWork(BaseModel):
@@ -125,15 +142,19 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.matmul_flops += work.attn_flops * 3.0 / 3.5
         work.attn_flops = 0.0
         work.attn_bytes = probs * math_attention_bytes(config.precision)
-    if config.lora_rank is not None:
+    lora = config.lora_rank is not None
+    if lora:
         work.matmul_flops *= 2.0 / 3.0
         work.matmul_unaligned_flops *= 2.0 / 3.0
         work.matmul_odd_flops *= 2.0 / 3.0  # frozen weights: no weight gradients (LoRA's own are tiny)
     if config.grad_ckpt:
         fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward
-        work.matmul_flops *= 1 + fwd
-        work.matmul_unaligned_flops *= 1 + fwd
-        work.matmul_odd_flops *= 1 + fwd
+        # With LoRA the frozen matmuls' backward is the input gradient alone (one forward's FLOPs), so the
+        # recomputed forward is half of what is left, not a third.
+        mm_fwd = 1.0 / 2.0 if lora else fwd
+        work.matmul_flops *= 1 + mm_fwd
+        work.matmul_unaligned_flops *= 1 + mm_fwd
+        work.matmul_odd_flops *= 1 + mm_fwd
         work.conv_flops *= 1 + fwd
         work.conv_unaligned_flops *= 1 + fwd
         work.attn_flops *= 1 + 1 / 3.5
@@ -141,6 +162,15 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.conv_bytes *= 1 + fwd
         work.dwconv_flops *= 1 + fwd
         work.kernels *= 1 + fwd
+    if lora and model.arch is not None:
+        a = model.arch
+        tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size) * mb
+        shapes = lora_shapes(model)
+        fwds = 2 if config.grad_ckpt else 1
+        per_tok = sum(fwds * (LORA_FWD_BYTES_IN * i + LORA_FWD_BYTES_OUT * o) + LORA_BWD_BYTES_IN * i + LORA_BWD_BYTES_OUT * o
+                      for i, o in shapes)
+        work.bytes += a.n_layers * per_tok * tokens
+        work.kernels += a.n_layers * len(shapes) * (fwds * LORA_FWD_KERNELS + LORA_BWD_KERNELS)
     return work
 
 

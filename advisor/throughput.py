@@ -288,7 +288,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         exposed = comm
     # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
     extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us * cal.host_factor, nt, shard,
-                            cal.gpu_kernel_us)
+                            cal.gpu_kernel_us, gpu_s=gpu_s * config.grad_accum, host_s=host_s * config.grad_accum,
+                            opt_s=opt_s, combine_p=cal.host_combine_p)
     if extra.replaces_optimizer_s:
         opt_s = 0.0
     elif extra.optimizer_s is not None:

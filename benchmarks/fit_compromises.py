@@ -1,19 +1,27 @@
-"""Fit the compromises' kernel rates that their code does not give: bitsandbytes' 8-bit AdamW kernel.
+"""Fit the compromises' rates that their code does not give: bitsandbytes' 8-bit AdamW kernel and the host
+time of CPU offload's step; check the 8-bit fit on a second row.
 
     python benchmarks/fit_compromises.py
 
-Reads the measured row ``benchmarks/results/h200-compromises/adamw-8bit.json`` (llama3-8b, seq 2048,
-micro-batch 1, bf16 autocast, checkpointing, bitsandbytes AdamW8bit, one H200; written by
-benchmarks/h200_compromises.py) and writes ``advisor/data/compromise_rates.json``.
+Reads measured rows in ``benchmarks/results/h200-compromises/`` (written by benchmarks/h200_compromises.py,
+one H200, seq 2048, checkpointing, `advise launch --plan ... --recipe synthetic`) and writes
+``advisor/data/compromise_rates.json``:
 
-What is fit: ``bnb_8bit_bandwidth_fraction``, the fraction of the datasheet memory bandwidth at which
-bitsandbytes' blockwise 8-bit AdamW kernel moves its 16 bytes per parameter (advisor.compromise_cost
-says why it is far from a streaming pass). Everything else in the estimate (forward, backward, the
-per-tensor host calls and synchronisations of the 8-bit step) is the estimator's own; the
-measured step time minus that is the kernel's time. It rests on ONE measured configuration, and it
-charges the kernel with all of the estimate's error on that row: if the forward/backward estimate
-is off there, the fraction absorbs it. Re-run after the calibration is refit
-(benchmarks/fit_calibration.py) or when more 8-bit rows are measured.
+- ``bnb_8bit_bandwidth_fraction``, FIT on ``adamw-8bit.json`` (llama3-8b, micro-batch 1): the fraction of
+  the datasheet memory bandwidth at which bitsandbytes' blockwise 8-bit AdamW kernel moves its 16 bytes per
+  parameter (advisor.compromise_cost says why it is far from a streaming pass). Everything else in the
+  estimate (forward, backward, the per-tensor host calls and synchronisations of the 8-bit step) is the
+  estimator's own; the measured step time minus that is the kernel's time.
+  CHECKED (not fit) on ``adamw-8bit-mb4.json`` (micro-batch 4): the script prints predicted vs measured.
+- ``cpu_step_s_per_param``, FIT on ``cpu-offload.json`` (llama3.2-3b, micro-batch 2, FSDP2 CPUOffloadPolicy):
+  seconds per parameter of the offloaded step's host work (accelerate's gradient clipping and torch's
+  single-tensor AdamW over fp32 CPU tensors, on the one thread `accelerate launch` gives a GPU rank). The
+  measured step minus the estimator's GPU compute and unhidden PCIe copies is that host time. It rests
+  on ONE row and no measured row checks it yet.
+
+Each rate is charged with all of the estimate's error on its row: if the forward/backward (or the copies)
+estimate is off there, the rate absorbs it. Re-run after the calibration is refit
+(benchmarks/fit_calibration.py) or when more rows are measured.
 """
 
 from __future__ import annotations
@@ -34,19 +42,29 @@ from advisor.plan import Plan  # noqa: E402
 from advisor.sources import resolve_model  # noqa: E402
 from advisor.throughput import estimate_throughput  # noqa: E402
 
-ROW = ROOT / "benchmarks" / "results" / "h200-compromises" / "adamw-8bit.json"
+RESULTS = ROOT / "benchmarks" / "results" / "h200-compromises"
+ROW = RESULTS / "adamw-8bit.json"  # the 8-bit fit row
+CHECK_8BIT = RESULTS / "adamw-8bit-mb4.json"  # the 8-bit check row: never fit on
+CPU_ROW = RESULTS / "cpu-offload.json"  # the CPU-step fit row
+
+
+def _estimate(row: dict):
+    plan = Plan.model_validate(row["plan"])
+    model, gpu = resolve_model(plan.model), get_gpu("h200")
+    hw = HardwareSpec(gpu=gpu, gpus_per_node=1, nodes=1)
+    return plan, model, gpu, hw, estimate_throughput(model, plan.config, hw, default_calibration())
+
+
+def _measured_step(row: dict, plan: Plan) -> float:
+    return plan.config.micro_batch * plan.config.grad_accum / row["measured"]["samples_per_s"]
 
 
 def fit(row: dict) -> dict:
-    """The fraction that makes the estimator's step time equal the measured one on ``row``."""
-    plan = Plan.model_validate(row["plan"])
+    """The 8-bit fraction that makes the estimator's step time equal the measured one on ``row``."""
+    plan, model, gpu, hw, est = _estimate(row)
     assert plan.config.optimizer.value == "adamw-8bit" and row["measured"]["ran"]["optimizer"] == "AdamW8bit", row["name"]
-    model, gpu = resolve_model(plan.model), get_gpu("h200")
-    hw = HardwareSpec(gpu=gpu, gpus_per_node=1, nodes=1)
-    est = estimate_throughput(model, plan.config, hw, default_calibration())
     nt = trainable_params(model, plan.config)
-    samples = plan.config.micro_batch * plan.config.grad_accum
-    measured_step = samples / row["measured"]["samples_per_s"]
+    measured_step = _measured_step(row, plan)
     kernel_now = cc.adamw_8bit_kernel_s(nt, gpu)
     rest = est.step_s - kernel_now  # everything but the kernel, as the estimator has it
     kernel = measured_step - rest
@@ -57,7 +75,7 @@ def fit(row: dict) -> dict:
     return {
         "bnb_8bit_bandwidth_fraction": round(fraction, 4),
         "source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, "
-                   f"benchmarks/results/h200-compromises/adamw-8bit.json ({row['model']}, micro-batch "
+                   f"benchmarks/results/h200-compromises/{ROW.name} ({row['model']}, micro-batch "
                    f"{plan.config.micro_batch}, seq {plan.config.seq_len}, {plan.config.precision.value} autocast, "
                    f"checkpointing, bitsandbytes AdamW8bit, {row['device']}): measured step "
                    f"{measured_step:.3f} s, estimate without the kernel {rest:.3f} s, so the kernel "
@@ -65,10 +83,53 @@ def fit(row: dict) -> dict:
     }
 
 
+def check(row: dict) -> dict:
+    """Predicted vs measured samples/s on a row the fit did not see (uses the rates file as written)."""
+    plan, *_, est = _estimate(row)
+    meas = row["measured"]["samples_per_s"]
+    return {"row": row["name"], "micro_batch": plan.config.micro_batch, "predicted_samples_per_s": round(est.samples_per_s, 3),
+            "measured_samples_per_s": round(meas, 3), "error": round(est.samples_per_s / meas - 1, 3)}
+
+
+def fit_cpu_step(row: dict) -> dict:
+    """The host seconds per parameter that make the estimator's step equal the measured one on the CPU-offload row."""
+    plan, model, gpu, hw, est = _estimate(row)
+    ran = row["measured"]["ran"]
+    assert plan.config.cpu_offload and ran.get("fsdp_cpu_offload") and ran["optimizer"] == "AdamW", row["name"]
+    nt = trainable_params(model, plan.config)
+    measured_step = _measured_step(row, plan)
+    rest = est.step_s - cc.cpu_step_s(nt)  # GPU compute + unhidden copies, as the estimator has them
+    host = measured_step - rest
+    if host <= 0:
+        raise SystemExit(f"the estimate without the host step ({rest:.3f} s) already exceeds the measured step "
+                         f"({measured_step:.3f} s): nothing to fit")
+    rate = host / nt
+    return {
+        "cpu_step_s_per_param": float(f"{rate:.4g}"),
+        "cpu_step_source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, no row checks it yet: "
+                            f"benchmarks/results/h200-compromises/{CPU_ROW.name} ({row['model']}, micro-batch "
+                            f"{plan.config.micro_batch}, seq {plan.config.seq_len}, {plan.config.precision.value}, "
+                            f"checkpointing, FSDP2 CPUOffloadPolicy, torch AdamW on the host, {row['device']} host, "
+                            f"one thread as accelerate launches a GPU rank): measured step {measured_step:.2f} s, "
+                            f"estimate without the host step {rest:.2f} s, so {host:.2f} s of clipping and AdamW for "
+                            f"{nt / 1e9:.2f} B fp32 parameters ({rate * 1e9:.2f} ns a parameter)"),
+    }
+
+
 def main() -> None:
     out = fit(json.loads(ROW.read_text()))
+    old = json.loads(cc.RATES.read_text()) if cc.RATES.exists() else {}
+    if "cpu_step_s_per_param" not in old:  # first run: a provisional rate, refit just below
+        old["cpu_step_s_per_param"] = 1e-9
+    cc.RATES.write_text(json.dumps({**old, **out}, indent=1) + "\n")
+    cc.compromise_rates.cache_clear()
+    out.update(fit_cpu_step(json.loads(CPU_ROW.read_text())))
     cc.RATES.write_text(json.dumps(out, indent=1) + "\n")
+    cc.compromise_rates.cache_clear()
     print(json.dumps(out, indent=1))
+    c = check(json.loads(CHECK_8BIT.read_text()))
+    print(f"check of the 8-bit fit (not fit on): {c['row']} (micro-batch {c['micro_batch']}): predicted "
+          f"{c['predicted_samples_per_s']:.3f} samples/s, measured {c['measured_samples_per_s']:.3f} ({c['error']:+.1%})")
 
 
 if __name__ == "__main__":

@@ -213,6 +213,7 @@ def test_pure_bf16_with_the_step_in_backward_runs_kahan_per_parameter(tmp_path, 
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
     assert what["optimizer"] == "InBackwardOptimizer" and what["inner_optimizer"] == "KahanAdamW"
     assert what["param_dtypes"] == ["bfloat16"] and what["compromises"] == ["pure-bf16", "optimizer-in-backward"]
+    assert what["host_threads"] >= 1  # recorded for CPU offload's host step (advisor.compromise_cost)
 
 
 @pytest.mark.slow

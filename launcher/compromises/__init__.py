@@ -100,7 +100,9 @@ def can_clip(optimizer) -> bool:
 
 
 def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict:
-    """What really runs: the optimizer class, parameter dtypes, trainable counts, FSDP offload."""
+    """What really runs: the optimizer class, parameter dtypes, trainable counts, FSDP offload, host threads."""
+    import torch
+
     from launcher.compromises.in_backward import InBackwardOptimizer
 
     inner = getattr(optimizer, "optimizer", optimizer)
@@ -118,6 +120,9 @@ def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict
         "trainable_params": sum(p.numel() for p in trainable),
         "total_params": sum(p.numel() for p in params),
         "mixed_precision": accelerator.mixed_precision,
+        # the rank's intra-op threads: CPU offload's host AdamW runs on them (`accelerate launch` gives a GPU
+        # rank OMP_NUM_THREADS=1 when the environment sets none; advisor.compromise_cost's fit assumes one)
+        "host_threads": torch.get_num_threads(),
     }
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
