@@ -40,14 +40,19 @@ RATES = Path(__file__).with_name("data") / "compromise_rates.json"
 #   torch.optim.AdamW as launcher/compromises builds it with offload (fused=None): _single_tensor_adamw, since
 #   DTensor is not in optimizer._foreach_supported_types: per tensor 8 elementwise ops over the fp32 weight,
 #   gradient and moments (~80 bytes a parameter), two of them (sqrt, the division) allocating a fresh
-#   parameter-sized temporary whose pages the kernel must fault in and zero. All of it on ONE thread:
-#   `accelerate launch` sets OMP_NUM_THREADS=1 for GPU ranks when the environment has none
-#   (accelerate/commands/launch.py _validate_launch_command, utils/launch.py), and launcher.command sets it
-#   only for --cpu plans. Its per-parameter time is the host's own (one core's memory bandwidth and page
-#   faults, not a datasheet figure): fit in compromise_rates.json ("cpu_step_s_per_param") by
-#   benchmarks/fit_compromises.py on ONE measured row, checked by none yet. (ZeRO-Offload, Ren et al. 2021,
+#   parameter-sized temporary whose pages the kernel must fault in and zero. `accelerate launch` gives a GPU rank
+#   ONE thread (OMP_NUM_THREADS=1 when the environment has none: accelerate/commands/launch.py
+#   _validate_launch_command, utils/launch.py); launcher.command now shares the node's cores out among the
+#   ranks of an offload plan (launcher.command.offload_threads). One thread's per-parameter time is the host's
+#   own (one core's memory bandwidth and page faults, not a datasheet figure): fit in compromise_rates.json
+#   ("cpu_step_s_per_param") on the one-thread row; with T threads the elementwise ops split T ways
+#   (at::parallel_for) until the host's memory bandwidth binds: CPU_ADAMW_BYTES_PER_PARAM over
+#   "cpu_step_host_gbps", fit on the threaded row (benchmarks/fit_compromises.py; one row each). (ZeRO-Offload, Ren et al. 2021,
 #   Table 3, gives ~1.4 s per billion parameters for PyTorch's CPU Adam on a two-socket Xeon with all its
 #   cores: a multi-threaded figure, well below the one-thread rate fit on the H200 host.)
+# Bytes the host step streams per fp32 parameter: clipping reads the gradient (4); AdamW's 8 ops read and
+# write weight, gradient and both moments plus two parameter-sized temporaries (~80 bytes, counted above).
+CPU_ADAMW_BYTES_PER_PARAM = 84.0
 # Share of a micro-batch's GPU compute that is forward: 1 of 3 (backward is twice the forward), 1 of 4
 # with checkpointing (the forward is run again in backward).
 FWD_SHARE = 1.0 / 3.0
@@ -199,19 +204,33 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.extra_s += copies + cpu_step
         out.replaces_optimizer_s = True
         out.notes.append(f"CPU offload: +{copies:.1f} s of PCIe copies not hidden by compute and +{cpu_step:.1f} s of "
-                         f"gradient clipping and AdamW on one host thread per step")
+                         f"gradient clipping and AdamW on {offload_threads(hw, config)} host thread(s) per step")
     return out
 
 
-def cpu_step_s(params: float, rate: float | None = None) -> float:
-    """Host time of one offloaded step's clipping and torch AdamW over ``params`` fp32 parameters, on the
-    one thread `accelerate launch` gives a GPU rank (rate fit in compromise_rates.json)."""
-    r = compromise_rates()["cpu_step_s_per_param"] if rate is None else rate
-    return params * r
+def cpu_step_s(params: float, threads: int = 1, rate: float | None = None, host_gbps: float | None = None) -> float:
+    """Host time of one offloaded step's clipping and torch AdamW over ``params`` fp32 parameters on
+    ``threads`` threads: one thread's rate split ``threads`` ways, down to the host's memory bandwidth
+    (both fit in compromise_rates.json)."""
+    rates = compromise_rates()
+    r = rates["cpu_step_s_per_param"] if rate is None else rate
+    bw = rates.get("cpu_step_host_gbps") if host_gbps is None else host_gbps
+    per_param = r / max(1, threads)
+    if bw:
+        per_param = max(per_param, CPU_ADAMW_BYTES_PER_PARAM / (bw * 1e9))
+    return params * per_param
+
+
+def offload_threads(hw: HardwareSpec, config: TrainConfig) -> int:
+    """Host threads per rank as launcher.command.offload_threads gives them: the node's cores over its ranks."""
+    from advisor.config import Strategy
+
+    ranks = 1 if config.strategy is Strategy.single else max(1, min(hw.total_gpus, hw.gpus_per_node))
+    return max(1, hw.cpu_cores // ranks)
 
 
 def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, trainable: int,
-                       shard: int, rate: float | None = None) -> tuple[float, float]:
+                       shard: int, rate: float | None = None, threads: int | None = None) -> tuple[float, float]:
     """(copy time not hidden by GPU compute, host optimizer time) of one FSDP2 CPU-offload step (see above)."""
     link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
     weight_b = 2 if config.precision is Precision.pure_bf16 else 4  # the host shards' dtype (fp32 master weights)
@@ -222,4 +241,4 @@ def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, 
     fwd = micro * (FWD_SHARE_CKPT if config.grad_ckpt else FWD_SHARE)
     one = max(fwd, copy_in) + max(micro - fwd, copy_in, copy_out) - micro
     exposed = one * accum + (accum - 1) * copy_out
-    return exposed, cpu_step_s(trainable / shard, rate)
+    return exposed, cpu_step_s(trainable / shard, offload_threads(hw, config) if threads is None else threads, rate)

@@ -18,6 +18,10 @@ one H200, seq 2048, checkpointing, `advise launch --plan ... --recipe synthetic`
   single-tensor AdamW over fp32 CPU tensors, on the one thread `accelerate launch` gives a GPU rank). The
   measured step minus the estimator's GPU compute and unhidden PCIe copies is that host time. It rests
   on ONE row and no measured row checks it yet.
+- ``cpu_step_host_gbps``, FIT on ``cpu-offload-threads.json`` when it exists (the same plan after
+  launcher.command gave the rank the host's cores): if its host step is slower than one thread's time
+  split over its threads, the host's memory bandwidth binds: CPU_ADAMW_BYTES_PER_PARAM per parameter
+  over the measured host time. One row again.
 
 Each rate is charged with all of the estimate's error on its row: if the forward/backward (or the copies)
 estimate is off there, the rate absorbs it. Re-run after the calibration is refit
@@ -45,7 +49,14 @@ from advisor.throughput import estimate_throughput  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "h200-compromises"
 ROW = RESULTS / "adamw-8bit.json"  # the 8-bit fit row
 CHECK_8BIT = RESULTS / "adamw-8bit-mb4.json"  # the 8-bit check row: never fit on
-CPU_ROW = RESULTS / "cpu-offload.json"  # the CPU-step fit row
+CPU_ROW = RESULTS / "cpu-offload.json"  # the CPU-step fit row: one host thread (accelerate's default then)
+CPU_ROW_THREADS = RESULTS / "cpu-offload-threads.json"  # the same plan with the host's cores: bandwidth fit
+
+
+def _threads(row: dict) -> int:
+    """Host threads the row's rank ran with: recorded since 2026-12-04; the first row ran before
+    launcher.command set them, on the one thread `accelerate launch` gives a GPU rank."""
+    return int(row["measured"]["ran"].get("host_threads") or 1)
 
 
 def _estimate(row: dict):
@@ -98,12 +109,13 @@ def fit_cpu_step(row: dict) -> dict:
     assert plan.config.cpu_offload and ran.get("fsdp_cpu_offload") and ran["optimizer"] == "AdamW", row["name"]
     nt = trainable_params(model, plan.config)
     measured_step = _measured_step(row, plan)
-    rest = est.step_s - cc.cpu_step_s(nt)  # GPU compute + unhidden copies, as the estimator has them
+    rest = est.step_s - cc.cpu_step_s(nt, cc.offload_threads(hw, plan.config))  # GPU compute + unhidden copies
     host = measured_step - rest
     if host <= 0:
         raise SystemExit(f"the estimate without the host step ({rest:.3f} s) already exceeds the measured step "
                          f"({measured_step:.3f} s): nothing to fit")
-    rate = host / nt
+    rate = host / nt / 1.0 * _threads(row)  # one thread's time per parameter
+    assert _threads(row) == 1, "the one-thread rate is fit on a one-thread row"
     return {
         "cpu_step_s_per_param": float(f"{rate:.4g}"),
         "cpu_step_source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, no row checks it yet: "
@@ -116,6 +128,25 @@ def fit_cpu_step(row: dict) -> dict:
     }
 
 
+def fit_host_bandwidth(row: dict, rate: float) -> dict:
+    """The host memory bandwidth that makes the threaded row's host step what was measured (None when the
+    threads alone explain it)."""
+    plan, model, gpu, hw, est = _estimate(row)
+    threads = _threads(row)
+    nt = trainable_params(model, plan.config)
+    rest = est.step_s - cc.cpu_step_s(nt, cc.offload_threads(hw, plan.config))
+    host = _measured_step(row, plan) - rest
+    split = nt * rate / threads
+    where = (f"benchmarks/results/h200-compromises/{CPU_ROW_THREADS.name} ({row['model']}, {threads} host threads): "
+             f"host step {host:.2f} s measured, one thread's {nt * rate:.2f} s split {threads} ways {split:.2f} s")
+    if host <= split:
+        return {"cpu_step_host_gbps": None, "cpu_step_host_source": f"not bandwidth-bound on {where}"}
+    gbps = cc.CPU_ADAMW_BYTES_PER_PARAM * nt / host / 1e9
+    return {"cpu_step_host_gbps": round(gbps, 2),
+            "cpu_step_host_source": f"fit by benchmarks/fit_compromises.py on ONE row, {where}: "
+                                    f"{cc.CPU_ADAMW_BYTES_PER_PARAM:.0f} B a parameter at {gbps:.1f} GB/s"}
+
+
 def main() -> None:
     out = fit(json.loads(ROW.read_text()))
     old = json.loads(cc.RATES.read_text()) if cc.RATES.exists() else {}
@@ -124,8 +155,13 @@ def main() -> None:
     cc.RATES.write_text(json.dumps({**old, **out}, indent=1) + "\n")
     cc.compromise_rates.cache_clear()
     out.update(fit_cpu_step(json.loads(CPU_ROW.read_text())))
+    out.update({"cpu_step_host_gbps": None, "cpu_step_host_source": "no threaded row measured"})
     cc.RATES.write_text(json.dumps(out, indent=1) + "\n")
     cc.compromise_rates.cache_clear()
+    if CPU_ROW_THREADS.exists():
+        out.update(fit_host_bandwidth(json.loads(CPU_ROW_THREADS.read_text()), out["cpu_step_s_per_param"]))
+        cc.RATES.write_text(json.dumps(out, indent=1) + "\n")
+        cc.compromise_rates.cache_clear()
     print(json.dumps(out, indent=1))
     c = check(json.loads(CHECK_8BIT.read_text()))
     print(f"check of the 8-bit fit (not fit on): {c['row']} (micro-batch {c['micro_batch']}): predicted "

@@ -63,6 +63,10 @@ CONFIGS = [
     ("lora-r16", "llama3-8b", dict(micro_batch=4, precision=Precision.bf16, lora_rank=16, grad_ckpt=True)),
     ("cpu-offload", "llama3.2-3b", dict(micro_batch=2, precision=Precision.bf16, cpu_offload=True,
                                         strategy=Strategy.fsdp, grad_ckpt=True)),
+    # The same plan once launcher.command gives the rank the host's cores (2026-12-04; the row above ran on
+    # the one thread `accelerate launch` gives a GPU rank): benchmarks/fit_compromises.py's bandwidth row.
+    ("cpu-offload-threads", "llama3.2-3b", dict(micro_batch=2, precision=Precision.bf16, cpu_offload=True,
+                                                strategy=Strategy.fsdp, grad_ckpt=True)),
 ]
 
 

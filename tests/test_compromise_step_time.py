@@ -108,9 +108,10 @@ def test_cpu_offload_replaces_the_gpu_step_with_the_cpu_one():
     t = _thr(cpu_offload=True)
     assert t.optimizer_s == 0.0
     m = catalog_model("llama3-8b")
-    cpu = cc.cpu_step_s(trainable_params(m, TrainConfig()))
+    threads = cc.offload_threads(HardwareSpec(gpu=get_gpu("H200")), TrainConfig(cpu_offload=True))
+    cpu = cc.cpu_step_s(trainable_params(m, TrainConfig()), threads)
     assert t.step_s > t.compute_s + cpu
-    assert any("one host thread" in n for n in t.notes)
+    assert any(f"on {threads} host thread(s)" in n for n in t.notes)
 
 
 def _offload(model: str, **cfg):
@@ -122,9 +123,22 @@ def test_cpu_offload_step_grows_with_parameters_and_the_host_step_dominates_a_3b
     small, large = _offload("llama3.2-3b"), _offload("llama3-8b")
     assert large.step_s > 2 * small.step_s  # the host AdamW is linear in the parameters
     n3 = catalog_model("llama3.2-3b").params
-    host = cc.cpu_step_s(n3)
-    assert host > 0.9 * small.step_s  # one host thread over 3.2 B fp32 parameters: the GPU waits
-    assert cc.cpu_step_s(2 * n3) == pytest.approx(2 * host)
+    host = cc.cpu_step_s(n3, cc.offload_threads(HardwareSpec(gpu=get_gpu("H200")), TrainConfig(cpu_offload=True)))
+    assert host > 0.5 * small.step_s  # the host AdamW over 3.2 B fp32 parameters: the GPU waits
+    assert cc.cpu_step_s(2 * n3) == pytest.approx(2 * cc.cpu_step_s(n3))
+
+
+def test_host_threads_split_the_cpu_step_down_to_the_hosts_bandwidth():
+    n = 1e9
+    one = cc.cpu_step_s(n, 1, rate=1e-8, host_gbps=None)
+    assert cc.cpu_step_s(n, 4, rate=1e-8, host_gbps=None) == pytest.approx(one / 4)
+    floor = n * cc.CPU_ADAMW_BYTES_PER_PARAM / 20e9  # 84 B a parameter at 20 GB/s: 4.2 s
+    assert cc.cpu_step_s(n, 64, rate=1e-8, host_gbps=20.0) == pytest.approx(floor)
+    assert cc.cpu_step_s(n, 2, rate=1e-8, host_gbps=20.0) == pytest.approx(one / 2)  # 5 s: threads bind
+    # ranks share a node's cores: 8 GPUs of one 64-core node give each rank 8 threads
+    hw = HardwareSpec(gpu=get_gpu("H200"), gpus_per_node=8, cpu_cores=64)
+    assert cc.offload_threads(hw, TrainConfig(cpu_offload=True, strategy="fsdp")) == 8
+    assert cc.offload_threads(hw, TrainConfig(cpu_offload=True)) == 64
 
 
 def test_cpu_offload_copies_overlap_compute_in_both_directions():
@@ -146,7 +160,9 @@ def test_the_cpu_step_rate_is_fit_on_the_offload_row_and_reproduces_it():
     assert rates["cpu_step_s_per_param"] > 0 and "ONE measured configuration" in rates["cpu_step_source"]
     row = json.loads(CPU_ROW.read_text())
     plan = Plan.model_validate(row["plan"])
-    t = estimate_throughput(resolve_model(plan.model), plan.config, HardwareSpec(gpu=get_gpu("h200")), default_calibration())
+    # The row ran on one host thread (before launcher.command shared the cores out): a one-core host.
+    hw = HardwareSpec(gpu=get_gpu("h200"), cpu_cores=1)
+    t = estimate_throughput(resolve_model(plan.model), plan.config, hw, default_calibration())
     assert t.samples_per_s == pytest.approx(row["measured"]["samples_per_s"], rel=0.02)
     import benchmarks.fit_compromises as fit
     assert fit.fit_cpu_step(row)["cpu_step_s_per_param"] == pytest.approx(rates["cpu_step_s_per_param"], rel=1e-3)

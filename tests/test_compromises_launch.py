@@ -172,6 +172,25 @@ def test_cpu_offload_plan_is_fsdp_with_offload_even_on_one_process():
     assert "--main_process_port" in spec.cmd  # FSDP needs a process group, even of one
 
 
+def test_cpu_offload_ranks_get_the_hosts_cores(monkeypatch):
+    """`accelerate launch` would give a GPU rank one thread, and the offloaded AdamW step runs on it."""
+    import os
+
+    from launcher.command import Target, build_launch_spec, offload_threads
+
+    def env_of(plan):
+        return build_launch_spec(plan, Target(kind="recipe", name="synthetic"), config_path=Path("c.yaml"),
+                                 plan_path=Path("p.json"), run_dir=Path("."), main_port=29999).env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert env_of(make_plan("llama3-8b", cpu_offload=True))["OMP_NUM_THREADS"] == str(offload_threads(1))
+    assert offload_threads(1) == (os.cpu_count() or 1) and offload_threads(8, cores=64) == 8
+    assert offload_threads(8, cores=4) == 1
+    assert "OMP_NUM_THREADS" not in env_of(make_plan("llama3-8b"))  # no host step: accelerate's default
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own choice is left alone
+    assert "OMP_NUM_THREADS" not in env_of(make_plan("llama3-8b", cpu_offload=True))
+
+
 def test_force_on_gpu_plans_shows_why_in_the_dry_run(capsys, tmp_path):
     # 70B parameters on one 24 GB card without CPU offload: no compromise fits (not even LoRA: the bf16 base alone is 131 GiB)
     args = ["launch", "--gpu", "rtx4090", "--gpus", "1", "--model", "llama3-70b", "--micro-batch", "1", "--no-cpu-offload", "--recipe", "synthetic",
