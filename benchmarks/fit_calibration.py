@@ -351,6 +351,37 @@ def _repeats(rows: list[dict]) -> list[str]:
             "(launcher.host_dispatch) are predicted with it, earlier ones are assumed to be the reference host."]
 
 
+PREDICTED_UNSEEN = RESULTS / "h200-users-unseen-predicted.json"  # measure_unseen.py --predict, before measuring
+
+
+def _unseen(rows: list[dict], cal: Calibration, hw: HardwareSpec) -> list[str]:
+    """Issue 16's bar on configurations never measured before: what was predicted before they ran, and now."""
+    unseen = [r for r in rows if r["id"].startswith("u-")]
+    if not unseen:
+        return []
+    before = json.loads(PREDICTED_UNSEEN.read_text()) if PREDICTED_UNSEEN.exists() else {}
+    now_m, now_t, was_m, was_t = [], [], [], []
+    for r in unseen:
+        e = predict(r, cal, hw)
+        now_m.append(abs(e.memory.peak_gib / r["peak_gib"] - 1))
+        now_t.append(abs(e.throughput.samples_per_s / r["samples_per_s"] - 1))
+        if r["id"] in before:
+            was_m.append(abs(before[r["id"]]["peak_gib"] / r["peak_gib"] - 1))
+            was_t.append(abs(before[r["id"]]["samples_per_s"] / r["samples_per_s"] - 1))
+    lines = ["", f"The {len(unseen)} unseen users' configurations (`benchmarks/measure_unseen.py`, rows u-*: new batch "
+             "sizes, precisions and compile choices of the users' models, all holdout), abs error median | worst. "
+             f"*predicted before measuring*: `{PREDICTED_UNSEEN.name}`, written by the estimator of the day before "
+             "any of them ran (host speed assumed); *now*: this calibration, each row for its file's host. Read *now* "
+             "for what it is: the host-bound fit rows that set launch_us were measured in the same call, on the same "
+             "host, as the unseen rows (each file's header has its dispatch speed), which is what `advise probe` "
+             "gives a user's machine; *before* is an estimate for a host it had not measured.", "",
+             "| | n | memory median | memory worst | throughput median | throughput worst |", "|---|---:|---:|---:|---:|---:|"]
+    if was_m:
+        lines.append(f"| predicted before measuring | {len(was_m)} | {_stats(was_m)} | {_stats(was_t)} |")
+    lines.append(f"| now | {len(now_m)} | {_stats(now_m)} | {_stats(now_t)} |")
+    return lines
+
+
 def _contended(cal: Calibration, hw: HardwareSpec) -> list[str]:
     """Host-bound rows on a host slowed on purpose: does the header's host factor carry?"""
     if not CONTENDED.exists():
@@ -437,6 +468,7 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     lines += _before_after("Throughput on the holdout rows per family, before and after (abs error, median | worst):",
                            "family", fam)
     lines += _repeats(rows)
+    lines += _unseen(rows, cal, hw)
     lines += _contended(cal, hw)
     lines += ["", "Bars (DESIGN.md): throughput on the same GPU kind within 10% median, 25% worst; memory 5% / 15% "
               "(the memory side is issue 16's other half).", "", "Fitted constants:", "", "```",
