@@ -54,7 +54,7 @@ for i in range(3):
 if slot is None or i == 2:
     mark(f"OVER-{rid}")
 mark(f"started-{rid}-{os.getpid()}")
-time.sleep(1.5)
+time.sleep(4.0)  # keeps a run alive across the service's restart (the victims must not end on their own)
 sys.argv = [sys.argv[0]]
 runpy.run_module("launcher.recipes.synthetic", run_name="__main__")
 '''
@@ -140,10 +140,13 @@ def test_five_runs_on_two_slots_survive_a_sigkill_of_the_service(home, locks, tm
 
     with serving(home, "--cpu", "--slots", "2") as svc:
         def midway():
+            # Two done and the next two running: those two started together, so neither can be near its end
+            # when the service dies (with one done, the other first run may finish on its own before the
+            # restart, and then it is rightly settled as succeeded on its first attempt).
             recs = store.list()
             running = [r.id for r in recs if r.status == "running"]
             done = sum(r.status == "succeeded" for r in recs)
-            return running if done >= 1 and len(running) == 2 and all(pids_of(locks, "started", i) for i in running) else None
+            return running if done >= 2 and len(running) == 2 and all(pids_of(locks, "started", i) for i in running) else None
 
         victims = wait_for(midway, 300, "one run done and two running")
         os.kill(svc.pid, signal.SIGKILL)
