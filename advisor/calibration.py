@@ -56,6 +56,9 @@ class Calibration(BaseModel):
     # times launcher.host_dispatch's reference step). 1.0 when not measured; multiplies every host term.
     host_factor: float = 1.0
     host_source: str = host_speed.ASSUMED
+    # The GPU kind of the machine whose host was measured: a plan for another GPU kind is for another
+    # machine, whose host this is not (advisor.throughput then assumes the reference host).
+    host_device: str | None = None
     # That reference step on the host whose rows fit launch_us, microseconds (the header of the
     # host-bound measurement file; benchmarks/fit_calibration.py writes it). None: no host factor.
     host_dispatch_ref_us: float | None = None

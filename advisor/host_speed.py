@@ -8,8 +8,8 @@ to 1.9x in step time from one machine to the next, GPU-bound ones by under 2%
 the benchmark call that fit it; ``advise probe`` times ``launcher.host_dispatch``'s reference
 step on this machine and stores it in ``HOME/host-speed.json``; ``host_factor`` (this host's
 time over the benchmark host's, ``Calibration.host_dispatch_ref_us``) then multiplies every host
-term. CPU estimates (the CPU as the device) are not touched: the reference step times a CUDA
-host's dispatch.
+term of estimates for that machine's GPU kind. CPU estimates (the CPU as the device) and plans for
+another GPU kind (another machine) keep the reference host.
 
 Pure data and a small file: the measuring is ``launcher.host_dispatch``'s.
 """
@@ -71,6 +71,6 @@ def with_host_speed(cal, speed: HostSpeed | None):
         return cal
     factor = speed.us_per_step / cal.host_dispatch_ref_us
     return cal.model_copy(update={
-        "host_factor": factor,
+        "host_factor": factor, "host_device": speed.device,
         "host_source": f"measured by {speed.source} on this machine ({speed.date}): dispatch x{factor:.2f} the time "
                        "of the H200 host that fit launch_us"})

@@ -245,7 +245,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
                      else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
-    if gpu.name == "cpu" and cal.host_factor != 1.0:  # the factor times a CUDA host's dispatch (advisor.host_speed)
+    if cal.host_factor != 1.0 and (gpu.name == "cpu" or (cal.host_device and cal.host_device != gpu.name)):
+        # The factor is a CUDA host's, of the machine with that GPU kind (advisor.host_speed): not this plan's.
         cal = cal.model_copy(update={"host_factor": 1.0, "host_source": host_speed.ASSUMED})
     work = step_work(model, config, cal)
     mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)

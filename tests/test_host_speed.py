@@ -70,6 +70,15 @@ def test_cpu_estimates_keep_their_own_host(tmp_path):
     assert b.samples_per_s == pytest.approx(a.samples_per_s)
 
 
+def test_a_plan_for_another_gpu_kind_keeps_the_reference_host():
+    """The stored host is the machine with the probed GPU kind; planning an A100 run is planning for another machine."""
+    slow = with_host_speed(_cal(), HostSpeed(us_per_step=2000.0, device="H200"))
+    a100 = HardwareSpec(gpu=get_gpu("A100-80GB"))
+    here = estimate(catalog_model("resnet50"), SMALL, a100, calibration=slow).throughput
+    assert here.host_s == pytest.approx(estimate(catalog_model("resnet50"), SMALL, a100, calibration=_cal()).throughput.host_s)
+    assert here.host_speed.startswith("assumed")
+
+
 def test_home_file_round_trip_and_bad_files_are_ignored(tmp_path):
     assert read_host_speed(tmp_path) is None
     save_host_speed(tmp_path, HostSpeed(us_per_step=1234.5, ops_per_step=150, device="H200"))
