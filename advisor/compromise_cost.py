@@ -129,7 +129,7 @@ def adamw_8bit_kernel_s(params: float, gpu: GpuSpec, fraction: float | None = No
     the blocks are latency-bound, so this transfer is an assumption). Per parameter, whatever the
     weights' dtype: a bf16 weight takes the same one-thread path through the same block."""
     f = compromise_rates()["bnb_8bit_bandwidth_fraction"] if fraction is None else fraction
-    return params * BNB_BYTES_PER_PARAM / (gpu.mem_bw * gpu.fraction_vs_h200("bandwidth") * f)
+    return params * BNB_BYTES_PER_PARAM / (gpu.bandwidth_vs_h200 * f)
 
 
 def adamw_8bit_step_s(params: float, tensors: int, gpu: GpuSpec, launch_us: float) -> tuple[float, float]:

@@ -70,6 +70,13 @@ class GpuSpec(BaseModel):
         """Datasheet memory bandwidth, bytes/s."""
         return self.bandwidth_gbps * 1e9
 
+    @property
+    def bandwidth_vs_h200(self) -> float:
+        """Datasheet memory bandwidth (bytes/s) times this architecture's achievable share of it over
+        the H200's: the bandwidth the H200-fit efficiencies (``rate_efficiency["bytes"]``, the 8-bit
+        AdamW kernel's fraction) multiply, so that a fit on the H200 carries to this GPU."""
+        return self.mem_bw * self.fraction_vs_h200("bandwidth")
+
     def peak_tflops(self, precision: str) -> float:
         """Dense matmul peak for a precision name (fp32, tf32, bf16, fp16, pure-bf16, fp8).
 

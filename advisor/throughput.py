@@ -139,7 +139,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     conv_peak = gpu.conv_flops(p.value) * gpu.fraction_vs_h200(conv_kind)  # cuDNN TF32 default
     # Memory traffic, the convolutions' included: the layout's cost (NCHW transposes around cuDNN's
     # NHWC tensor-core kernels) is the H200 fit's rate per layout, at this GPU's bandwidth fraction.
-    bw = gpu.mem_bw * gpu.fraction_vs_h200("bandwidth")
+    bw = gpu.bandwidth_vs_h200
     conv_bytes = work.conv_bytes
     if layout == "nchw" and p in (Precision.bf16, Precision.pure_bf16) and gpu.compute_capability >= (8, 0):
         # cuDNN has few native NCHW bf16 kernels: it transposes NCHW bf16 tensors into fp32 NHWC
@@ -251,7 +251,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     work = step_work(model, config, cal)
     mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)
     host_s = host_seconds(model, config, cal, work)
-    bw = gpu.mem_bw * cal.rate_efficiency["bytes"] * gpu.fraction_vs_h200("bandwidth")
+    bw = gpu.bandwidth_vs_h200 * cal.rate_efficiency["bytes"]
     if config.strategy is Strategy.dp and world > 1:
         host_s *= world  # one Python thread per replica under the GIL (DataParallel)
     micro_s = combine(gpu_s, host_s, cal.host_combine_p)

@@ -82,7 +82,7 @@ def fit(row: dict) -> dict:
     if kernel <= 0:
         raise SystemExit(f"the estimate without the 8-bit kernel ({rest:.3f} s) already exceeds the measured step "
                          f"({measured_step:.3f} s): nothing to fit")
-    fraction = nt * cc.BNB_BYTES_PER_PARAM / (gpu.mem_bw * gpu.fraction_vs_h200("bandwidth") * kernel)
+    fraction = nt * cc.BNB_BYTES_PER_PARAM / (gpu.bandwidth_vs_h200 * kernel)
     return {
         "bnb_8bit_bandwidth_fraction": round(fraction, 4),
         "source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from advisor.compromise_names import NO_ACCUMULATION
 from advisor.units import format_hours
 from rules.compromise import find, gives_up, name_of
 from rules.recommend import Alternative, Cost
@@ -48,7 +49,7 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
                 name=label, kind=kind, summary=f"gives up {gives_up(lv, r, p)}; fits on {r.gpus}x {p.hw.gpu.name}: {mem}, {_speed(r)}",
                 fits=True, gpus=r.gpus, strategy=r.strategy.value, peak_gib=e.memory.peak_gib, device_gib=e.memory.device_gib,
                 samples_per_s=e.throughput.samples_per_s, time_to_train_h=r.time_h, meets_deadline=_meets(ctx, r.time_h),
-                cost=Cost(memory=mem, speed=_speed(r), accuracy_risk=lv.risk), source=lv.source, command=cmd(r, no_accumulation="no-accumulation" in name_of(lv, r, p).split("+"))))
+                cost=Cost(memory=mem, speed=_speed(r), accuracy_risk=lv.risk), source=lv.source, command=cmd(r, no_accumulation=NO_ACCUMULATION in name_of(lv, r, p).split("+"))))
         else:
             dev = r.closest.memory.device_gib if r.closest else None
             out.append(Alternative(

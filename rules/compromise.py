@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
+from advisor import compromise_names as names
+from advisor.compromise_names import setting
+from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
 from rules.planner import Choice, Infeasible, Planner
 
@@ -45,31 +47,31 @@ class Level:
 
 
 LEVELS: tuple[Level, ...] = (
-    Level("no-accumulation", {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
+    Level(names.NO_ACCUMULATION, {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
           "per GPU, and the learning rate follows it",
           "low: the same arithmetic on a smaller batch (noisier gradients; the scaled learning rate compensates)",
           "Goyal et al. 2017 (linear scaling rule); the fp32 gradients of accumulation no longer meet the next "
           "micro-batch's autocast weight copies", accum1=True),
-    Level("pure-bf16", {"precision": Precision.pure_bf16},
+    Level(names.PURE_BF16, setting(names.PURE_BF16),
           "fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated (Kahan summation, KahanAdamW)",
           "low-medium: Kahan-compensated bf16 updates track fp32 closely; plain bf16 would round small updates away",
           "Zamirai et al. 2020 (Revisiting BFloat16 Training)"),
-    Level("adamw-8bit", {"optimizer": Optimizer.adamw_8bit},
+    Level(names.ADAMW_8BIT, setting(names.ADAMW_8BIT),
           "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs bitsandbytes)",
           "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes",
-          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=("pure-bf16",)),
-    Level("optimizer-in-backward", {"optimizer_in_backward": True},
+          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=(names.PURE_BF16,)),
+    Level(names.OPTIMIZER_IN_BACKWARD, setting(names.OPTIMIZER_IN_BACKWARD),
           "gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
           "gradient hook as soon as its gradient is ready, and the gradient is freed",
           "medium: no global-norm clipping (per-parameter clipping only); same update otherwise",
           "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)",
-          accum1=True, single_only=True, with_lower=("pure-bf16",)),
-    Level("cpu-offload", {"cpu_offload": True},
+          accum1=True, single_only=True, with_lower=(names.PURE_BF16,)),
+    Level(names.CPU_OFFLOAD, setting(names.CPU_OFFLOAD),
           "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
           "and every step copies the weights over PCIe",
           "none (same arithmetic), but many times slower; needs the host RAM",
           "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload"),
-    Level("lora", {"lora_rank": LORA_RANK},
+    Level(names.LORA, setting(names.LORA, LORA_RANK),
           f"the full fine-tune: rank-{LORA_RANK} adapters on every attention and MLP projection are trained, "
           "the base (bf16) stays frozen",
           "a different training: adapters only; quality can trail a full fine-tune on hard tasks",
@@ -94,7 +96,7 @@ def ranked(task: str | None) -> list[Level]:
     """The ladder in risk order; LoRA first when the task is adapter fine-tuning."""
     levels = list(LEVELS)
     if task and any(t in task.lower() for t in ADAPTER_TASKS):
-        levels.sort(key=lambda lv: lv.name != "lora")
+        levels.sort(key=lambda lv: lv.name != names.LORA)
     return levels
 
 
@@ -221,7 +223,7 @@ def name_of(level: Level, ch: Choice, p: Planner) -> str:
 
 def level_gives_up(level: Level, config) -> str:
     """The level's ``gives_up``, for the update ``config`` runs (pure-bf16 pinned with --pure-bf16-update plain)."""
-    if level.name == "pure-bf16" and config.pure_bf16_update is PureBf16Update.plain:
+    if level.name == names.PURE_BF16 and config.pure_bf16_update is PureBf16Update.plain:
         return ("fp32 master weights: weights, gradients and AdamW states in bf16, plain torch AdamW "
                 "(--pure-bf16-update plain): updates below bf16's resolution round away")
     return level.gives_up
@@ -237,10 +239,10 @@ def gives_up(level: Level, ch: Choice, p: Planner) -> str:
 
 def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
     target = p.req.batch_size or p.base_batch
-    if level.name == "no-accumulation":
+    if level.name == names.NO_ACCUMULATION:
         return (f"gradient accumulation: global batch {ch.global_batch} instead of {target}; learning rate "
                 f"{ch.lr.lr:.3g} ({ch.lr.text})")
-    if level.name == "cpu-offload":
+    if level.name == names.CPU_OFFLOAD:
         return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
     return level_gives_up(level, ch.config)
 
@@ -277,6 +279,5 @@ def answer_memory(ctx):
 def pinned(cfg, req) -> list[Level]:
     """The compromises the user pinned (--precision pure-bf16, --optimizer adamw-8bit, --lora-rank,
     --optimizer-in-backward, --cpu-offload) that the configuration has, in ladder order."""
-    return [lv for lv in LEVELS if lv.update
-            and all(getattr(cfg, k) == v or (k == "lora_rank" and cfg.lora_rank) for k, v in lv.update.items())
+    return [lv for lv in LEVELS if lv.update and names.has(cfg, lv.name)
             and all(getattr(req, k) is not None for k in lv.update)]

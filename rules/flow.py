@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.calibration import Calibration
+from advisor.compromise_names import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
 from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine
@@ -253,7 +254,7 @@ def _plan(run: Run, core: RecommendationCore) -> Plan:
 def _no_accumulation(req, compromise: str | None) -> bool:
     """The plan must keep accumulation at 1: node H's no-accumulation compromise fits only so, and a
     pinned --grad-accum 1 is never overridden (launcher.oom keeps it on an OOM retry)."""
-    return req.grad_accum == 1 or "no-accumulation" in (compromise or "").split("+")
+    return req.grad_accum == 1 or NO_ACCUMULATION in (compromise or "").split("+")
 
 
 def _applied(traces: list[RuleTrace]) -> dict[str, Any]:
@@ -349,7 +350,7 @@ def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
         out.append(f"micro-batch {cfg.micro_batch} (1 GPU: {one.micro_batch})")
     if cfg.compile != one.compile:
         out.append("compile " + ("on" if cfg.compile else "off"))
-    for k in ("precision", "optimizer", "lora_rank", "cpu_offload", "optimizer_in_backward"):
+    for k in COMPROMISE_FIELDS:  # node H's settings (advisor.compromise_names, rules.compromise.LEVELS)
         if getattr(cfg, k) != getattr(one, k):
             out.append(f"{k.replace('_', ' ')} {getattr(cfg, k).value if hasattr(getattr(cfg, k), 'value') else getattr(cfg, k)}")
     return out

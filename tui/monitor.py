@@ -111,11 +111,15 @@ class LiveDataCheck:
     def __init__(self) -> None:
         self.rows: list[dict] = []
         self.util: list[float] = []
+        # The steps the rows cover, kept as rows arrive: rebuilt from all rows, every tick would cost O(n).
+        self.steps: set = set()
 
     def add(self, rows: list[dict], devices: list) -> DataBound | None:
-        self.rows += [r for r in rows if "data_wait_s" in r]
+        new = [r for r in rows if "data_wait_s" in r]
+        self.rows += new
+        self.steps.update(r.get("step") for r in new)
         gpus = [d.util_pct for d in devices if d.label.startswith("GPU") and d.util_pct is not None]
-        if gpus and len({r.get("step") for r in self.rows}) > 1:  # past the first logged interval
+        if gpus and len(self.steps) > 1:  # past the first logged interval
             self.util.append(sum(gpus) / len(gpus))
         return check(wait_share(self.rows), self.util)
 

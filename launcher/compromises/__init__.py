@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advisor.compromise_names import LORA, in_config
 from advisor.config import Optimizer, Precision
 from advisor.plan import Plan
 
@@ -34,18 +35,7 @@ COMPROMISE_FILE = "compromise.json"
 def names(plan: Plan) -> list[str]:
     """The compromises a plan asks for, in decision node H's order (empty: the standard setup)."""
     c = plan.config
-    out = []
-    if c.precision is Precision.pure_bf16:
-        out.append("pure-bf16")
-    if c.optimizer is Optimizer.adamw_8bit:
-        out.append("adamw-8bit")
-    if c.optimizer_in_backward:
-        out.append("optimizer-in-backward")
-    if c.cpu_offload:
-        out.append("cpu-offload")
-    if c.lora_rank:
-        out.append(f"lora-r{c.lora_rank}")
-    return out
+    return [f"lora-r{c.lora_rank}" if name == LORA else name for name in in_config(c)]  # the record names the rank
 
 
 def apply_to_model(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:

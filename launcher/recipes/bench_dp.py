@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from launcher.recipes import startup
+
 RESULT_NAME = "bench-rank{rank}.json"
 MODES = ("single", "dp", "ddp", "fsdp")
 
@@ -78,17 +80,8 @@ def _tokens_per_sample(spec, plan) -> int | None:
 
 
 def _build(spec, plan, device: torch.device) -> torch.nn.Module:
-    """The zoo model, built directly on the device (no host copy of a billion parameters)."""
-    from accelerate.utils import set_seed
-
-    from advisor.zoo import build_trainable, init_weights
-
-    set_seed(0)  # the same initial weights on every rank
-    with torch.device(device):
-        model = build_trainable(spec, image_size=plan.config.image_size)
-        if spec.arch is not None:
-            init_weights(model)
-    return model
+    """The zoo model, built directly on the device, as the synthetic recipe builds it."""
+    return startup.zoo_model_on(device, spec, image_size=plan.config.image_size)
 
 
 class _PoolDataset(torch.utils.data.Dataset):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from launcher.recipes import chat_rows
+from launcher.recipes import chat_rows, startup
 
 DEFAULT_SEQ = 1024
 DEFAULT_STEPS = 100
@@ -133,18 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.recipes.causal_lm", description=__doc__.splitlines()[0])
     p.add_argument("--hf-model", required=True, help="folder with config.json and a tokenizer, or a Hub id")
     p.add_argument("--data", type=Path, required=True, help="JSONL of messages / prompt+response / text examples")
-    p.add_argument("--steps", type=int, default=None, help=f"optimizer steps if the plan has none (default {DEFAULT_STEPS})")
-    p.add_argument("--log-every", type=int, default=None)
+    startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
 
-    from accelerate.utils import set_seed
-
-    from launcher.runtime import Runtime
-
-    rt = Runtime.from_env(log_every=args.log_every, clip_grad_norm=1.0)
+    rt = startup.runtime(args)
     plan = rt.plan
-    set_seed(0)
-    model, tok, source = load_model(args.hf_model, rt.device)
+    model, tok, source = startup.seeded(lambda: load_model(args.hf_model, rt.device))
     limit = getattr(model.config, "max_position_embeddings", None) or DEFAULT_SEQ
     seq = min(plan.config.seq_len or DEFAULT_SEQ, limit)
     x, y = packed_rows(rt, tok, args.data, seq)
@@ -156,21 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         learnt = float((y != IGNORE).float().mean())
         print(f"causal-lm: {type(model).__name__} ({source}), {len(x)} packed rows of {seq} tokens, "
               f"{learnt:.0%} of tokens learnt", flush=True)
-    model = rt.setup_model(model)  # LoRA adapters when the plan has --lora-rank
-    if plan.config.lora_rank and not hasattr(model, "peft_config"):
-        raise SystemExit("the plan trains LoRA adapters but this cardwise's runtime did not apply them "
-                         "(launcher.compromises.lora is missing)")
     dataset = torch.utils.data.TensorDataset(x, y)
-    model, optimizer, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(dataset, shuffle=True))
+    model, optimizer, loader = startup.setup_and_prepare(rt, model, rt.dataloader(dataset, shuffle=True))
     rt.tokens_per_sample = seq
     batches = rt.batches(loader)
-    steps = rt.total_steps or args.steps or DEFAULT_STEPS
+    steps = startup.step_count(rt, args, DEFAULT_STEPS)
 
     def loss_fn(m, batch):
         return m(input_ids=batch[0].long(), labels=batch[1].long()).loss
 
-    while rt.step < steps:
-        rt.train_step(model, optimizer, batches, loss_fn=loss_fn)
+    startup.train_until(rt, steps, model, optimizer, batches, loss_fn=loss_fn)
     rt.finish(model, tokenizer=tok, recipe="causal-lm", packed_rows=len(x), seq_len=seq,
               lora=bool(plan.config.lora_rank))
     return 0

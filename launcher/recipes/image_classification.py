@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from launcher.recipes import image_folder
+from launcher.recipes import image_folder, startup
 
 DEFAULT_STEPS = 100
 # ImageNet channel statistics used by torchvision's pretrained models (torchvision.models docs).
@@ -97,17 +97,13 @@ class ImageFolderDataset(torch.utils.data.Dataset):
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, required=True, help="folder with one sub-folder of images per class")
-    p.add_argument("--steps", type=int, default=None, help=f"optimizer steps if the plan has none (default {DEFAULT_STEPS})")
-    p.add_argument("--log-every", type=int, default=None)
+    startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
-
-    from accelerate.utils import set_seed
 
     from advisor.catalog import catalog_model
     from advisor.zoo import build_trainable, init_weights
-    from launcher.runtime import Runtime
 
-    rt = Runtime.from_env(log_every=args.log_every, clip_grad_norm=1.0)
+    rt = startup.runtime(args)
     plan = rt.plan
     spec = catalog_model(plan.model.name or "")
     if not spec.is_vision:
@@ -123,13 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"image-classification: {len(samples)} images in {len(classes)} classes at {size}px, "
               f"transforms by {how}, {plan.num_workers} worker(s) per rank", flush=True)
 
-    set_seed(0)
-    model = build_trainable(spec, image_size=size)
-    if spec.arch is not None:
-        init_weights(model)
-    model = rt.setup_model(model)
+    def build():
+        model = build_trainable(spec, image_size=size)
+        if spec.arch is not None:
+            init_weights(model)
+        return model
+
+    model = startup.seeded(build)
     loader = rt.dataloader(ImageFolderDataset(samples, transform), shuffle=True)
-    model, optimizer, loader = rt.prepare(model, rt.optimizer(model), loader)
+    model, optimizer, loader = startup.setup_and_prepare(rt, model, loader)
     batches = rt.batches(loader)
     dtype = torch.bfloat16 if plan.config.precision.value == "pure-bf16" else None
     layout = torch.channels_last if plan.config.channels_last else torch.contiguous_format
@@ -139,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         x = x.to(dtype=dtype or x.dtype).contiguous(memory_format=layout)
         return m(x, y)
 
-    steps = rt.total_steps or args.steps or DEFAULT_STEPS
-    while rt.step < steps:
-        rt.train_step(model, optimizer, batches, loss_fn=loss_fn)
+    startup.train_until(rt, startup.step_count(rt, args, DEFAULT_STEPS), model, optimizer, batches, loss_fn=loss_fn)
     rt.finish(model, recipe="image-classification", classes=classes, image_size=size, transforms=how)
     return 0
 

@@ -22,6 +22,8 @@ import itertools
 
 import torch
 
+from launcher.recipes import startup
+
 DEFAULT_STEPS = 50
 
 
@@ -49,38 +51,27 @@ def make_pool(spec, plan, device, rank: int, size: int) -> list[tuple[torch.Tens
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.recipes.synthetic", description=__doc__.splitlines()[0])
     p.add_argument("--pool", type=int, default=4, help="distinct micro-batches per rank, cycled")
-    p.add_argument("--steps", type=int, default=None, help=f"optimizer steps if the plan has none (default {DEFAULT_STEPS})")
-    p.add_argument("--log-every", type=int, default=None)
+    startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
 
-    from accelerate.utils import set_seed
-
     from advisor.catalog import catalog_model
-    from advisor.zoo import build_trainable, init_weights
-    from launcher.runtime import Runtime
 
-    rt = Runtime.from_env(log_every=args.log_every, clip_grad_norm=1.0)
+    rt = startup.runtime(args)
     plan = rt.plan
     if not plan.model.name:
         raise SystemExit("the synthetic recipe trains catalog models (--model NAME); for --module or --hf-config "
                          "models launch your own script: advise launch ... -- train.py")
     spec = catalog_model(plan.model.name)
-    set_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    with torch.device(rt.device):  # built and initialised where it trains: an 8B model is no minute of CPU init
-        model = build_trainable(spec, image_size=plan.config.image_size)
-        if spec.arch is not None:
-            init_weights(model)
-    model = rt.setup_model(model)
-    model, optimizer = rt.prepare(model, rt.optimizer(model))
+    model = startup.zoo_model_on(rt.device, spec, image_size=plan.config.image_size)
+    model, optimizer = startup.setup_and_prepare(rt, model)
     if spec.arch is not None and not spec.is_vision:
         rt.tokens_per_sample = plan.config.seq_len or spec.default_seq_len
     batches = rt.batches(itertools.cycle(make_pool(spec, plan, rt.device, rt.rank, args.pool)))  # resumes a checkpoint
 
-    steps = rt.total_steps or args.steps or DEFAULT_STEPS
+    steps = startup.step_count(rt, args, DEFAULT_STEPS)
     if rt.total_steps is None and rt.is_main:
         print(f"cardwise: no step count in the plan or --max-steps; training {steps} steps", flush=True)
-    while rt.step < steps:
-        rt.train_step(model, optimizer, batches)
+    startup.train_until(rt, steps, model, optimizer, batches)
     rt.finish(model, recipe="synthetic", model_name=spec.name)
     return 0
 

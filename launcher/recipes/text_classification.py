@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from launcher.recipes import text_rows
+from launcher.recipes import startup, text_rows
 from launcher.recipes.text_rows import SAMPLE
 
 PAD, CLS = 256, 257
@@ -113,17 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=SAMPLE, help="JSONL or CSV of (text, label); default: the shipped sample")
     p.add_argument("--eval-fraction", type=float, default=text_rows.EVAL_FRACTION)
     p.add_argument("--eval-rows", type=int, default=10_000, help="at most this many held-out rows evaluated at the end")
-    p.add_argument("--steps", type=int, default=None, help=f"optimizer steps if the plan has none (default {DEFAULT_STEPS})")
-    p.add_argument("--log-every", type=int, default=None)
+    startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
-
-    from accelerate.utils import set_seed
 
     from advisor.catalog import catalog_model
     from advisor.zoo import build_trainable, init_weights
-    from launcher.runtime import Runtime
 
-    rt = Runtime.from_env(log_every=args.log_every, clip_grad_norm=1.0)
+    rt = startup.runtime(args)
     plan = rt.plan
     if plan.model.name != "mini-transformer":
         raise SystemExit(f"the text-classification recipe trains mini-transformer, not {plan.model.label()}: "
@@ -157,17 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     held = RowStream(args.data, labels, seq, rt.rank, rt.world_size, held_out=True, every=every,
                      limit=args.eval_rows, shuffle=False)
 
-    set_seed(0)
-    model = build_trainable(spec)
-    init_weights(model)
-    model = rt.setup_model(model)
+    def build():
+        model = build_trainable(spec)
+        init_weights(model)
+        return model
+
     # The stream shards itself per rank: the loader is not given to Accelerate (which would shard again).
-    model, optimizer = rt.prepare(model, rt.optimizer(model))
+    model, optimizer = startup.setup_and_prepare(rt, startup.seeded(build))
     rt.tokens_per_sample = seq
     batches = rt.batches(OnDevice(rt.dataloader(train, shuffle=False), rt.device))
-    steps = rt.total_steps or args.steps or DEFAULT_STEPS
-    while rt.step < steps:
-        rt.train_step(model, optimizer, batches)
+    startup.train_until(rt, startup.step_count(rt, args, DEFAULT_STEPS), model, optimizer, batches)
     result = evaluate(rt, model, held)
     if rt.is_main:
         print(f"held-out: accuracy {result['eval_accuracy']:.3f}, loss {result['eval_loss']:.4f} on "

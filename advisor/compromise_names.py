@@ -1,0 +1,50 @@
+"""The names of decision node H's memory compromises and the training setting each one is.
+
+One list for the two layers that name compromises and may not import each other: the rules'
+ladder (``rules.compromise.LEVELS``, which adds risk, sources and what each gives up) and the
+runtime's record of what ran (``launcher.compromises.names``, ``compromise.json``).
+"""
+
+from __future__ import annotations
+
+from advisor.config import Optimizer, Precision, TrainConfig
+
+# Not a setting: the plan holds gradient accumulation at 1 (``Plan.no_accumulation``).
+NO_ACCUMULATION = "no-accumulation"
+PURE_BF16 = "pure-bf16"
+ADAMW_8BIT = "adamw-8bit"
+OPTIMIZER_IN_BACKWARD = "optimizer-in-backward"
+CPU_OFFLOAD = "cpu-offload"
+LORA = "lora"
+
+# The compromises that are a TrainConfig setting, in the ladder's (risk) order: name -> (field, the
+# value the compromise sets). LoRA's value is its rank, chosen by the ladder (rules.compromise.LORA_RANK)
+# or the user; None here: any rank.
+SETTINGS: dict[str, tuple[str, object]] = {
+    PURE_BF16: ("precision", Precision.pure_bf16),
+    ADAMW_8BIT: ("optimizer", Optimizer.adamw_8bit),
+    OPTIMIZER_IN_BACKWARD: ("optimizer_in_backward", True),
+    CPU_OFFLOAD: ("cpu_offload", True),
+    LORA: ("lora_rank", None),
+}
+
+# The TrainConfig fields a compromise changes, in ladder order.
+FIELDS: tuple[str, ...] = tuple(field for field, _ in SETTINGS.values())
+
+
+def setting(name: str, value: object = None) -> dict[str, object]:
+    """The config update that applies compromise ``name`` (``value``: LoRA's rank)."""
+    field, fixed = SETTINGS[name]
+    return {field: fixed if value is None else value}
+
+
+def has(config: TrainConfig, name: str) -> bool:
+    """Whether ``config`` runs compromise ``name`` (LoRA: at any rank)."""
+    field, value = SETTINGS[name]
+    current = getattr(config, field)
+    return bool(current) if value is None else current == value
+
+
+def in_config(config: TrainConfig) -> list[str]:
+    """The compromises ``config`` runs, in the ladder's order (empty: the standard setup)."""
+    return [name for name in SETTINGS if has(config, name)]
