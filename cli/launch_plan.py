@@ -164,6 +164,9 @@ def options_from_flags(args: argparse.Namespace, plan):
         if args.node_rank is None or not args.main_address:
             raise UserError(f"a {plan.nodes}-node launch needs this machine's rank and node 0's address",
                             fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
+        if args.node_rank >= plan.nodes:  # else the attempt's Accelerate config refuses it, after the run is recorded
+            raise UserError(f"--node-rank {args.node_rank} is outside 0..{plan.nodes - 1}",
+                            fix=f"use 0 to {plan.nodes - 1}, one per node (0 on the node at --main-address)")
     elif args.node_rank not in (None, 0) or args.main_address:
         raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
     env = checkpoint_env(getattr(args, "checkpoint_every", None), not getattr(args, "no_final_weights", False))
