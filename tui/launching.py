@@ -93,7 +93,10 @@ def build_target(choice: LaunchChoice, plan: Plan):
     from launcher.command import Target, check_target
 
     if choice.target == "script":
-        words = shlex.split(choice.script)
+        try:
+            words = shlex.split(choice.script)
+        except ValueError as exc:  # "No closing quotation": a typo in the field, not a crash of the screen
+            raise UserError(f"cannot read the script line: {exc}", fix="close the quote, or escape it with \\") from None
         if not words:
             raise UserError("no script given", fix="type the script and its arguments, e.g. train.py --lr {lr}")
         return Target.from_cli(None, words)
