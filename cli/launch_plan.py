@@ -104,22 +104,11 @@ def forced(plan, why: str):
 
 
 def check_here(plan, *, force: bool = False):
-    """What this machine must have before a launch starts: host RAM and cores for CPU ranks
-    (``launcher.host_fit``; ``--force`` launches anyway) and what the plan's compromises need
-    (``launcher.compromises.checks``: packages, combinations, host RAM for offload; never forced)."""
-    from launcher.compromises.checks import check_compromises
+    """``launcher.preflight.check_here`` for the commands: ``plan``, or the plan marked forced (``--force``)."""
+    from launcher.preflight import check_here as check
 
-    check_compromises(plan)
-    if plan.cpu:
-        from launcher.host_fit import check_host_fit, host_need, max_processes
-
-        if force and plan.processes_per_node <= max_processes():
-            need = host_need(plan)
-            if need.total_gib > need.usable_gib:
-                return forced(plan, f"the estimate says {need.model} needs ~{need.total_gib:.1f} GiB of host RAM for "
-                                    f"{need.ranks} CPU process(es), more than the {need.usable_gib:.1f} GiB usable here")
-        check_host_fit(plan)
-    return plan
+    why = check(plan, force=force)
+    return forced(plan, why) if why else plan
 
 
 # What --data names for each recipe that reads data (a file, or a folder of class folders).

@@ -55,19 +55,15 @@ def build_plan(choice: LaunchChoice, state: WizardState, view: RecView | None = 
 
 
 def check_fits(plan: Plan) -> None:
-    """Refuse a CPU plan this machine's RAM or cores cannot hold, as ``advise launch --cpu`` does.
+    """Refuse a plan this machine cannot run, as ``advise launch`` does (``launcher.preflight``;
+    never forced here).
 
     The form's default (two processes) is no promise for every model: llama3-8b on CPU needs
     ~150 GiB per process. Called from the launch worker, before any record or process: sizing a
-    ``--module`` model traces it, which must not freeze the screen. What the plan's memory
-    compromises need (packages, combinations) is checked as ``advise launch`` checks it."""
-    from launcher.compromises.checks import check_compromises
+    ``--module`` model traces it, which must not freeze the screen."""
+    from launcher.preflight import check_here
 
-    check_compromises(plan)
-    if plan.cpu:
-        from launcher.host_fit import check_host_fit
-
-        check_host_fit(plan)
+    check_here(plan)
 
 
 def _gpu_plan(state: WizardState, view: RecView | None, machine: Machine | None) -> Plan:
