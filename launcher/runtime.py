@@ -115,7 +115,8 @@ class Runtime:
                                                                     sync_with_dataloader=False),
             step_scheduler_with_optimizer=False,  # we step once per optimizer step, not per process
         )
-        self.step = 0  # optimizer steps done
+        self.step = 0  # optimizer steps done (a resumed run starts at its checkpoint's)
+        self._steps_here = 0  # optimizer steps this process did: a resumed run's first is not step 1
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.tokens_per_sample: int | None = plan.config.seq_len
         steps = self.total_steps or 0
@@ -269,7 +270,8 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.step()
         self.step += 1
-        if self.step == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
+        self._steps_here += 1
+        if self._steps_here == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
             self._sync()
             self.first_step_time = time.time()
             if self.device.type == "cuda":  # peak_gib is the steady state's, as the estimate's (not the build's)
