@@ -98,6 +98,24 @@ def latest(run_dir: str | Path | None) -> Path | None:
     return None if best is None else best[1]
 
 
+def for_retry(run_dir: Path, attempt_dir: Path, *, same_batch: bool) -> Path | None:
+    """Where an OOM retry (``launcher.oom``) of a run starts: the run's newest complete checkpoint
+    when the retry keeps the global batch (a step is the same samples; only the micro-batch and the
+    accumulation differ), else from step 0 with the failed attempts' checkpoints moved into
+    ``attempt_dir``: steps of another global batch are not these steps, and the retry's own
+    checkpoints, saved under the same ``step-N`` names, would overwrite them half-way or be pruned
+    as older than them (``prune``)."""
+    if same_batch:
+        return latest(run_dir)
+    here = Path(run_dir) / CHECKPOINTS_DIR
+    if here.is_dir() and not here.is_symlink():
+        try:
+            here.rename(Path(attempt_dir) / CHECKPOINTS_DIR)
+        except OSError:
+            pass  # left in place: the retry still runs, as before this existed
+    return None
+
+
 def prune(run_dir: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest complete checkpoints (and incomplete ones older than them)."""
     import shutil

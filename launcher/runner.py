@@ -315,12 +315,14 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
 
     The record must be ``queued`` (moved to running here) or already ``running`` (claimed by the
     queue service). Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
-    retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times. ``cancel`` (an
+    retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times, from the last
+    checkpoint when the global batch stays (``launcher.checkpoints.for_retry``). ``cancel`` (an
     event set from a signal handler or another thread) stops the run and records ``cancelled``.
     ``on_launch`` sees each started ``Launch`` (e.g. to keep a handle for ``kill_now``).
     If the store says the run was cancelled meanwhile (``advise cancel``), that status stands.
     """
-    from launcher import oom
+    from launcher import checkpoints, oom
+    from launcher.command import ENV_RESUME
     from launcher.settle import record_end
     from launcher.store import Attempt
 
@@ -364,6 +366,9 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                 "error": (oom.OOM_ERROR if is_oom else out.error)}))
             if nxt is not None and not cancel.is_set():
                 note = oom.retry_note(current, nxt)
+                resume = checkpoints.for_retry(run_dir, adir, same_batch=nxt.global_batch == current.global_batch)
+                if resume is not None:  # the retry goes on from the failed attempt's last checkpoint
+                    options = options.model_copy(update={"extra_env": {**options.extra_env, ENV_RESUME: str(resume)}})
                 if echo is not None:
                     echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; {note}\n")
                 current = nxt
