@@ -166,16 +166,19 @@ def run(args: argparse.Namespace) -> int:
     target = target_from_flags(args, plan)
     if not (args.dry_run or args.emit):
         plan = check_here(plan, force=args.force)  # before anything is recorded or started
+    # Slurm assigns node ranks and the main address: no --node-rank needed. Refused flags write no plan file.
+    options = None if args.emit else options_from_flags(args, plan)
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.save_plan:
         plan.save(args.save_plan)
-    if args.emit == "slurm":  # Slurm assigns node ranks and the main address: no --node-rank needed
+    if args.emit == "slurm":
+        from launcher.command import checkpoint_env
         from launcher.slurm import sbatch_script
 
-        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500), end="")
+        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500,
+                            extra_env=checkpoint_env(args.checkpoint_every, not args.no_final_weights)), end="")
         return 0
-    options = options_from_flags(args, plan)
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
     if not plan.cpu:

@@ -260,6 +260,15 @@ def test_emit_slurm_is_valid_bash(tmp_path, capsys):
     assert "#SBATCH --nodes=2" in script and "srun --kill-on-bad-exit=1" in script
     assert '--machine_rank "$SLURM_NODEID"' in script and "--rdzv_backend c10d" in script
     assert "main_process_ip: ${MAIN_ADDR}" in script and "CARDWISE_PLAN_EOF" in script
+    assert "CARDWISE_CHECKPOINT_EVERY" not in script and "CARDWISE_FINAL_WEIGHTS" not in script
+
+
+def test_emit_slurm_keeps_checkpoints_and_no_final_weights(capsys):
+    """--checkpoint-every and --no-final-weights reach the ranks of a Slurm job as they reach local ones."""
+    assert main(["launch", "--cpu", "--model", "mini-transformer", "--recipe", "synthetic", "--emit", "slurm",
+                 "--checkpoint-every", "7", "--no-final-weights"]) == 0
+    script = capsys.readouterr().out
+    assert "export CARDWISE_CHECKPOINT_EVERY=7\n" in script and "export CARDWISE_FINAL_WEIGHTS=0\n" in script
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -196,6 +196,8 @@ REFUSED = [
     # --- multi-node rendezvous flags, before the run is recorded
     (["launch", *MINI, "--nodes", "2", "--recipe", "synthetic", "--node-rank", "5", "--main-address", "10.0.0.1"],
      "--node-rank 5 is outside 0..1"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--node-rank", "1", "--save-plan", "{d}/written.json"],
+     "are for multi-node launches"),  # and writes no plan file
     # --- a script after -- with a recipe
     (["launch", *MINI, "--recipe", "synthetic", "--", "{d}/train.py", "--lr", "{{lr}}"], "is not a recipe option"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--", "train.py"], "is not a recipe option"),
@@ -249,6 +251,7 @@ def test_refused_with_one_line_before_anything_starts(argv, words, d, no_process
     assert "--name" not in err
     assert no_process == []
     assert_nothing_recorded(_isolated_home)
+    assert not (d / "written.json").exists()  # a refused command writes no --save-plan file
 
 
 def test_an_unreadable_home_is_said_so(d, no_process, capsys, monkeypatch):
