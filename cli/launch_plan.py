@@ -91,14 +91,16 @@ def plan_from_flags(args: argparse.Namespace):
            f"{m.peak_gib:.1f}: weights {m.weights_gib:.1f}, gradients {m.gradients_gib:.1f}, optimizer "
            f"{m.optimizer_gib:.1f}, activations {m.activations_gib:.1f}), more than the {hw.memory_gib:.1f} GiB of "
            f"one {hw.gpu}")
-    return forced(rec.plan, why), notes
+    return forced(rec.plan, why, runs_here=not (args.dry_run or args.emit)), notes
 
 
-def forced(plan, why: str):
-    """``plan`` marked as launched against the estimate (recorded in the run's plan), and said so once."""
+def forced(plan, why: str, *, runs_here: bool = True):
+    """``plan`` marked as launched against the estimate (recorded in the run's plan), and said so once
+    (``runs_here`` False: --dry-run/--emit, which only show or write it)."""
     import sys
 
-    print(f"advise: forced (--force): {why}; launching anyway, the OOM retry still halves the micro-batch if it "
+    then = "launching anyway" if runs_here else "planned anyway (--dry-run/--emit run nothing here)"
+    print(f"advise: forced (--force): {why}; {then}, the OOM retry still halves the micro-batch if it "
           "runs out of memory (--max-oom-retries)", file=sys.stderr)
     return plan.model_copy(update={"forced": why})
 
