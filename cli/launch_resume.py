@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from advisor.errors import UserError
 
@@ -48,6 +49,15 @@ def _count(env, name: str) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else None
 
 
+def _started_from(env):
+    """The checkpoint a resumed run was started from, if it is still a complete one (the store is the user's file)."""
+    from launcher.checkpoints import read_meta
+    from launcher.command import ENV_RESUME
+
+    value = env.get(ENV_RESUME) if isinstance(env, dict) else None
+    return Path(value) if isinstance(value, str) and value and read_meta(Path(value)) is not None else None
+
+
 def resume_run(args: argparse.Namespace, run_recorded) -> int:
     """Check the old run, then record and execute its continuation with ``run_recorded``."""
     given = ["--" + n.replace("_", "-") for n in _CHOSEN if getattr(args, n, None) not in (None, False, [])]
@@ -64,14 +74,15 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
     old = store.get(args.resume)
     if not old.terminal:
         raise UserError(f"run {old.id} is {old.status}", fix=f"wait for it to end, or `advise cancel {old.id}` first")
-    ckpt = latest(old.run_dir)
+    env = (old.command or {}).get("env") or {}
+    # Its own newest checkpoint, else the one it started from (a resumed run that ended before saving one).
+    ckpt = latest(old.run_dir) or _started_from(env)
     if ckpt is None:
         raise UserError(f"run {old.id} has no checkpoint to resume from",
                         fix="launch with --checkpoint-every N to save one every N steps")
     plan = old.plan_model()
     if plan is None:
         raise UserError(f"run {old.id} has no recorded plan", fix="launch it again with the same flags")
-    env = (old.command or {}).get("env") or {}
     max_steps, every = _count(env, ENV_MAX_STEPS), _count(env, ENV_CHECKPOINT_EVERY)
     caps = [s for s in (plan.total_steps, max_steps) if s]
     if old.status == "succeeded" and caps and read_meta(ckpt)["step"] >= min(caps):
@@ -81,6 +92,9 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
                         fix=f"nothing to resume ({ckpt} holds its final state); to train longer, launch a new run "
                             "with a larger --max-steps")
     target = _old_target(old)
+    if target.kind == "script" and not Path(target.name).is_file():
+        raise UserError(f"run {old.id}'s training script is gone", where=target.name,
+                        fix="put it back where it was, or launch it again from its new place")
     check_target(target, plan)  # the data may have changed since: check it again
     # What a launch of this plan checks: the rendezvous flags (a multi-node run resumes once per node),
     # this machine's RAM, cores and packages (--force as for a launch), its GPUs.

@@ -356,7 +356,8 @@ def test_argparse_and_units_agree_on_ports():
 
 
 # --- advise launch --resume: what a launch of the old run's plan checks, checked again
-def _old_run(home: Path, *, nodes: int = 1, status: str = "failed", step: int = 2, max_steps: int = 4) -> str:
+def _old_run(home: Path, *, nodes: int = 1, status: str = "failed", step: int | None = 2, max_steps: int = 4,
+             target=None, env: dict | None = None) -> str:
     """A terminal run of mini-transformer on CPU with a complete checkpoint at ``step`` (nothing ran)."""
     from advisor.request import ModelRef, Request
     from launcher.command import ENV_CHECKPOINT_EVERY, ENV_MAX_STEPS, Target
@@ -367,14 +368,16 @@ def _old_run(home: Path, *, nodes: int = 1, status: str = "failed", step: int = 
 
     plan, _ = cpu_plan(Request(model=ModelRef(name="mini-transformer"), seq_len=32, micro_batch=4, nodes=nodes), processes=1)
     store = RunStore.open(home)
-    rec, rdir = new_run(store, home, plan, Target(kind="recipe", name="synthetic"))
-    store.update(rec.id, command={"cmd": ["x"], "env": {ENV_MAX_STEPS: str(max_steps), ENV_CHECKPOINT_EVERY: "2"}})
+    rec, rdir = new_run(store, home, plan, target or Target(kind="recipe", name="synthetic"))
+    store.update(rec.id, command={"cmd": ["x"], "env": {ENV_MAX_STEPS: str(max_steps), ENV_CHECKPOINT_EVERY: "2",
+                                                        **(env or {})}})
     store.transition(rec.id, "running", expect=["queued"])
     store.transition(rec.id, status, expect=["running"])
     assert store.get(rec.id).status == status
-    ckpt = step_dir(rdir, step)
-    ckpt.mkdir(parents=True)
-    (ckpt / META_NAME).write_text(json.dumps({"step": step}))
+    if step is not None:
+        ckpt = step_dir(rdir, step)
+        ckpt.mkdir(parents=True)
+        (ckpt / META_NAME).write_text(json.dumps({"step": step}))
     return rec.id
 
 
@@ -432,3 +435,30 @@ def test_resume_with_force_launches_what_does_not_fit_as_a_launch_would(tmp_path
     assert rc == 0 and "forced (--force)" in err, err
     [(plan, _)] = resumed
     assert plan.forced and "host RAM" in plan.forced
+
+
+def test_resume_of_a_resumed_run_that_saved_no_checkpoint_starts_where_it_did(tmp_path, no_process, resumed, capsys):
+    from launcher.checkpoints import step_dir
+    from launcher.store import RunStore
+
+    home = tmp_path / "home"
+    first = _old_run(home)
+    ckpt = step_dir(RunStore.open(home).get(first).run_dir, 2)
+    second = _old_run(home, step=None, env={"CARDWISE_RESUME": str(ckpt)})  # failed before its own checkpoint
+    rc, _, err = run_cli(["launch", "--resume", second, "--home", str(home)], capsys)
+    assert rc == 0, err
+    [(_, options)] = resumed
+    assert options.extra_env["CARDWISE_RESUME"] == str(ckpt)
+    (ckpt / "cardwise.json").unlink()  # no longer a complete checkpoint: not trusted
+    rc, _, err = run_cli(["launch", "--resume", second, "--home", str(home)], capsys)
+    assert_refused(rc, err, "has no checkpoint to resume from")
+
+
+def test_resume_refuses_a_run_whose_script_is_gone(tmp_path, no_process, resumed, capsys):
+    from launcher.command import Target
+
+    home = tmp_path / "home"
+    run_id = _old_run(home, target=Target(kind="script", name=str(tmp_path / "gone.py")))
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert_refused(rc, err, "training script is gone")
+    assert resumed == []
