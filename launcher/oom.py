@@ -130,9 +130,11 @@ def retry_decision(oom: bool, plan: Plan, attempt: int, max_retries: int) -> tup
     """(next plan, None) to retry, or (None, why not) when a failed attempt is final."""
     if not oom:
         return None, None
-    if attempt > max_retries:
-        return None, f"{OOM_ERROR}; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
-    nxt = shrink(plan)
+    nxt = shrink(plan)  # first: at micro-batch 1 no number of retries helps, and the error says what does
     if nxt is None:
         return None, f"{OOM_ERROR} at micro-batch 1: needs a sharded strategy (--strategy fsdp), --grad-ckpt or a shorter --seq-len"
+    if attempt > max_retries:
+        if max_retries == 0:
+            return None, f"{OOM_ERROR}; not retried (--max-oom-retries 0)"
+        return None, f"{OOM_ERROR}; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
     return nxt, None

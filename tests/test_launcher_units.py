@@ -19,7 +19,7 @@ from advisor.plan import ModelRef, Plan
 from launcher.accelerate_config import accelerate_config, to_yaml, write_accelerate_config
 from cli.main import main
 from launcher.command import Target, build_launch_spec, fill_placeholders
-from launcher.oom import retry_note, shrink, smaller_micro_batch, text_has_oom
+from launcher.oom import retry_decision, retry_note, shrink, smaller_micro_batch, text_has_oom
 from launcher.run_logs import failing_rank
 from launcher.runtime import lr_factor
 from launcher.store import Attempt, MetricsSummary, RunStore
@@ -176,6 +176,16 @@ def test_oom_policy():
     small = shrink(plan)
     assert (small.config.micro_batch, small.config.grad_accum, small.global_batch, small.lr) == (3, 2, 12, plan.lr)
     assert shrink(make_plan(config={"micro_batch": 1, "grad_accum": 1}, global_batch=2)) is None
+
+
+def test_oom_retry_decision_says_what_would_help():
+    plan = make_plan(config={"micro_batch": 4, "grad_accum": 1}, global_batch=8)
+    assert retry_decision(False, plan, 1, 3) == (None, None)
+    assert retry_decision(True, plan, 3, 3)[0].config.micro_batch == 2
+    assert retry_decision(True, plan, 4, 3) == (None, "out of GPU memory; gave up after 3 smaller retries")
+    assert retry_decision(True, plan, 1, 0) == (None, "out of GPU memory; not retried (--max-oom-retries 0)")
+    one = make_plan(config={"micro_batch": 1, "grad_accum": 8}, global_batch=16)
+    assert "at micro-batch 1: needs a sharded strategy" in retry_decision(True, one, 4, 3)[1]  # not "gave up"
 
 
 def test_oom_retry_keeps_the_no_accumulation_compromise():
