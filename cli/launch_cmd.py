@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cli import flags
 from cli.launch_plan import check_here, options_from_flags, plan_from_flags, require_gpus, target_from_flags
+from launcher.oom import DEFAULT_MAX_RETRIES  # advisor.plan only: cheap at parse time
 from launcher.recipes import RECIPES  # a dict in an otherwise empty package: cheap at parse time
 
 
@@ -57,8 +58,8 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help=shown("this machine's rank (multi-node)"))
     g.add_argument("--main-address", metavar="HOST", help=shown("address of node 0, reachable from every node"))
     g.add_argument("--main-port", type=flags.port, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
-    g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=3, metavar="N",
-                   help="retries with half the micro-batch after a CUDA OOM (default 3)")
+    g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=DEFAULT_MAX_RETRIES, metavar="N",
+                   help=f"retries with half the micro-batch after a CUDA OOM (default {DEFAULT_MAX_RETRIES})")
     g.add_argument("--force", action="store_true",
                    help="launch the pinned plan even if the estimate says it will not fit (the OOM retry still "
                         "halves the micro-batch when it runs out of memory)")

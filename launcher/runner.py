@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from launcher import procs
 from launcher.command import LaunchSpec
 from launcher.data_wait import UTIL_NAME, UtilisationSampler, plan_gpus
+from launcher.oom import DEFAULT_MAX_RETRIES
 from launcher.pdeathsig import ENV_LAUNCH_ID  # marks every process of one launch (see Launch._sweep)
 from launcher.records import EXIT_NAME, Outcome, launch_outcome, read_json
 from launcher.run_logs import rank_logs
@@ -267,7 +268,7 @@ def forward_signals(cancel: threading.Event, force: Callable[[], None] | None = 
 class RunOptions(BaseModel):
     """How to execute a run, beyond its plan and target."""
 
-    max_oom_retries: int = 3
+    max_oom_retries: int = DEFAULT_MAX_RETRIES
     max_steps: int | None = None
     machine_rank: int = 0
     main_address: str | None = None

@@ -16,15 +16,11 @@ from typing import IO, TYPE_CHECKING
 
 from advisor.errors import UserError
 from advisor.plan import Plan
-from launcher.recipes import RECIPES
 from tui.state import WizardState
 
 if TYPE_CHECKING:
     from advisor.hardware import Machine
     from tui.compute import RecView
-
-TARGETS = (*RECIPES, "script")
-
 
 @dataclass(frozen=True)
 class LaunchChoice:
