@@ -75,11 +75,14 @@ def _die_with_parent() -> None:
     """Ask Linux to SIGTERM this rank when its launcher dies, so no rank outlives a killed run."""
     if not sys.platform.startswith("linux"):
         return
+    parent = os.getppid()
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    # The parent died before prctl took effect: we were re-parented. (Not "ppid is 1": a launcher that
+    # is a container's init process is pid 1 and alive.)
+    if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
 
 

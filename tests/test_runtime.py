@@ -32,3 +32,22 @@ def test_the_first_step_of_a_resumed_run_is_its_first_here(tmp_path):
     first = rt.first_step_time
     _step(rt, model, opt)
     assert rt.first_step_time == first  # set once
+
+
+def test_a_rank_whose_launcher_is_pid_1_lives(monkeypatch):
+    """In a container the launcher can be the init process: a parent pid of 1 is then no dead parent."""
+    import os
+    import types
+
+    from launcher import runtime
+
+    killed: list = []
+    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: types.SimpleNamespace(prctl=lambda *args: 0))  # not pytest's
+    monkeypatch.setattr(os, "getppid", lambda: 1)
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    runtime._die_with_parent()
+    assert killed == []
+    parents = iter([4242, 1])  # re-parented between the two reads: the launcher died meanwhile
+    monkeypatch.setattr(os, "getppid", lambda: next(parents))
+    runtime._die_with_parent()
+    assert len(killed) == 1
