@@ -173,6 +173,10 @@ class Checkpoints:
         rt = self.rt
         rt.accelerator.load_state(str(self.resume_from))
         rt.step = meta["step"]
+        # load_state brings back Accelerate's micro-batch counter, which decides the last micro-batch of
+        # each step (counter % grad_accum == 0). Counted in the saving plan's micro-batches, it is off when an
+        # OOM retry resumes with more accumulation (3 steps x 1 = 3, odd for 2): count it in this plan's.
+        rt.accelerator.step = meta["step"] * rt.plan.config.grad_accum
         if rt.scheduler is not None:
             rt.scheduler.last_epoch = meta["step"]
             rt.scheduler._last_lr = [g["lr"] for g in rt.scheduler.optimizer.param_groups]

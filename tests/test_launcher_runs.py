@@ -223,14 +223,17 @@ def test_sigkill_of_advise_itself_stops_the_launch(tmp_path):
 
 
 def test_oom_retry_with_the_same_global_batch_goes_on_from_the_last_checkpoint(tmp_path, capsys):
-    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "4", "--checkpoint-every", "1",
+    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "5", "--checkpoint-every", "1",
                           "--no-final-weights", "--home", str(tmp_path),
-                          "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2")
+                          "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2", "--oom-at", "3")
     assert rc == 0 and rec["status"] == "succeeded", rec
     assert [(a["micro_batch"], a["grad_accum"], a["status"]) for a in rec["attempts"]] == [(4, 1, "oom"), (2, 2, "succeeded")]
     run = Path(rec["run_dir"])
-    assert json.loads((run / "start-attempt2.json").read_text()) == 2  # not step 0: steps 1-2 are the same samples
-    assert rec["metrics"]["steps"] == 4
+    assert json.loads((run / "start-attempt2.json").read_text()) == 3  # not step 0: steps 1-3 are the same samples
+    # Accelerate's micro-batch counter came back from the checkpoint as 3 (3 steps x 1): every resumed
+    # step must still end on its own last micro-batch, not one micro-batch early
+    assert json.loads((run / "synced-attempt2.json").read_text()) == [True, True]
+    assert rec["metrics"]["steps"] == 5
 
 
 def test_oom_retry_with_a_smaller_global_batch_starts_again_apart_from_the_old_checkpoints(tmp_path, capsys):
