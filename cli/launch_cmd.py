@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cli import flags
 from cli.launch_plan import check_here, options_from_flags, plan_from_flags, require_gpus, target_from_flags
+from launcher.oom import DEFAULT_MAX_RETRIES  # advisor.plan only: cheap at parse time
 from launcher.recipes import RECIPES  # a dict in an otherwise empty package: cheap at parse time
 
 
@@ -57,8 +58,8 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help=shown("this machine's rank (multi-node)"))
     g.add_argument("--main-address", metavar="HOST", help=shown("address of node 0, reachable from every node"))
     g.add_argument("--main-port", type=flags.port, metavar="P", help="rendezvous port (default: free port; 29500 multi-node)")
-    g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=3, metavar="N",
-                   help="retries with half the micro-batch after a CUDA OOM (default 3)")
+    g.add_argument("--max-oom-retries", type=flags.nonneg_int, default=DEFAULT_MAX_RETRIES, metavar="N",
+                   help=f"retries with half the micro-batch after a CUDA OOM (default {DEFAULT_MAX_RETRIES})")
     g.add_argument("--force", action="store_true",
                    help="launch the pinned plan even if the estimate says it will not fit (the OOM retry still "
                         "halves the micro-batch when it runs out of memory)")
@@ -166,16 +167,19 @@ def run(args: argparse.Namespace) -> int:
     target = target_from_flags(args, plan)
     if not (args.dry_run or args.emit):
         plan = check_here(plan, force=args.force)  # before anything is recorded or started
+    # Slurm assigns node ranks and the main address: no --node-rank needed. Refused flags write no plan file.
+    options = None if args.emit else options_from_flags(args, plan)
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)
     if args.save_plan:
         plan.save(args.save_plan)
-    if args.emit == "slurm":  # Slurm assigns node ranks and the main address: no --node-rank needed
+    if args.emit == "slurm":
+        from launcher.command import checkpoint_env
         from launcher.slurm import sbatch_script
 
-        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500), end="")
+        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500,
+                            extra_env=checkpoint_env(args.checkpoint_every, not args.no_final_weights)), end="")
         return 0
-    options = options_from_flags(args, plan)
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
     if not plan.cpu:

@@ -91,35 +91,26 @@ def plan_from_flags(args: argparse.Namespace):
            f"{m.peak_gib:.1f}: weights {m.weights_gib:.1f}, gradients {m.gradients_gib:.1f}, optimizer "
            f"{m.optimizer_gib:.1f}, activations {m.activations_gib:.1f}), more than the {hw.memory_gib:.1f} GiB of "
            f"one {hw.gpu}")
-    return forced(rec.plan, why), notes
+    return forced(rec.plan, why, runs_here=not (args.dry_run or args.emit)), notes
 
 
-def forced(plan, why: str):
-    """``plan`` marked as launched against the estimate (recorded in the run's plan), and said so once."""
+def forced(plan, why: str, *, runs_here: bool = True):
+    """``plan`` marked as launched against the estimate (recorded in the run's plan), and said so once
+    (``runs_here`` False: --dry-run/--emit, which only show or write it)."""
     import sys
 
-    print(f"advise: forced (--force): {why}; launching anyway, the OOM retry still halves the micro-batch if it "
+    then = "launching anyway" if runs_here else "planned anyway (--dry-run/--emit run nothing here)"
+    print(f"advise: forced (--force): {why}; {then}, the OOM retry still halves the micro-batch if it "
           "runs out of memory (--max-oom-retries)", file=sys.stderr)
     return plan.model_copy(update={"forced": why})
 
 
 def check_here(plan, *, force: bool = False):
-    """What this machine must have before a launch starts: host RAM and cores for CPU ranks
-    (``launcher.host_fit``; ``--force`` launches anyway) and what the plan's compromises need
-    (``launcher.compromises.checks``: packages, combinations, host RAM for offload; never forced)."""
-    from launcher.compromises.checks import check_compromises
+    """``launcher.preflight.check_here`` for the commands: ``plan``, or the plan marked forced (``--force``)."""
+    from launcher.preflight import check_here as check
 
-    check_compromises(plan)
-    if plan.cpu:
-        from launcher.host_fit import check_host_fit, host_need, max_processes
-
-        if force and plan.processes_per_node <= max_processes():
-            need = host_need(plan)
-            if need.total_gib > need.usable_gib:
-                return forced(plan, f"the estimate says {need.model} needs ~{need.total_gib:.1f} GiB of host RAM for "
-                                    f"{need.ranks} CPU process(es), more than the {need.usable_gib:.1f} GiB usable here")
-        check_host_fit(plan)
-    return plan
+    why = check(plan, force=force)
+    return forced(plan, why) if why else plan
 
 
 # What --data names for each recipe that reads data (a file, or a folder of class folders).
@@ -164,6 +155,9 @@ def options_from_flags(args: argparse.Namespace, plan):
         if args.node_rank is None or not args.main_address:
             raise UserError(f"a {plan.nodes}-node launch needs this machine's rank and node 0's address",
                             fix="add --node-rank R --main-address HOST [--main-port P] (run once per node)")
+        if args.node_rank >= plan.nodes:  # else the attempt's Accelerate config refuses it, after the run is recorded
+            raise UserError(f"--node-rank {args.node_rank} is outside 0..{plan.nodes - 1}",
+                            fix=f"use 0 to {plan.nodes - 1}, one per node (0 on the node at --main-address)")
     elif args.node_rank not in (None, 0) or args.main_address:
         raise UserError("--node-rank/--main-address are for multi-node launches", fix="add --nodes N, or drop them")
     env = checkpoint_env(getattr(args, "checkpoint_every", None), not getattr(args, "no_final_weights", False))

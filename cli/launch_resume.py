@@ -4,14 +4,18 @@ The new run has the old run's plan, what its ranks ran (the record's ``target``,
 run's ``submission.json``), its ``--max-steps`` and ``--checkpoint-every``: the ranks load the
 checkpoint (``$CARDWISE_RESUME``, read by ``launcher.checkpoints``) and train until the same total
 step count. Refused, exit 2, before anything starts: a run still running, a run without a
-complete checkpoint, a run recorded before cardwise kept targets, and flags that would change
-the plan (the plan is the old run's).
+complete checkpoint, a run that succeeded with all its steps done, a run recorded before cardwise
+kept targets, and flags that would change the plan (the plan is the old run's). What a launch of
+the plan checks is checked again (``cli.launch_plan``: this machine's RAM, cores, packages and
+GPUs, with ``--force`` as for a launch; a multi-node run resumes once per node, with
+``--node-rank`` and ``--main-address``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from advisor.errors import UserError
 
@@ -45,42 +49,60 @@ def _count(env, name: str) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else None
 
 
+def _started_from(env):
+    """The checkpoint a resumed run was started from, if it is still a complete one (the store is the user's file)."""
+    from launcher.checkpoints import read_meta
+    from launcher.command import ENV_RESUME
+
+    value = env.get(ENV_RESUME) if isinstance(env, dict) else None
+    return Path(value) if isinstance(value, str) and value and read_meta(Path(value)) is not None else None
+
+
 def resume_run(args: argparse.Namespace, run_recorded) -> int:
     """Check the old run, then record and execute its continuation with ``run_recorded``."""
     given = ["--" + n.replace("_", "-") for n in _CHOSEN if getattr(args, n, None) not in (None, False, [])]
     if given:
         raise UserError(f"{', '.join(given)} cannot be combined with --resume (the resumed run keeps its plan)",
                         fix=f"advise launch --resume {args.resume} [--home DIR] [--json]")
-    from launcher.checkpoints import latest
+    from cli.launch_plan import check_here, options_from_flags, require_gpus
+    from launcher.checkpoints import latest, read_meta
     from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS, ENV_MAX_STEPS, check_target, checkpoint_env
     from launcher.home import resolve_home
-    from launcher.runner import RunOptions
     from launcher.store import RunStore
 
     store = RunStore.open(resolve_home(args.home))
     old = store.get(args.resume)
     if not old.terminal:
         raise UserError(f"run {old.id} is {old.status}", fix=f"wait for it to end, or `advise cancel {old.id}` first")
-    ckpt = latest(old.run_dir)
+    env = (old.command or {}).get("env") or {}
+    # Its own newest checkpoint, else the one it started from (a resumed run that ended before saving one).
+    ckpt = latest(old.run_dir) or _started_from(env)
     if ckpt is None:
         raise UserError(f"run {old.id} has no checkpoint to resume from",
                         fix="launch with --checkpoint-every N to save one every N steps")
     plan = old.plan_model()
     if plan is None:
         raise UserError(f"run {old.id} has no recorded plan", fix="launch it again with the same flags")
-    target = _old_target(old)
-    check_target(target, plan)  # the data may have changed since: check it again
-    if plan.cpu:
-        from launcher.host_fit import check_host_fit
-
-        check_host_fit(plan)
-    else:
-        from cli.launch_plan import require_gpus
-
-        require_gpus(plan)
-    env = (old.command or {}).get("env") or {}
     max_steps, every = _count(env, ENV_MAX_STEPS), _count(env, ENV_CHECKPOINT_EVERY)
-    options = RunOptions(max_oom_retries=args.max_oom_retries, max_steps=max_steps, main_port=args.main_port,
-                         extra_env=checkpoint_env(every, env.get(ENV_FINAL_WEIGHTS) != "0", resume=ckpt))
+    caps = [s for s in (plan.total_steps, max_steps) if s]
+    if old.status == "succeeded" and caps and read_meta(ckpt)["step"] >= min(caps):
+        # The ranks would load it, train nothing and save the same weights again. (A run that failed
+        # after its last checkpoint may still resume: that saves the final weights it did not.)
+        raise UserError(f"run {old.id} already trained all its {min(caps)} steps (its last checkpoint is {ckpt.name})",
+                        fix=f"nothing to resume ({ckpt} holds its final state); to train longer, launch a new run "
+                            "with a larger --max-steps")
+    target = _old_target(old)
+    if target.kind == "script" and not Path(target.name).is_file():
+        raise UserError(f"run {old.id}'s training script is gone", where=target.name,
+                        fix="put it back where it was, or launch it again from its new place")
+    check_target(target, plan)  # the data may have changed since: check it again
+    # What a launch of this plan checks: the rendezvous flags (a multi-node run resumes once per node),
+    # this machine's RAM, cores and packages (--force as for a launch), its GPUs.
+    options = options_from_flags(args, plan)
+    plan = check_here(plan, force=args.force)
+    if not plan.cpu:
+        require_gpus(plan)
+    options = options.model_copy(update={
+        "max_steps": max_steps, "extra_env": checkpoint_env(every, env.get(ENV_FINAL_WEIGHTS) != "0", resume=ckpt)})
     print(f"advise: resuming run {old.id} from {ckpt.name}", file=sys.stderr)
     return run_recorded(args, plan, target, options, resumed_from=old.id)

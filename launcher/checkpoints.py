@@ -98,6 +98,24 @@ def latest(run_dir: str | Path | None) -> Path | None:
     return None if best is None else best[1]
 
 
+def for_retry(run_dir: Path, attempt_dir: Path, *, same_batch: bool) -> Path | None:
+    """Where an OOM retry (``launcher.oom``) of a run starts: the run's newest complete checkpoint
+    when the retry keeps the global batch (a step is the same samples; only the micro-batch and the
+    accumulation differ), else from step 0 with the failed attempts' checkpoints moved into
+    ``attempt_dir``: steps of another global batch are not these steps, and the retry's own
+    checkpoints, saved under the same ``step-N`` names, would overwrite them half-way or be pruned
+    as older than them (``prune``)."""
+    if same_batch:
+        return latest(run_dir)
+    here = Path(run_dir) / CHECKPOINTS_DIR
+    if here.is_dir() and not here.is_symlink():
+        try:
+            here.rename(Path(attempt_dir) / CHECKPOINTS_DIR)
+        except OSError:
+            pass  # left in place: the retry still runs, as before this existed
+    return None
+
+
 def prune(run_dir: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest complete checkpoints (and incomplete ones older than them)."""
     import shutil
@@ -155,6 +173,10 @@ class Checkpoints:
         rt = self.rt
         rt.accelerator.load_state(str(self.resume_from))
         rt.step = meta["step"]
+        # load_state brings back Accelerate's micro-batch counter, which decides the last micro-batch of
+        # each step (counter % grad_accum == 0). Counted in the saving plan's micro-batches, it is off when an
+        # OOM retry resumes with more accumulation (3 steps x 1 = 3, odd for 2): count it in this plan's.
+        rt.accelerator.step = meta["step"] * rt.plan.config.grad_accum
         if rt.scheduler is not None:
             rt.scheduler.last_epoch = meta["step"]
             rt.scheduler._last_lr = [g["lr"] for g in rt.scheduler.optimizer.param_groups]

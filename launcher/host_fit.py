@@ -9,7 +9,7 @@ allocator (or wakes the OOM killer) minutes later; with it, the launch is refuse
 the number of processes that would fit.
 
 ``advise launch`` and ``advise submit`` (runs on this machine), and the wizard's Launch screen
-call ``check_host_fit``; ``--dry-run`` and ``--emit slurm`` do not (they run nothing here).
+check it through ``launcher.preflight``; ``--dry-run`` and ``--emit slurm`` do not (they run nothing here).
 """
 
 from __future__ import annotations

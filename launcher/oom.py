@@ -4,15 +4,17 @@ A rank that runs out of GPU memory dies with ``torch.OutOfMemoryError`` (``torch
 OutOfMemoryError`` is the same class) or, from code that catches and re-raises, a
 ``RuntimeError: CUDA out of memory``. Either leaves its message in the rank's log. We retry with
 half the micro-batch and twice the accumulation: samples per optimizer step (the global batch)
-and therefore the learning rate and its schedule stay what was planned; only speed changes.
+and therefore the learning rate and its schedule stay what was planned; only speed changes, and
+the retry goes on from the run's last checkpoint, if it saved one (``launcher.checkpoints.for_retry``).
 
 Except where accumulation is what did not fit, or is pinned off. A plan marked ``no_accumulation``
 is node H's no-accumulation compromise, which fits only because no fp32 gradients wait beside the
 next micro-batch's autocast copies (DESIGN.md, node H), or has --grad-accum 1 pinned (a pin is
 never overridden); the optimizer step in backward steps on every backward (TrainConfig refuses
 accumulation with it). Their retry keeps accumulation at 1 and lowers the global batch instead, the
-learning rate rescaled from the plan's base by its own rule (node J) and the schedule recounted; the
-runner says so in its output and in the attempt's record (``retry_note``).
+learning rate rescaled from the plan's base by its own rule (node J) and the schedule recounted, from
+step 0 (a checkpoint's steps were of the other batch); the runner says so in its output and in the
+attempt's record (``retry_note``).
 
 Host-RAM exhaustion (the kernel's OOM killer, SIGKILL) is not retried: a smaller micro-batch
 rarely fixes it and the cause is usually elsewhere (dataset in memory, too many workers).
@@ -128,9 +130,11 @@ def retry_decision(oom: bool, plan: Plan, attempt: int, max_retries: int) -> tup
     """(next plan, None) to retry, or (None, why not) when a failed attempt is final."""
     if not oom:
         return None, None
-    if attempt > max_retries:
-        return None, f"{OOM_ERROR}; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
-    nxt = shrink(plan)
+    nxt = shrink(plan)  # first: at micro-batch 1 no number of retries helps, and the error says what does
     if nxt is None:
         return None, f"{OOM_ERROR} at micro-batch 1: needs a sharded strategy (--strategy fsdp), --grad-ckpt or a shorter --seq-len"
+    if attempt > max_retries:
+        if max_retries == 0:
+            return None, f"{OOM_ERROR}; not retried (--max-oom-retries 0)"
+        return None, f"{OOM_ERROR}; gave up after {max_retries} smaller retr{'y' if max_retries == 1 else 'ies'}"
     return nxt, None

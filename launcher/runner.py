@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from launcher import procs
 from launcher.command import LaunchSpec
 from launcher.data_wait import UTIL_NAME, UtilisationSampler, plan_gpus
+from launcher.oom import DEFAULT_MAX_RETRIES
 from launcher.pdeathsig import ENV_LAUNCH_ID  # marks every process of one launch (see Launch._sweep)
 from launcher.records import EXIT_NAME, Outcome, launch_outcome, read_json
 from launcher.run_logs import rank_logs
@@ -267,7 +268,7 @@ def forward_signals(cancel: threading.Event, force: Callable[[], None] | None = 
 class RunOptions(BaseModel):
     """How to execute a run, beyond its plan and target."""
 
-    max_oom_retries: int = 3
+    max_oom_retries: int = DEFAULT_MAX_RETRIES
     max_steps: int | None = None
     machine_rank: int = 0
     main_address: str | None = None
@@ -315,12 +316,14 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
 
     The record must be ``queued`` (moved to running here) or already ``running`` (claimed by the
     queue service). Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
-    retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times. ``cancel`` (an
+    retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times, from the last
+    checkpoint when the global batch stays (``launcher.checkpoints.for_retry``). ``cancel`` (an
     event set from a signal handler or another thread) stops the run and records ``cancelled``.
     ``on_launch`` sees each started ``Launch`` (e.g. to keep a handle for ``kill_now``).
     If the store says the run was cancelled meanwhile (``advise cancel``), that status stands.
     """
-    from launcher import oom
+    from launcher import checkpoints, oom
+    from launcher.command import ENV_RESUME
     from launcher.settle import record_end
     from launcher.store import Attempt
 
@@ -364,6 +367,9 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                 "error": (oom.OOM_ERROR if is_oom else out.error)}))
             if nxt is not None and not cancel.is_set():
                 note = oom.retry_note(current, nxt)
+                resume = checkpoints.for_retry(run_dir, adir, same_batch=nxt.global_batch == current.global_batch)
+                if resume is not None:  # the retry goes on from the failed attempt's last checkpoint
+                    options = options.model_copy(update={"extra_env": {**options.extra_env, ENV_RESUME: str(resume)}})
                 if echo is not None:
                     echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; {note}\n")
                 current = nxt

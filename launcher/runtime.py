@@ -75,11 +75,14 @@ def _die_with_parent() -> None:
     """Ask Linux to SIGTERM this rank when its launcher dies, so no rank outlives a killed run."""
     if not sys.platform.startswith("linux"):
         return
+    parent = os.getppid()
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    # The parent died before prctl took effect: we were re-parented. (Not "ppid is 1": a launcher that
+    # is a container's init process is pid 1 and alive.)
+    if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -115,7 +118,8 @@ class Runtime:
                                                                     sync_with_dataloader=False),
             step_scheduler_with_optimizer=False,  # we step once per optimizer step, not per process
         )
-        self.step = 0  # optimizer steps done
+        self.step = 0  # optimizer steps done (a resumed run starts at its checkpoint's)
+        self._steps_here = 0  # optimizer steps this process did: a resumed run's first is not step 1
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.tokens_per_sample: int | None = plan.config.seq_len
         steps = self.total_steps or 0
@@ -269,7 +273,8 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.step()
         self.step += 1
-        if self.step == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
+        self._steps_here += 1
+        if self._steps_here == 1:  # when the first optimizer step is done: launch overhead (incl. compile)
             self._sync()
             self.first_step_time = time.time()
             if self.device.type == "cuda":  # peak_gib is the steady state's, as the estimate's (not the build's)

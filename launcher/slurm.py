@@ -46,8 +46,9 @@ def _refuse_control(what: str, value: str) -> str:
 
 def sbatch_script(plan: Plan, target: Target, *, job_name: str | None = None, max_steps: int | None = None,
                   main_port: int = 29500, python: str = "python", time_limit: str | None = None,
-                  partition: str | None = None) -> str:
-    """The sbatch script text for ``plan`` running ``target``."""
+                  partition: str | None = None, extra_env: dict[str, str] | None = None) -> str:
+    """The sbatch script text for ``plan`` running ``target``; ``extra_env`` is exported for the ranks
+    as a local launch adds it (``launcher.command.checkpoint_env``: checkpoints, final weights)."""
     label = _refuse_control("the model", plan.model.label())
     name = job_name or f"cardwise-{label.split('/')[-1].split(':')[0]}"
     name = re.sub(r"[^A-Za-z0-9._-]", "_", name)  # an #SBATCH line is not shell-quoted: keep it plain
@@ -89,6 +90,7 @@ def sbatch_script(plan: Plan, target: Target, *, job_name: str | None = None, ma
         env_lines.append(f"export {ENV_MAX_STEPS}={int(max_steps)}")
     if plan.cpu:
         env_lines += [f"export {k}={shlex.quote(v)}" for k, v in CPU_ENV.items()]
+    env_lines += [f"export {k}={shlex.quote(v)}" for k, v in (extra_env or {}).items()]
     plan_json = plan.model_dump_json(indent=2)
     lines = [
         "#!/bin/bash",

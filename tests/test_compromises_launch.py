@@ -200,6 +200,7 @@ def test_force_on_gpu_plans_shows_why_in_the_dry_run(capsys, tmp_path):
     out, err = capsys.readouterr()
     plan = json.loads(out)["plan"]
     assert "forced (--force)" in err and "GiB per GPU" in err and plan["forced"].startswith("the estimate says")
+    assert "launching anyway" not in err and "--dry-run/--emit run nothing here" in err  # a dry run launches nothing
 
 
 # ---------------------------------------------------------------- real launches (CPU, gloo)

@@ -220,3 +220,37 @@ def test_sigkill_of_advise_itself_stops_the_launch(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_oom_retry_with_the_same_global_batch_goes_on_from_the_last_checkpoint(tmp_path, capsys):
+    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "5", "--checkpoint-every", "1",
+                          "--no-final-weights", "--home", str(tmp_path),
+                          "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2", "--oom-at", "3")
+    assert rc == 0 and rec["status"] == "succeeded", rec
+    assert [(a["micro_batch"], a["grad_accum"], a["status"]) for a in rec["attempts"]] == [(4, 1, "oom"), (2, 2, "succeeded")]
+    run = Path(rec["run_dir"])
+    assert json.loads((run / "start-attempt2.json").read_text()) == 3  # not step 0: steps 1-3 are the same samples
+    # Accelerate's micro-batch counter came back from the checkpoint as 3 (3 steps x 1): every resumed
+    # step must still end on its own last micro-batch, not one micro-batch early
+    assert json.loads((run / "synced-attempt2.json").read_text()) == [True, True]
+    assert rec["metrics"]["steps"] == 5
+
+
+def test_oom_retry_with_a_smaller_global_batch_starts_again_apart_from_the_old_checkpoints(tmp_path, capsys):
+    from advisor.config import TrainConfig
+    from advisor.plan import ModelRef, Plan
+    from launcher.checkpoints import latest, read_meta
+    from launcher.store import RunStore
+
+    plan = Plan(model=ModelRef(name="mini-transformer"), config=TrainConfig(micro_batch=4, seq_len=16, precision="fp32"),
+                cpu=True, global_batch=4, lr=4e-4, base_lr=4e-4, base_batch=4, no_accumulation=True)
+    plan.save(tmp_path / "plan.json")
+    rc = main(["launch", "--plan", str(tmp_path / "plan.json"), "--max-steps", "3", "--checkpoint-every", "1",
+               "--no-final-weights", "--home", str(tmp_path), "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2"])
+    capsys.readouterr()
+    (rec,) = RunStore.open(tmp_path).list()
+    assert rc == 0 and [(a.micro_batch, a.global_batch, a.status) for a in rec.attempts] == [(4, 4, "oom"), (2, 2, "succeeded")]
+    run = Path(rec.run_dir)
+    assert json.loads((run / "start-attempt2.json").read_text()) == 0  # step 2 of batch 4 is not step 2 of batch 2
+    assert read_meta(run / "attempt-1" / "checkpoints" / "step-00000002")["micro_batch"] == 4  # kept, apart
+    assert read_meta(latest(run))["micro_batch"] == 2 and read_meta(latest(run))["step"] == 3  # the run's own

@@ -19,7 +19,7 @@ from advisor.plan import ModelRef, Plan
 from launcher.accelerate_config import accelerate_config, to_yaml, write_accelerate_config
 from cli.main import main
 from launcher.command import Target, build_launch_spec, fill_placeholders
-from launcher.oom import retry_note, shrink, smaller_micro_batch, text_has_oom
+from launcher.oom import retry_decision, retry_note, shrink, smaller_micro_batch, text_has_oom
 from launcher.run_logs import failing_rank
 from launcher.runtime import lr_factor
 from launcher.store import Attempt, MetricsSummary, RunStore
@@ -178,6 +178,16 @@ def test_oom_policy():
     assert shrink(make_plan(config={"micro_batch": 1, "grad_accum": 1}, global_batch=2)) is None
 
 
+def test_oom_retry_decision_says_what_would_help():
+    plan = make_plan(config={"micro_batch": 4, "grad_accum": 1}, global_batch=8)
+    assert retry_decision(False, plan, 1, 3) == (None, None)
+    assert retry_decision(True, plan, 3, 3)[0].config.micro_batch == 2
+    assert retry_decision(True, plan, 4, 3) == (None, "out of GPU memory; gave up after 3 smaller retries")
+    assert retry_decision(True, plan, 1, 0) == (None, "out of GPU memory; not retried (--max-oom-retries 0)")
+    one = make_plan(config={"micro_batch": 1, "grad_accum": 8}, global_batch=16)
+    assert "at micro-batch 1: needs a sharded strategy" in retry_decision(True, one, 4, 3)[1]  # not "gave up"
+
+
 def test_oom_retry_keeps_the_no_accumulation_compromise():
     """Node H's no-accumulation plan fits only with accumulation 1: the retry lowers the global batch,
     rescales the LR from the base and recounts the schedule instead of re-creating what did not fit."""
@@ -260,6 +270,15 @@ def test_emit_slurm_is_valid_bash(tmp_path, capsys):
     assert "#SBATCH --nodes=2" in script and "srun --kill-on-bad-exit=1" in script
     assert '--machine_rank "$SLURM_NODEID"' in script and "--rdzv_backend c10d" in script
     assert "main_process_ip: ${MAIN_ADDR}" in script and "CARDWISE_PLAN_EOF" in script
+    assert "CARDWISE_CHECKPOINT_EVERY" not in script and "CARDWISE_FINAL_WEIGHTS" not in script
+
+
+def test_emit_slurm_keeps_checkpoints_and_no_final_weights(capsys):
+    """--checkpoint-every and --no-final-weights reach the ranks of a Slurm job as they reach local ones."""
+    assert main(["launch", "--cpu", "--model", "mini-transformer", "--recipe", "synthetic", "--emit", "slurm",
+                 "--checkpoint-every", "7", "--no-final-weights"]) == 0
+    script = capsys.readouterr().out
+    assert "export CARDWISE_CHECKPOINT_EVERY=7\n" in script and "export CARDWISE_FINAL_WEIGHTS=0\n" in script
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -193,6 +193,11 @@ REFUSED = [
     # --- --resume: the old run decides the plan; nothing to resume is said so
     (["launch", "--resume", "abc", *MINI], "cannot be combined with --resume"),
     (["submit", *MINI, "--recipe", "synthetic", "--resume", "abc"], "--resume is for `advise launch`"),
+    # --- multi-node rendezvous flags, before the run is recorded
+    (["launch", *MINI, "--nodes", "2", "--recipe", "synthetic", "--node-rank", "5", "--main-address", "10.0.0.1"],
+     "--node-rank 5 is outside 0..1"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--node-rank", "1", "--save-plan", "{d}/written.json"],
+     "are for multi-node launches"),  # and writes no plan file
     # --- a script after -- with a recipe
     (["launch", *MINI, "--recipe", "synthetic", "--", "{d}/train.py", "--lr", "{{lr}}"], "is not a recipe option"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--", "train.py"], "is not a recipe option"),
@@ -246,6 +251,7 @@ def test_refused_with_one_line_before_anything_starts(argv, words, d, no_process
     assert "--name" not in err
     assert no_process == []
     assert_nothing_recorded(_isolated_home)
+    assert not (d / "written.json").exists()  # a refused command writes no --save-plan file
 
 
 def test_an_unreadable_home_is_said_so(d, no_process, capsys, monkeypatch):
@@ -347,3 +353,112 @@ def test_argparse_and_units_agree_on_ports():
         from cli import flags
 
         flags.port("99999")
+
+
+# --- advise launch --resume: what a launch of the old run's plan checks, checked again
+def _old_run(home: Path, *, nodes: int = 1, status: str = "failed", step: int | None = 2, max_steps: int = 4,
+             target=None, env: dict | None = None) -> str:
+    """A terminal run of mini-transformer on CPU with a complete checkpoint at ``step`` (nothing ran)."""
+    from advisor.request import ModelRef, Request
+    from launcher.command import ENV_CHECKPOINT_EVERY, ENV_MAX_STEPS, Target
+    from launcher.cpu_plan import cpu_plan
+    from launcher.home import new_run
+    from launcher.checkpoints import META_NAME, step_dir
+    from launcher.store import RunStore
+
+    plan, _ = cpu_plan(Request(model=ModelRef(name="mini-transformer"), seq_len=32, micro_batch=4, nodes=nodes), processes=1)
+    store = RunStore.open(home)
+    rec, rdir = new_run(store, home, plan, target or Target(kind="recipe", name="synthetic"))
+    store.update(rec.id, command={"cmd": ["x"], "env": {ENV_MAX_STEPS: str(max_steps), ENV_CHECKPOINT_EVERY: "2",
+                                                        **(env or {})}})
+    store.transition(rec.id, "running", expect=["queued"])
+    store.transition(rec.id, status, expect=["running"])
+    assert store.get(rec.id).status == status
+    if step is not None:
+        ckpt = step_dir(rdir, step)
+        ckpt.mkdir(parents=True)
+        (ckpt / META_NAME).write_text(json.dumps({"step": step}))
+    return rec.id
+
+
+@pytest.fixture
+def resumed(monkeypatch):
+    """What `advise launch --resume` would execute: (plan, options) instead of running it."""
+    import cli.launch_cmd
+
+    calls: list = []
+    monkeypatch.setattr(cli.launch_cmd, "_run_recorded",
+                        lambda args, plan, target, options, resumed_from=None: calls.append((plan, options)) or 0)
+    return calls
+
+
+@pytest.mark.parametrize("case, extra, words", [
+    ("two nodes", [], "needs this machine's rank and node 0's address"),
+    ("two nodes", ["--node-rank", "2", "--main-address", "10.0.0.1"], "--node-rank 2 is outside 0..1"),
+    ("one node", ["--node-rank", "1", "--main-address", "10.0.0.1"], "are for multi-node launches"),
+    ("done", [], "already trained all its 4 steps"),
+])
+def test_resume_refuses_what_a_launch_of_its_plan_refuses(case, extra, words, tmp_path, no_process, resumed, capsys):
+    home = tmp_path / "home"
+    run_id = _old_run(home, nodes=2 if case == "two nodes" else 1, status="succeeded" if case == "done" else "failed",
+                      step=4 if case == "done" else 2)
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home), *extra], capsys)
+    assert_refused(rc, err, words)
+    assert resumed == [] and no_process == []
+    from launcher.store import RunStore
+
+    assert [r.id for r in RunStore.open(home).list()] == [run_id]  # nothing new recorded
+
+
+def test_resume_of_a_multi_node_run_takes_this_node_s_rank(tmp_path, no_process, resumed, capsys):
+    home = tmp_path / "home"
+    run_id = _old_run(home, nodes=2)
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home), "--node-rank", "1",
+                          "--main-address", "10.0.0.1", "--main-port", "29511"], capsys)
+    assert rc == 0, err
+    [(plan, options)] = resumed
+    assert (options.machine_rank, options.main_address, options.main_port) == (1, "10.0.0.1", 29511)
+    assert options.max_steps == 4 and options.extra_env["CARDWISE_CHECKPOINT_EVERY"] == "2"
+    assert options.extra_env["CARDWISE_RESUME"].endswith("step-00000002")
+
+
+def test_resume_with_force_launches_what_does_not_fit_as_a_launch_would(tmp_path, no_process, resumed, capsys,
+                                                                        monkeypatch):
+    import launcher.host_fit
+
+    home = tmp_path / "home"
+    run_id = _old_run(home)
+    monkeypatch.setattr(launcher.host_fit, "rank_state_gib", lambda plan: 1000.0)  # more than the 64 GiB here
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert_refused(rc, err, "GiB of host RAM per CPU process")
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home), "--force"], capsys)
+    assert rc == 0 and "forced (--force)" in err, err
+    [(plan, _)] = resumed
+    assert plan.forced and "host RAM" in plan.forced
+
+
+def test_resume_of_a_resumed_run_that_saved_no_checkpoint_starts_where_it_did(tmp_path, no_process, resumed, capsys):
+    from launcher.checkpoints import step_dir
+    from launcher.store import RunStore
+
+    home = tmp_path / "home"
+    first = _old_run(home)
+    ckpt = step_dir(RunStore.open(home).get(first).run_dir, 2)
+    second = _old_run(home, step=None, env={"CARDWISE_RESUME": str(ckpt)})  # failed before its own checkpoint
+    rc, _, err = run_cli(["launch", "--resume", second, "--home", str(home)], capsys)
+    assert rc == 0, err
+    [(_, options)] = resumed
+    assert options.extra_env["CARDWISE_RESUME"] == str(ckpt)
+    (ckpt / "cardwise.json").unlink()  # no longer a complete checkpoint: not trusted
+    rc, _, err = run_cli(["launch", "--resume", second, "--home", str(home)], capsys)
+    assert_refused(rc, err, "has no checkpoint to resume from")
+
+
+def test_resume_refuses_a_run_whose_script_is_gone(tmp_path, no_process, resumed, capsys):
+    from launcher.command import Target
+
+    home = tmp_path / "home"
+    run_id = _old_run(home, target=Target(kind="script", name=str(tmp_path / "gone.py")))
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert_refused(rc, err, "training script is gone")
+    assert resumed == []

@@ -162,3 +162,17 @@ def test_gpu_launch_takes_the_recommendations_plan_when_it_fits():
         build_plan(LaunchChoice(cpu=False), state, None, machine)
 
 
+
+
+def test_launch_form_refuses_a_script_line_it_cannot_split(tmp_path, monkeypatch):
+    """An unclosed quote in the script field is the user's typo: a UserError the screen shows, not a ValueError."""
+    from advisor.errors import UserError
+    from tui.launching import LaunchChoice, build_plan, build_target
+
+    (tmp_path / "train.py").write_text("print('never run')\n")
+    monkeypatch.chdir(tmp_path)
+    state = WizardState(model=ModelRef(name="mini-transformer"))
+    plan, _ = build_plan(LaunchChoice(), state)
+    assert build_target(LaunchChoice(target="script", script="train.py --name 'a b'"), plan).args == ["--name", "a b"]
+    with pytest.raises(UserError, match="close the quote"):
+        build_target(LaunchChoice(target="script", script="train.py --name 'a b"), plan)

@@ -16,15 +16,11 @@ from typing import IO, TYPE_CHECKING
 
 from advisor.errors import UserError
 from advisor.plan import Plan
-from launcher.recipes import RECIPES
 from tui.state import WizardState
 
 if TYPE_CHECKING:
     from advisor.hardware import Machine
     from tui.compute import RecView
-
-TARGETS = (*RECIPES, "script")
-
 
 @dataclass(frozen=True)
 class LaunchChoice:
@@ -55,19 +51,15 @@ def build_plan(choice: LaunchChoice, state: WizardState, view: RecView | None = 
 
 
 def check_fits(plan: Plan) -> None:
-    """Refuse a CPU plan this machine's RAM or cores cannot hold, as ``advise launch --cpu`` does.
+    """Refuse a plan this machine cannot run, as ``advise launch`` does (``launcher.preflight``;
+    never forced here).
 
     The form's default (two processes) is no promise for every model: llama3-8b on CPU needs
     ~150 GiB per process. Called from the launch worker, before any record or process: sizing a
-    ``--module`` model traces it, which must not freeze the screen. What the plan's memory
-    compromises need (packages, combinations) is checked as ``advise launch`` checks it."""
-    from launcher.compromises.checks import check_compromises
+    ``--module`` model traces it, which must not freeze the screen."""
+    from launcher.preflight import check_here
 
-    check_compromises(plan)
-    if plan.cpu:
-        from launcher.host_fit import check_host_fit
-
-        check_host_fit(plan)
+    check_here(plan)
 
 
 def _gpu_plan(state: WizardState, view: RecView | None, machine: Machine | None) -> Plan:
@@ -93,7 +85,10 @@ def build_target(choice: LaunchChoice, plan: Plan):
     from launcher.command import Target, check_target
 
     if choice.target == "script":
-        words = shlex.split(choice.script)
+        try:
+            words = shlex.split(choice.script)
+        except ValueError as exc:  # "No closing quotation": a typo in the field, not a crash of the screen
+            raise UserError(f"cannot read the script line: {exc}", fix="close the quote, or escape it with \\") from None
         if not words:
             raise UserError("no script given", fix="type the script and its arguments, e.g. train.py --lr {lr}")
         return Target.from_cli(None, words)

@@ -1,0 +1,33 @@
+"""What this machine must have before a launch of a plan starts, checked before any record or process.
+
+Host RAM and cores for CPU ranks (``launcher.host_fit``) and what the plan's memory compromises
+need (``launcher.compromises.checks``: packages, combinations, host RAM for offload). One check for
+``advise launch`` (and ``--resume``), ``advise submit`` and the wizard's Launch screen, so that all
+three refuse the same plans.
+"""
+
+from __future__ import annotations
+
+from advisor.plan import Plan
+
+
+def check_here(plan: Plan, *, force: bool = False) -> str | None:
+    """Refuse (``UserError``) what this machine cannot run; None when it can.
+
+    ``force`` (``--force``) lets through one thing only: CPU ranks whose estimated host RAM is more
+    than is usable here; the return is then why the plan is forced (for ``Plan.forced``). Never
+    forced: more processes than cores can serve, what the compromises need."""
+    from launcher.compromises.checks import check_compromises
+
+    check_compromises(plan)
+    if not plan.cpu:
+        return None
+    from launcher.host_fit import check_host_fit, host_need, max_processes
+
+    if force and plan.processes_per_node <= max_processes():
+        need = host_need(plan)
+        if need.total_gib > need.usable_gib:
+            return (f"the estimate says {need.model} needs ~{need.total_gib:.1f} GiB of host RAM for {need.ranks} "
+                    f"CPU process(es), more than the {need.usable_gib:.1f} GiB usable here")
+    check_host_fit(plan)
+    return None

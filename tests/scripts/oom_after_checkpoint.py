@@ -1,0 +1,51 @@
+"""Test script: saves checkpoints, then dies of a (simulated) CUDA OOM after step 2 above a micro-batch.
+
+`oom_after_checkpoint.py --limit 2` under `advise launch --checkpoint-every 1`: an attempt whose
+micro-batch is above the limit trains 2 steps (``--oom-at``), saves that step's checkpoint and raises
+the OOM; an attempt within it trains to the end. Each attempt writes the step it started at
+(``start-attempt{N}.json``: not 0 when it resumed a checkpoint) and, at the end, whether each step
+ended on a gradient sync (``synced-attempt{N}.json``).
+"""
+
+import argparse
+import json
+import os
+
+import torch
+
+from launcher.runtime import Runtime
+
+p = argparse.ArgumentParser()
+p.add_argument("--limit", type=int, default=2)
+p.add_argument("--oom-at", type=int, default=2, help="the step after which the OOM comes")
+args = p.parse_args()
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 2)
+
+    def forward(self, x, y):
+        return torch.nn.functional.cross_entropy(self.lin(x), y)
+
+
+rt = Runtime.from_env()
+torch.manual_seed(0)
+xs = torch.randn(64, 8)
+data = torch.utils.data.TensorDataset(xs, (xs[:, 0] > 0).long())
+model = rt.setup_model(Tiny())
+model, opt, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(data))
+batches = rt.batches(loader)  # restores a checkpoint named by $CARDWISE_RESUME: rt.step is where it starts
+with open(os.path.join(os.environ["CARDWISE_RUN_DIR"], f"start-attempt{rt.attempt}.json"), "w") as f:
+    json.dump(rt.step, f)
+synced = []  # whether each optimizer step ended on its last micro-batch (Accelerate's sync_gradients)
+while rt.step < rt.total_steps:
+    if rt.step == args.oom_at and rt.plan.config.micro_batch > args.limit:
+        next(batches)  # the step boundary: this step's checkpoint is saved here
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated by the test)")
+    rt.train_step(model, opt, batches)
+    synced.append(rt.accelerator.sync_gradients)
+with open(os.path.join(os.environ["CARDWISE_RUN_DIR"], f"synced-attempt{rt.attempt}.json"), "w") as f:
+    json.dump(synced, f)
+rt.finish(model)
