@@ -121,6 +121,9 @@ def test_probe_stores_the_host_and_estimates_for_it(tmp_path):
     plain = estimate(spec, SMALL, H200, calibration=default_calibration()).throughput
     assert out.estimate.throughput.host_s == pytest.approx(2 * plain.host_s)
     assert load_calibration(tmp_path).host_factor == pytest.approx(2.0)
+    from tui.launching import probe_summary  # the wizard's "probe first" says it too
+
+    assert any("host dispatch x2.00" in line for line in probe_summary(out)[1])
     # A CPU probe's dispatch is not a GPU host's: nothing stored.
     cpu_home = tmp_path / "cpu"
     compare(result, NoSampler(), spec, SMALL, ProbeTarget(hardware=H200, gpu_index=None),

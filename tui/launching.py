@@ -144,4 +144,6 @@ def probe_summary(result) -> tuple[bool, list[str]]:
         lines.append(f"  attempts: {tried}")
     if result.stored:
         lines.append(f"  factors stored for later estimates ({result.factor_key})")
+    if result.host_stored:  # advisor.host_speed: this machine's dispatch speed, for every later estimate here
+        lines.append(f"  host dispatch x{result.host_factor:.2f} of the reference host, stored for every model")
     return True, lines
