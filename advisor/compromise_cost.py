@@ -43,7 +43,7 @@ RATES = Path(__file__).with_name("data") / "compromise_rates.json"
 #   parameter-sized temporary whose pages the kernel must fault in and zero. `accelerate launch` gives a GPU rank
 #   ONE thread (OMP_NUM_THREADS=1 when the environment has none: accelerate/commands/launch.py
 #   _validate_launch_command, utils/launch.py); launcher.command now shares the node's cores out among the
-#   ranks of an offload plan (launcher.command.offload_threads). One thread's per-parameter time is the host's
+#   ranks of an offload plan (advisor.hardware.threads_per_rank). One thread's per-parameter time is the host's
 #   own (one core's memory bandwidth and page faults, not a datasheet figure): fit in compromise_rates.json
 #   ("cpu_step_s_per_param") on the one-thread row; with T threads the elementwise ops split T ways
 #   (at::parallel_for) until the host's memory bandwidth binds: CPU_ADAMW_BYTES_PER_PARAM over
@@ -222,11 +222,12 @@ def cpu_step_s(params: float, threads: int = 1, rate: float | None = None, host_
 
 
 def offload_threads(hw: HardwareSpec, config: TrainConfig) -> int:
-    """Host threads per rank as launcher.command.offload_threads gives them: the node's cores over its ranks."""
+    """Host threads per rank as launcher.command gives an offload plan's ranks (advisor.hardware.threads_per_rank)."""
     from advisor.config import Strategy
+    from advisor.hardware import threads_per_rank
 
-    ranks = 1 if config.strategy is Strategy.single else max(1, min(hw.total_gpus, hw.gpus_per_node))
-    return max(1, hw.cpu_cores // ranks)
+    ranks = 1 if config.strategy is Strategy.single else min(hw.total_gpus, hw.gpus_per_node)
+    return threads_per_rank(ranks, hw.cpu_cores)
 
 
 def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, trainable: int,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import launcher
 from advisor.errors import UserError
+from advisor.hardware import threads_per_rank
 from advisor.plan import Plan
 from launcher.accelerate_config import CPU_ENV
 from launcher.recipes import RECIPES
@@ -43,11 +44,6 @@ ENV_CHECKPOINT_EVERY = "CARDWISE_CHECKPOINT_EVERY"  # launcher.checkpoints: save
 ENV_RESUME = "CARDWISE_RESUME"  # launcher.checkpoints: the checkpoint folder a resumed run starts from
 ENV_FINAL_WEIGHTS = "CARDWISE_FINAL_WEIGHTS"  # "0": launcher.checkpoints saves no final weights (--no-final-weights)
 LOOPBACK = "127.0.0.1"
-
-
-def offload_threads(ranks_per_node: int, cores: int | None = None) -> int:
-    """Host threads each rank of a CPU-offload plan gets: the node's cores shared out."""
-    return max(1, (cores or os.cpu_count() or 1) // max(1, ranks_per_node))
 
 
 def checkpoint_env(every: int | None, final_weights: bool = True, resume: Path | None = None) -> dict[str, str]:
@@ -210,12 +206,12 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
         env.update(CPU_ENV)
         # torchrun would force 1 thread per rank; share the cores out instead.
         if "OMP_NUM_THREADS" not in os.environ:
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // plan.processes_per_node))
+            env["OMP_NUM_THREADS"] = str(threads_per_rank(plan.processes_per_node))
     elif plan.config.cpu_offload and "OMP_NUM_THREADS" not in os.environ:
         # The offloaded optimizer step runs on the host: `accelerate launch` would give each GPU rank one
         # thread (OMP_NUM_THREADS=1 when unset), which made llama3.2-3b's step 31.7 s on the H200 host
-        # (benchmarks/results/h200-compromises.md). Share the cores out among the node's ranks instead.
-        env["OMP_NUM_THREADS"] = str(offload_threads(plan.processes_per_node))
+        # (benchmarks/results/h200-compromises.md). Share the cores out among the node's ranks, as for --cpu.
+        env["OMP_NUM_THREADS"] = str(threads_per_rank(plan.processes_per_node))
     if multi and plan.nodes == 1:
         # gloo's and NCCL's bootstrap sockets bind the interface named here: keep them on the loopback
         # unless the user chose one. (torch's TCPStore server has no bind option: see docs/service.md.)

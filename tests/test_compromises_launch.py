@@ -176,7 +176,8 @@ def test_cpu_offload_ranks_get_the_hosts_cores(monkeypatch):
     """`accelerate launch` would give a GPU rank one thread, and the offloaded AdamW step runs on it."""
     import os
 
-    from launcher.command import Target, build_launch_spec, offload_threads
+    from advisor.hardware import threads_per_rank as offload_threads
+    from launcher.command import Target, build_launch_spec
 
     def env_of(plan):
         return build_launch_spec(plan, Target(kind="recipe", name="synthetic"), config_path=Path("c.yaml"),
