@@ -37,6 +37,7 @@ rows' measured peaks.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import sys
@@ -68,6 +69,7 @@ REPORT = RESULTS / "h200-estimator.md"
 _CONFIG_KEYS = ("model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt", "channels_last")
 
 
+@functools.lru_cache(maxsize=None)
 def dispatch_us(path: Path) -> float | None:
     """The reference step's time in a measurement file's header (launcher.host_dispatch), if recorded."""
     for line in path.read_text().splitlines():

@@ -114,8 +114,8 @@ def fit_cpu_step(row: dict) -> dict:
     if host <= 0:
         raise SystemExit(f"the estimate without the host step ({rest:.3f} s) already exceeds the measured step "
                          f"({measured_step:.3f} s): nothing to fit")
-    rate = host / nt / 1.0 * _threads(row)  # one thread's time per parameter
     assert _threads(row) == 1, "the one-thread rate is fit on a one-thread row"
+    rate = host / nt
     return {
         "cpu_step_s_per_param": float(f"{rate:.4g}"),
         "cpu_step_source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, no row checks it yet: "
