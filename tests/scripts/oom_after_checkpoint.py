@@ -13,6 +13,8 @@ import os
 
 import torch
 
+from tiny_run import prepared
+
 from launcher.runtime import Runtime
 
 p = argparse.ArgumentParser()
@@ -20,23 +22,8 @@ p.add_argument("--limit", type=int, default=2)
 p.add_argument("--oom-at", type=int, default=2, help="the step after which the OOM comes")
 args = p.parse_args()
 
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(8, 2)
-
-    def forward(self, x, y):
-        return torch.nn.functional.cross_entropy(self.lin(x), y)
-
-
 rt = Runtime.from_env()
-torch.manual_seed(0)
-xs = torch.randn(64, 8)
-data = torch.utils.data.TensorDataset(xs, (xs[:, 0] > 0).long())
-model = rt.setup_model(Tiny())
-model, opt, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(data))
-batches = rt.batches(loader)  # restores a checkpoint named by $CARDWISE_RESUME: rt.step is where it starts
+model, opt, batches = prepared(rt)  # restores a checkpoint named by $CARDWISE_RESUME: rt.step is where it starts
 with open(os.path.join(os.environ["CARDWISE_RUN_DIR"], f"start-attempt{rt.attempt}.json"), "w") as f:
     json.dump(rt.step, f)
 synced = []  # whether each optimizer step ended on its last micro-batch (Accelerate's sync_gradients)

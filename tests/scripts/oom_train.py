@@ -27,26 +27,11 @@ if args.micro_batch > args.limit:
     raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated by the test)")
 
 from launcher.runtime import Runtime  # noqa: E402
+from tiny_run import prepared  # noqa: E402
 
 rt = Runtime.from_env()
 assert rt.plan.config.micro_batch == args.micro_batch, (rt.plan.config.micro_batch, args.micro_batch)
-
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(8, 2)
-
-    def forward(self, x, y):
-        return torch.nn.functional.cross_entropy(self.lin(x), y)
-
-
-torch.manual_seed(0)
-xs = torch.randn(64, 8)
-data = torch.utils.data.TensorDataset(xs, (xs[:, 0] > 0).long())
-model = rt.setup_model(Tiny())
-model, opt, loader = rt.prepare(model, rt.optimizer(model), rt.dataloader(data))
-batches = rt.batches(loader)
+model, opt, batches = prepared(rt)
 for _ in range(rt.total_steps or 5):
     rt.train_step(model, opt, batches)
 rt.finish(model)
