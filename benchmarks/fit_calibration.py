@@ -343,14 +343,23 @@ def _repeats(rows: list[dict]) -> list[str]:
                     ratios.append((r["id"], same["step_s"], r["step_s"]))
     if not ratios:
         return []
-    rel = [abs(b / a - 1) for _, a, b in ratios]
-    worst = max(ratios, key=lambda x: abs(x[2] / x[1] - 1))
-    return ["", f"Run to run: {len(ratios)} measurements of the same configurations in other calls "
-            f"({', '.join(f'`{p.name}`' for p in REPEATS)}): step time differs by {statistics.median(rel):.1%} "
-            f"median, {max(rel):.1%} worst ({worst[0]}: {worst[1] * 1e3:.1f} vs {worst[2] * 1e3:.1f} ms). "
-            "Host-bound rows move most: each call gets a machine whose CPU dispatches at its own speed, "
-            "which no one launch_us can predict; files whose header has the host's dispatch speed "
-            "(launcher.host_dispatch) are predicted with it, earlier ones are assumed to be the reference host."]
+
+    def spread(group: list[tuple[str, float, float]]) -> str:
+        rel = [max(b / a, a / b) - 1 for _, a, b in group]
+        i = max(range(len(group)), key=rel.__getitem__)
+        name, a, b = group[i]
+        return (f"{len(group)} measurements, {statistics.median(rel):.1%} median apart, worst {rel[i] + 1:.2f}x "
+                f"({name}: {a * 1e3:.1f} vs {b * 1e3:.1f} ms)")
+
+    small = [x for x in ratios if x[0].startswith("h-")]  # the host-bound set: small batches
+    large = [x for x in ratios if not x[0].startswith("h-")]
+    return ["", f"Run to run: the same configurations measured again in other calls, on other machines "
+            f"({', '.join(f'`{p.name}`' for p in REPEATS)}), step time: small-batch (host-bound) set "
+            f"{spread(small)}; large-batch rows {spread(large) if large else 'none'}. Host-bound rows move most: each "
+            "call gets a machine whose CPU dispatches at its own speed, which no one launch_us can predict (the "
+            "large-batch rows that moved are those whose host time is close to their GPU time); files whose header "
+            "has the host's dispatch speed (launcher.host_dispatch) are predicted with it, earlier ones are assumed "
+            "to be the reference host."]
 
 
 PREDICTED_UNSEEN = RESULTS / "h200-users-unseen-predicted.json"  # measure_unseen.py --predict, before measuring

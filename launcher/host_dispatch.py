@@ -2,9 +2,8 @@
 
 Small batches are host-bound: the step takes as long as the CPU needs to dispatch its kernels
 (``advisor.throughput.host_seconds``: kernels x ``launch_us``). That speed is a property of the
-host, not of the GPU: the same H200 configurations measured in three calls on three machines
-differed by up to 1.9x in step time on host-bound rows and by under 2% on GPU-bound ones
-(benchmarks/results/h200-estimator.md, "Run to run"). So the estimator cannot know it from the
+host, not of the GPU (docs/design.md, "Host speed": small-batch H200 rows moved 17% median apart,
+up to 1.78x, between the machines of different calls; large-batch rows 0.7%). So the estimator cannot know it from the
 GPU kind; this measures it.
 
 The reference step is fixed so that one number compares hosts: eight blocks of Linear(64, 64),
