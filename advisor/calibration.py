@@ -52,13 +52,9 @@ class Calibration(BaseModel):
     # an elementwise op or a cuBLAS call, and CNN steps are mostly convolutions and their BN/ReLU.
     # launch_us is the fallback for a kind with no row.
     launch_us_by_kind: dict[str, float] = Field(default_factory=dict)
-    # This host's dispatch time over the host's that fit launch_us (advisor.host_speed: `advise probe`
-    # times launcher.host_dispatch's reference step). 1.0 when not measured; multiplies every host term.
-    host_factor: float = 1.0
-    host_source: str = host_speed.ASSUMED
-    # The GPU kind of the machine whose host was measured: a plan for another GPU kind is for another
-    # machine, whose host this is not (advisor.throughput then assumes the reference host).
-    host_device: str | None = None
+    # This machine's host as `advise probe` measured it (launcher.host_dispatch's reference step;
+    # advisor.host_speed), None when not measured: host_factor and host_source derive from it.
+    host: host_speed.HostSpeed | None = None
     # That reference step on the host whose rows fit launch_us, microseconds (the header of the
     # host-bound measurement file; benchmarks/fit_calibration.py writes it). None: no host factor.
     host_dispatch_ref_us: float | None = None
@@ -101,6 +97,22 @@ class Calibration(BaseModel):
     # device|variant" -> measured/estimated peak memory and samples/s; applied in advisor.estimate.
     model_factors: dict[str, ModelFactor] = Field(default_factory=dict)
     source: str = "built-in defaults"
+
+    @property
+    def host_factor(self) -> float:
+        """This host's dispatch time over the reference host's; 1.0 when either was not measured.
+        Multiplies every host term (advisor.throughput.host_seconds)."""
+        if self.host is None or not self.host_dispatch_ref_us:
+            return 1.0
+        return self.host.us_per_step / self.host_dispatch_ref_us
+
+    @property
+    def host_source(self) -> str:
+        """Whose dispatch speed the host terms assume, in words (estimates' notes and JSON)."""
+        if self.host is None or not self.host_dispatch_ref_us:
+            return host_speed.ASSUMED
+        return (f"measured by {self.host.source} ({self.host.date}): dispatch x{self.host_factor:.2f} the time of the "
+                "H200 host that fit launch_us")
 
     @field_validator("rate_efficiency", mode="before")
     @classmethod

@@ -35,7 +35,7 @@ class HostSpeed(BaseModel):
     ops_per_step: int | None = Field(None, description="aten ops one reference step dispatches")
     device: str = Field(description="the GPU it dispatched to (GPU kind)")
     when: float = Field(default_factory=time.time)
-    source: str = "advise probe"
+    source: str = "advise probe on this machine"
 
     @property
     def date(self) -> str:
@@ -66,11 +66,5 @@ def save_host_speed(home: Path, speed: HostSpeed) -> Path:
 
 
 def with_host_speed(cal, speed: HostSpeed | None):
-    """``cal`` with this host's factor, when a measurement and the benchmark host's reference exist."""
-    if speed is None or not cal.host_dispatch_ref_us:
-        return cal
-    factor = speed.us_per_step / cal.host_dispatch_ref_us
-    return cal.model_copy(update={
-        "host_factor": factor, "host_device": speed.device,
-        "host_source": f"measured by {speed.source} on this machine ({speed.date}): dispatch x{factor:.2f} the time "
-                       "of the H200 host that fit launch_us"})
+    """``cal`` for this host (``Calibration.host``; its factor needs the benchmark host's reference too)."""
+    return cal if speed is None else cal.model_copy(update={"host": speed})

@@ -245,9 +245,9 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
                      else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
-    if cal.host_factor != 1.0 and (gpu.name == "cpu" or (cal.host_device and cal.host_device != gpu.name)):
-        # The factor is a CUDA host's, of the machine with that GPU kind (advisor.host_speed): not this plan's.
-        cal = cal.model_copy(update={"host_factor": 1.0, "host_source": host_speed.ASSUMED})
+    if cal.host is not None and cal.host.device != gpu.name:
+        # A CUDA host's, of the machine with that GPU kind (advisor.host_speed): not a CPU's nor another machine's.
+        cal = cal.model_copy(update={"host": None})
     work = step_work(model, config, cal)
     mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)
     host_s = host_seconds(model, config, cal, work)
@@ -260,7 +260,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         # Host speed varies by machine far more than GPU speed does (advisor.host_speed): say whose was used.
         notes.append(f"host-bound: the CPU's kernel dispatch ({host_s * 1e3:.1f} ms a micro-batch) sets the pace, "
                      f"not the GPU ({gpu_s * 1e3:.1f} ms); host speed {cal.host_source}"
-                     + ("; `advise probe` measures this machine's" if cal.host_factor == 1.0 else ""))
+                     + ("; `advise probe` measures this machine's" if cal.host is None else ""))
 
     nt = trainable_params(model, config)
     shard = world if config.strategy is Strategy.fsdp else 1

@@ -51,6 +51,7 @@ from advisor.catalog import catalog_model  # noqa: E402
 from advisor.config import TrainConfig  # noqa: E402
 from advisor.estimate import estimate  # noqa: E402
 from advisor.gpus import get_gpu  # noqa: E402
+from advisor.host_speed import HostSpeed  # noqa: E402
 from advisor.hardware import HardwareSpec  # noqa: E402
 from advisor.step_work import step_work  # noqa: E402
 from advisor.throughput import combine, gpu_seconds, host_seconds  # noqa: E402
@@ -144,9 +145,12 @@ def all_rows() -> tuple[dict, list[dict]]:
 
 
 def row_calibration(r: dict, cal: Calibration) -> Calibration:
-    """``cal`` for the host that measured the row."""
+    """``cal`` for the host that measured the row (all rows ran on an H200)."""
     f = r.get("host_factor", 1.0)
-    return cal if f == 1.0 else cal.model_copy(update={"host_factor": f, "host_source": "the row's file header"})
+    if f == 1.0:
+        return cal
+    host = HostSpeed(us_per_step=f * cal.host_dispatch_ref_us, device="H200", source="the row's file header")
+    return cal.model_copy(update={"host": host})
 
 
 def model_source(r: dict) -> str:
