@@ -369,7 +369,7 @@ def _repeats(rows: list[dict]) -> list[str]:
 PREDICTED_UNSEEN = RESULTS / "h200-users-unseen-predicted.json"  # measure_unseen.py --predict, before measuring
 
 
-def _unseen(rows: list[dict], cal: Calibration, hw: HardwareSpec) -> list[str]:
+def _unseen(rows: list[dict], predicted: dict) -> list[str]:
     """Issue 16's bar on configurations never measured before: what was predicted before they ran, and now."""
     unseen = [r for r in rows if r["id"].startswith("u-")]
     if not unseen:
@@ -377,7 +377,7 @@ def _unseen(rows: list[dict], cal: Calibration, hw: HardwareSpec) -> list[str]:
     before = json.loads(PREDICTED_UNSEEN.read_text()) if PREDICTED_UNSEEN.exists() else {}
     now_m, now_t, was_m, was_t = [], [], [], []
     for r in unseen:
-        e = predict(r, cal, hw)
+        e = predicted[r["id"]]  # report()'s estimate of the row
         now_m.append(abs(e.memory.peak_gib / r["peak_gib"] - 1))
         now_t.append(abs(e.throughput.samples_per_s / r["samples_per_s"] - 1))
         if r["id"] in before:
@@ -446,8 +446,9 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     errs: dict[str, tuple[list, list]] = {"fit": ([], []), "holdout": ([], [])}
     fam: dict[str, tuple[list, list]] = {}
     src: dict[str, tuple[list, list]] = {}
+    predicted = {}
     for r in rows:
-        e = predict(r, cal, hw)
+        e = predicted[r["id"]] = predict(r, cal, hw)
         if "request" in r and r["split"] == "holdout":  # users' rows: the fast path is advise estimate's
             from users import predict_request
 
@@ -483,7 +484,7 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
     lines += _before_after("Throughput on the holdout rows per family, before and after (abs error, median | worst):",
                            "family", fam)
     lines += _repeats(rows)
-    lines += _unseen(rows, cal, hw)
+    lines += _unseen(rows, predicted)
     lines += _contended(cal, hw)
     lines += ["", "Bars (DESIGN.md): throughput on the same GPU kind within 10% median, 25% worst; memory 5% / 15% "
               "(the memory side is issue 16's other half).", "", "Fitted constants:", "", "```",
