@@ -9,10 +9,11 @@ loop, timing, header); only the table of configurations differs.
 On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70 s):
 
     PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/measure_unseen.py --out $OUT/h200-users-unseen.jsonl --budget-s 230
+    ... measure_unseen.py --set u2 --out $OUT/h200-users-unseen2.jsonl     # the second set (UNSEEN2)
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
-reports it. ``--predict FILE`` (CPU, no measurement) writes what ``advise estimate`` predicts for every
+reports it. ``--set u1|u2`` picks the table (u1 default). ``--predict FILE`` (CPU, no measurement) writes what ``advise estimate`` predicts for every
 row now, before any measurement: ``results/h200-users-unseen-predicted.json``.
 """
 
@@ -42,16 +43,42 @@ UNSEEN = [
     ("u-convnext-bf16-compile-64", "convnext", 64, None, 224, "bf16", True, "holdout"),
 ]
 
+# The second set (2026-12-04, after the host-speed work): two models never measured before (a
+# hand-written EfficientNet-B0 module, an HF Mistral config with grouped-query attention), and the
+# earlier models at sequence lengths and image sizes no row had. Its predictions were written
+# (--predict) and committed before the call that measured it.
+UNSEEN2 = [
+    ("u2-effnet-bf16-32", "efficientnet", 32, None, 224, "bf16", False, "holdout"),
+    ("u2-effnet-bf16-256", "efficientnet", 256, None, 224, "bf16", False, "holdout"),
+    ("u2-effnet-fp32-128", "efficientnet", 128, None, 224, "fp32", False, "holdout"),
+    ("u2-effnet-pure-128", "efficientnet", 128, None, 224, "pure-bf16", False, "holdout"),
+    ("u2-mistral-bf16-1", "hf-mistral-small", 1, 2048, None, "bf16", False, "holdout"),
+    ("u2-mistral-bf16-8", "hf-mistral-small", 8, 2048, None, "bf16", False, "holdout"),
+    ("u2-mistral-pure-4", "hf-mistral-small", 4, 2048, None, "pure-bf16", False, "holdout"),
+    ("u2-enc-bf16-64-s256", "encoder_classifier", 64, 256, None, "bf16", False, "holdout"),
+    ("u2-nanogpt-bf16-32-s512", "nanogpt", 32, 512, None, "bf16", False, "holdout"),
+    ("u2-unet-bf16-32-i128", "unet", 32, None, 128, "bf16", False, "holdout"),
+    ("u2-convnext-fp32-96-i160", "convnext", 96, None, 160, "fp32", False, "holdout"),
+    ("u2-hfgpt2-bf16-8-s512", "hf-gpt2", 8, 512, None, "bf16", False, "holdout"),
+    ("u2-hfbertcls-fp32-16-s128", "hf-bert-cls", 16, 128, None, "fp32", False, "holdout"),
+    ("u2-hfbertmlm-bf16-64-s128", "hf-bert-mlm", 64, 128, None, "bf16", False, "holdout"),
+    ("u2-hfqwen2-pure-2-s4096", "hf-qwen2-0.5b", 2, 4096, None, "pure-bf16", False, "holdout"),
+    ("u2-effnet-bf16-compile-128", "efficientnet", 128, None, 224, "bf16", True, "holdout"),
+    ("u2-mistral-bf16-compile-4", "hf-mistral-small", 4, 2048, None, "bf16", True, "holdout"),
+    ("u2-enc-bf16-compile-64-s256", "encoder_classifier", 64, 256, None, "bf16", True, "holdout"),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2}
 
 
-def predict(path: Path) -> None:
+
+def predict(path: Path, table: list[tuple]) -> None:
     """``advise estimate FLAGS --gpu H200`` for every row, written before the rows are measured."""
     import json
 
     from users import predict_request, request_of
 
     out = {}
-    for c in UNSEEN:
+    for c in table:
         row = dict(zip(mum.KEYS, c))
         est = predict_request(request_of(mum.cardwise_flags(row)))
         out[row["id"]] = {"samples_per_s": round(est.throughput.samples_per_s, 3),
@@ -59,9 +86,23 @@ def predict(path: Path) -> None:
     path.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
 
 
+def _take(flag: str) -> str | None:
+    """Removes ``flag VALUE`` from sys.argv (the rest goes to measure_users_models' parser)."""
+    if flag not in sys.argv:
+        return None
+    i = sys.argv.index(flag)
+    value = sys.argv[i + 1]
+    del sys.argv[i:i + 2]
+    return value
+
+
 if __name__ == "__main__":
-    if "--predict" in sys.argv:
-        predict(Path(sys.argv[sys.argv.index("--predict") + 1]))
+    name = _take("--set") or "u1"
+    if name not in SETS:
+        raise SystemExit(f"--set: unknown set {name!r}; choose one of {', '.join(SETS)}")
+    target = _take("--predict")
+    if target:
+        predict(Path(target), SETS[name])
     else:
-        mum.CONFIGS = UNSEEN
+        mum.CONFIGS = SETS[name]
         mum.main()

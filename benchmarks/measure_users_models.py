@@ -64,10 +64,14 @@ MODEL_SOURCES = {
                  tiny=("UNet", dict(base=8))),
     "convnext": dict(kind="module", file="convnext.py", input="image", loss="ce", target="class", classes=1000,
                      tiny=("ConvNeXt", dict(depths=(1, 1, 2, 1), dims=(16, 32, 64, 128)))),
+    "efficientnet": dict(kind="module", file="efficientnet.py", input="image", loss="ce", target="class",
+                         classes=1000, tiny=("EfficientNet", dict(stages=[(1, 3, 1, 8, 1), (6, 5, 2, 16, 2)],
+                                                                  stem=8, head=64))),
     "hf-gpt2": dict(kind="hf", config="hf/gpt2/config.json", labels="tokens"),
     "hf-bert-cls": dict(kind="hf", config="hf/bert-cls/config.json", labels="class"),
     "hf-bert-mlm": dict(kind="hf", config="hf/bert-mlm/config.json", labels="tokens"),
     "hf-qwen2-0.5b": dict(kind="hf", config="hf/qwen2-0.5b/config.json", labels="tokens"),
+    "hf-mistral-small": dict(kind="hf", config="hf/mistral-small/config.json", labels="tokens"),
 }
 
 # (id, model, micro_batch, seq_len, image_size, precision, compile, split)
@@ -137,6 +141,8 @@ SMOKE = [
     ("smoke-hfbertcls", "hf-bert-cls", 2, 64, None, "bf16", False, "fit"),
     ("smoke-hfbertmlm", "hf-bert-mlm", 1, 64, None, "pure-bf16", False, "fit"),
     ("smoke-hfqwen2", "hf-qwen2-0.5b", 1, 64, None, "bf16", False, "fit"),
+    ("smoke-effnet", "efficientnet", 2, None, 64, "bf16", False, "fit"),
+    ("smoke-hfmistral", "hf-mistral-small", 1, 64, None, "pure-bf16", False, "fit"),
 ]
 # smoke builds HF models with these sizes (CPU memory and time); the vocabulary stays
 SMOKE_HF = {"n_layer": 2, "num_hidden_layers": 2, "n_embd": 64, "hidden_size": 64, "n_head": 4,
@@ -235,12 +241,10 @@ def synthetic(model: str, net, batch: int, seq_len, image_size, device: str, flo
     return x, y
 
 
-def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: int, max_steps: int,
-               smoke: bool) -> dict:
+def build_step(row: dict, device: str, smoke: bool):
+    """(one training step of the row, the model, extra info): built on the device, data on it too."""
     model, prec = row["model"], row["precision"]
     src = MODEL_SOURCES[model]
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(0)
     net, info = build_model(model, device, smoke)
     if prec == "pure-bf16":
@@ -263,7 +267,15 @@ def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: 
         def loss_fn():
             return F.mse_loss(fwd(x), y)
 
-    step = make_step(loss_fn, opt, autocast)
+    return make_step(loss_fn, opt, autocast), net, info
+
+
+def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: int, max_steps: int,
+               smoke: bool) -> dict:
+    model = row["model"]
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    step, net, info = build_step(row, device, smoke)
     cuda = device == "cuda"
     warm = warm_up(step, warmup, device)  # the last warm-up step's host time sets the timed steps
     steps = max(min_steps, min(max_steps, math.ceil(target_s / max(warm["last_warm_s"], 1e-6))))
@@ -277,10 +289,23 @@ def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: 
                host_step_s=run["host_s"] / steps, warmup_s=warm["warmup_s"], first_loss=warm["first_loss"],
                last_loss=run["last_loss"], params=sum(p.numel() for p in net.parameters()),
                param_dtype=str(next(net.parameters()).dtype).replace("torch.", ""), **info)
+    # This host's dispatch speed right after the row (launcher.host_dispatch; the header has it at the
+    # call's start): a host-bound row is predicted for the host it ran on, which can drift within a call.
+    out["host_dispatch_us"] = host_dispatch_of(device)
     if smoke:
         out["smoke_tiny"] = True  # a tiny variant (MODEL_SOURCES' "tiny" / SMOKE_HF), not build()
     out.update(memory(device))
     return out
+
+
+def host_dispatch_of(device: str, windows: int = 5) -> float:
+    """The reference step's time on this host now, µs (about 0.3 s on a GPU host)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from launcher import host_dispatch
+
+    return host_dispatch.measure(device, windows=2 if device == "cpu" else windows)["us_per_step"]
 
 
 def header(device: str) -> dict:
