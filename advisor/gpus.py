@@ -34,6 +34,8 @@ class GpuSpec(BaseModel):
     fp16_tflops: float = Field(description="dense FP16 tensor cores with fp32 accumulate")
     fp8_tflops: float = Field(0.0, description="dense FP8 tensor cores; 0 = no FP8 (before Ada/Hopper)")
     compute_capability: tuple[int, int]
+    sms: int = Field(0, ge=0, description="streaming multiprocessors (datasheet; the CUDA device property "
+                     "multiProcessorCount); 0 = not known, derived from the fp32 peak at a 1.75 GHz clock")
     nvlink_gbps: float = Field(0.0, description="NVLink per GPU, bidirectional GB/s; 0 = none")
     pcie_gbps: float = Field(description="PCIe x16 bidirectional GB/s (gen3 32, gen4 64, gen5 128)")
     source: str
@@ -64,6 +66,17 @@ class GpuSpec(BaseModel):
         table, 32-bit floating-point add/multiply/multiply-add)."""
         lanes = 64 if self.compute_capability < (8, 6) else 128
         return self.fp32_tflops * 1e12 / (2 * lanes)
+
+    @property
+    def sm_count(self) -> int:
+        """SMs: the table's, else the fp32 peak's SM cycles at 1.75 GHz, mid-way through the table's boost
+        clocks (1.41 GHz A100 to 2.52 GHz RTX 4090)."""
+        return self.sms or max(1, round(self.sm_cycles / 1.75e9))
+
+    @property
+    def sm_clock(self) -> float:
+        """An SM's boost clock, cycles/s: the SM cycles over the SMs (H200: 1.98 GHz, nvidia-smi's max SM clock)."""
+        return self.sm_cycles / self.sm_count
 
     @property
     def mem_bw(self) -> float:
@@ -166,102 +179,102 @@ def _sustained(measured: float, datasheet: float) -> float:
 
 # fmt: off
 GPU_TABLE: tuple[GpuSpec, ...] = (
-    _gpu(name="V100-SXM2-16GB", aliases=("V100", "Tesla V100-SXM2-16GB", "V100-16GB"), memory_gib=15.78,
+    _gpu(name="V100-SXM2-16GB", sms=80, aliases=("V100", "Tesla V100-SXM2-16GB", "V100-16GB"), memory_gib=15.78,
          bandwidth_gbps=900, fp32_tflops=15.7, tf32_tflops=15.7, bf16_tflops=0, fp16_tflops=125,
          compute_capability=(7, 0), nvlink_gbps=300, pcie_gbps=32,
          source=f"{_V100}: 15.7 FP32, 125 FP16 tensor, no TF32/BF16, 900 GB/s, NVLink 300 GB/s"),
-    _gpu(name="V100-SXM2-32GB", aliases=("Tesla V100-SXM2-32GB", "V100-32GB", "V100S"), memory_gib=31.75,
+    _gpu(name="V100-SXM2-32GB", sms=80, aliases=("Tesla V100-SXM2-32GB", "V100-32GB", "V100S"), memory_gib=31.75,
          bandwidth_gbps=900, fp32_tflops=15.7, tf32_tflops=15.7, bf16_tflops=0, fp16_tflops=125,
          compute_capability=(7, 0), nvlink_gbps=300, pcie_gbps=32,
          source=f"{_V100}: as the 16 GB part, 32 GB HBM2"),
-    _gpu(name="T4", aliases=("Tesla T4",), memory_gib=15.0, bandwidth_gbps=320, fp32_tflops=8.1,
+    _gpu(name="T4", sms=40, aliases=("Tesla T4",), memory_gib=15.0, bandwidth_gbps=320, fp32_tflops=8.1,
          tf32_tflops=8.1, bf16_tflops=0, fp16_tflops=65, compute_capability=(7, 5), pcie_gbps=32,
          source=f"{_T4}: 8.1 FP32, 65 FP16 tensor (mixed precision), 320 GB/s, 70 W",
          sustained=_sustained(42.31, 65),
          sustained_source=f"{_ZZC}: T4 fp16 41.91 and 42.71 (mean 42.31) of 65; 70 W"),
-    _gpu(name="RTX-8000", aliases=("Quadro RTX 8000", "NVIDIA Quadro RTX 8000", "RTX 8000"), memory_gib=47.99,
+    _gpu(name="RTX-8000", sms=72, aliases=("Quadro RTX 8000", "NVIDIA Quadro RTX 8000", "RTX 8000"), memory_gib=47.99,
          bandwidth_gbps=672, fp32_tflops=16.3, tf32_tflops=16.3, bf16_tflops=0, fp16_tflops=130.5,
          compute_capability=(7, 5), nvlink_gbps=100, pcie_gbps=32,
          source=f"{_TURING}: 16.3 FP32, 130.5 FP16 tensor (full-rate FP32 accumulate on Quadro), 672 GB/s, NVLink bridge 100 GB/s"),
-    _gpu(name="A10", aliases=("NVIDIA A10",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
+    _gpu(name="A10", sms=72, aliases=("NVIDIA A10",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
          tf32_tflops=62.5, bf16_tflops=125, fp16_tflops=125, compute_capability=(8, 6), pcie_gbps=64,
          source=f"{_A10}: 31.2 FP32, 62.5 TF32 / 125 BF16 dense (125/250 with sparsity), 600 GB/s, 150 W",
          sustained=_sustained(56, 125),
          sustained_source=f"{_CHS}: A10 bf16 56 of 125; 150 W (the same table has the RTX 4090 at 168 of 165.2, as _ZZC)"),
-    _gpu(name="A10G", aliases=("NVIDIA A10G",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
+    _gpu(name="A10G", sms=80, aliases=("NVIDIA A10G",), memory_gib=22.49, bandwidth_gbps=600, fp32_tflops=31.2,
          tf32_tflops=35.0, bf16_tflops=70, fp16_tflops=70, compute_capability=(8, 6), pcie_gbps=64,
          source=f"{_A10G}: 31.2 FP32, ~70 dense FP16/BF16 tensor TFLOPS, 600 GB/s"),
-    _gpu(name="L4", aliases=("NVIDIA L4",), memory_gib=22.49, bandwidth_gbps=300, fp32_tflops=30.3,
+    _gpu(name="L4", sms=58, aliases=("NVIDIA L4",), memory_gib=22.49, bandwidth_gbps=300, fp32_tflops=30.3,
          tf32_tflops=60, bf16_tflops=121, fp16_tflops=121, fp8_tflops=242.5, compute_capability=(8, 9), pcie_gbps=64,
          source=f"{_L4}: 30.3 FP32, 120 TF32 / 242 BF16 / 485 FP8 with sparsity (halved here), 300 GB/s, 72 W"),
-    _gpu(name="L40S", aliases=("NVIDIA L40S",), memory_gib=44.99, bandwidth_gbps=864, fp32_tflops=91.6,
+    _gpu(name="L40S", sms=142, aliases=("NVIDIA L40S",), memory_gib=44.99, bandwidth_gbps=864, fp32_tflops=91.6,
          tf32_tflops=183, bf16_tflops=362, fp16_tflops=362, fp8_tflops=733, compute_capability=(8, 9), pcie_gbps=64,
          source=f"{_L40S}: 91.6 FP32, 366 TF32 / 733 BF16 / 1,466 FP8 with sparsity (halved here), 864 GB/s",
          sustained=_sustained(269.15, 362),
          sustained_source=f"{_ZZC}: L40S bf16 269.15 of 362; 350 W"),
-    _gpu(name="RTX-6000-Ada", aliases=("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada", "6000 Ada"), memory_gib=47.99,
+    _gpu(name="RTX-6000-Ada", sms=142, aliases=("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada", "6000 Ada"), memory_gib=47.99,
          bandwidth_gbps=960, fp32_tflops=91.1, tf32_tflops=182.1, bf16_tflops=364.2, fp16_tflops=364.2, fp8_tflops=728.5,
          compute_capability=(8, 9), pcie_gbps=64,
          source=f"{_RTX6000ADA}: 91.1 FP32, 1,457 FP8 TFLOPS with sparsity (dense FP8 728.5, BF16 364.2, TF32 182.1), 960 GB/s",
          sustained=round(_sustained(166.58, 165.2) * (50.14 / 91.1) / (58 / 82.6), 3),
          sustained_source=f"{_CHS}: no half-precision run; fp32 GEMMs 50.14 of 91.1 (issue #16) against the RTX 4090's 58 of 82.6 in the same table, times the RTX 4090's factor; 300 W. The clock a power limit allows falls further under tensor-core load than fp32, so this is an upper bound"),
-    _gpu(name="RTX-3090", aliases=("NVIDIA GeForce RTX 3090", "3090", "RTX 3090"), memory_gib=24.0,
+    _gpu(name="RTX-3090", sms=82, aliases=("NVIDIA GeForce RTX 3090", "3090", "RTX 3090"), memory_gib=24.0,
          bandwidth_gbps=936, fp32_tflops=35.6, tf32_tflops=35.6, bf16_tflops=71, fp16_tflops=71,
          compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
          source=f"{_GA102}: 35.6 FP32, 35.6 TF32 / 71 FP16-BF16 tensor dense with FP32 accumulate (GeForce half rate), 936 GB/s",
          sustained=_sustained(76.58, 71),
          sustained_source=f"{_ZZC}: RTX 3090 bf16 76.34, 76.68, 76.58 (median 76.58) of 71: GeForce boosts above its rated 1,695 MHz; 350 W"),
-    _gpu(name="RTX-4090", aliases=("NVIDIA GeForce RTX 4090", "4090", "RTX 4090"), memory_gib=23.99,
+    _gpu(name="RTX-4090", sms=128, aliases=("NVIDIA GeForce RTX 4090", "4090", "RTX 4090"), memory_gib=23.99,
          bandwidth_gbps=1008, fp32_tflops=82.6, tf32_tflops=82.6, bf16_tflops=165.2, fp16_tflops=165.2, fp8_tflops=330.3,
          compute_capability=(8, 9), pcie_gbps=64,
          source=f"{_ADA}: 82.6 FP32, 82.6 TF32 / 165.2 FP16-BF16 / 330.3 FP8 tensor dense with FP32 accumulate, 1,008 GB/s",
          sustained=_sustained(166.58, 165.2),
          sustained_source=f"{_ZZC}: RTX 4090 24GB bf16 170.06, 173.31, 162.39, 163.09 (median 166.58) of 165.2 (the 48 GB rebuilt cards left out); 450 W"),
-    _gpu(name="RTX-A6000", aliases=("NVIDIA RTX A6000", "A6000"), memory_gib=47.99, bandwidth_gbps=768,
+    _gpu(name="RTX-A6000", sms=84, aliases=("NVIDIA RTX A6000", "A6000"), memory_gib=47.99, bandwidth_gbps=768,
          fp32_tflops=38.7, tf32_tflops=77.4, bf16_tflops=154.8, fp16_tflops=154.8,
          compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
          source=f"{_A6000}: 38.7 FP32, 309.7 tensor TFLOPS with sparsity (154.8 dense FP16/BF16, 77.4 TF32), 768 GB/s",
          sustained=_sustained(123.34, 154.8),
          sustained_source=f"{_ZZC}: RTX A6000 bf16 123.34 of 154.8; 300 W"),
-    _gpu(name="A100-SXM-40GB", aliases=("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "A100-40GB", "A100 40GB"),
+    _gpu(name="A100-SXM-40GB", sms=108, aliases=("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "A100-40GB", "A100 40GB"),
          memory_gib=40.0, bandwidth_gbps=1555, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
          fp16_tflops=312, compute_capability=(8, 0), nvlink_gbps=600, pcie_gbps=64,
          source=f"{_A100}: 19.5 FP32, 156 TF32, 312 BF16/FP16 dense, 1,555 GB/s, NVLink 600 GB/s"),
-    _gpu(name="A100-SXM-80GB", aliases=("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "A100-80GB", "A100", "A100 80GB"),
+    _gpu(name="A100-SXM-80GB", sms=108, aliases=("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "A100-80GB", "A100", "A100 80GB"),
          memory_gib=80.0, bandwidth_gbps=2039, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
          fp16_tflops=312, compute_capability=(8, 0), nvlink_gbps=600, pcie_gbps=64,
          source=f"{_A100}: 19.5 FP32, 156 TF32, 312 BF16/FP16 dense, 2,039 GB/s, NVLink 600 GB/s",
          sustained=_sustained(264.53, 312),
          sustained_source=f"{_ZZC}: A100 SXM4 80GB bf16 264.53 of 312; 400 W"),
-    _gpu(name="A100-PCIE-40GB", aliases=("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"), memory_gib=40.0,
+    _gpu(name="A100-PCIE-40GB", sms=108, aliases=("NVIDIA A100-PCIE-40GB", "A100-PCIe-40GB"), memory_gib=40.0,
          bandwidth_gbps=1555, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312, fp16_tflops=312,
          compute_capability=(8, 0), pcie_gbps=64,
          source=f"{_A100} (PCIe 40GB): 19.5 FP32, 156 TF32, 312 BF16, 1,555 GB/s, PCIe gen4 64 GB/s"),
-    _gpu(name="A100-PCIE-80GB", aliases=("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB", "A100 80GB PCIe"),
+    _gpu(name="A100-PCIE-80GB", sms=108, aliases=("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB", "A100 80GB PCIe"),
          memory_gib=80.0, bandwidth_gbps=1935, fp32_tflops=19.5, tf32_tflops=156, bf16_tflops=312,
          fp16_tflops=312, compute_capability=(8, 0), pcie_gbps=64,
          source=f"{_A100} (PCIe 80GB): 19.5 FP32, 156 TF32, 312 BF16, 1,935 GB/s, PCIe gen4 64 GB/s"),
-    _gpu(name="H100-SXM", aliases=("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB", "H100", "H100 SXM"),
+    _gpu(name="H100-SXM", sms=132, aliases=("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB", "H100", "H100 SXM"),
          memory_gib=79.65, bandwidth_gbps=3350, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4,
          fp16_tflops=989.4, fp8_tflops=1978.9, compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
          source=f"{_H100} (SXM): 67 FP32, 989 TF32 / 1,979 BF16 / 3,958 FP8 with sparsity (halved), 3.35 TB/s, NVLink 900 GB/s",
          sustained=_sustained(786.45, 989.4),
          sustained_source=f"{_ZZC}: H100 80GB HBM3 bf16 789.24 and 783.66 (mean 786.45) of 989.4; 700 W"),
-    _gpu(name="H100-PCIE", aliases=("NVIDIA H100 PCIe", "H100 PCIe", "H100-PCIe-80GB"), memory_gib=79.65,
+    _gpu(name="H100-PCIE", sms=114, aliases=("NVIDIA H100 PCIe", "H100 PCIe", "H100-PCIe-80GB"), memory_gib=79.65,
          bandwidth_gbps=2000, fp32_tflops=51, tf32_tflops=378, bf16_tflops=756, fp16_tflops=756, fp8_tflops=1513,
          compute_capability=(9, 0), pcie_gbps=128,
          source=f"{_H100} (PCIe): 51 FP32, 756 TF32 / 1,513 BF16 / 3,026 FP8 with sparsity (halved), 2 TB/s, PCIe gen5 128 GB/s"),
-    _gpu(name="H100-NVL", aliases=("NVIDIA H100 NVL", "H100 NVL"), memory_gib=93.58,
+    _gpu(name="H100-NVL", sms=132, aliases=("NVIDIA H100 NVL", "H100 NVL"), memory_gib=93.58,
          bandwidth_gbps=3900, fp32_tflops=60, tf32_tflops=417.5, bf16_tflops=835.5, fp16_tflops=835.5, fp8_tflops=1670.5,
          compute_capability=(9, 0), nvlink_gbps=600, pcie_gbps=128,
          source=f"{_H100} (NVL): 60 FP32, 835 TF32 / 1,671 BF16 / 3,341 FP8 with sparsity (halved), 3.9 TB/s, NVLink bridge 600 GB/s"),
-    _gpu(name="H200", aliases=("NVIDIA H200", "H200-SXM", "H200-SXM-141GB"), memory_gib=140.4,
+    _gpu(name="H200", sms=132, aliases=("NVIDIA H200", "H200-SXM", "H200-SXM-141GB"), memory_gib=140.4,
          bandwidth_gbps=4800, fp32_tflops=67, tf32_tflops=494.7, bf16_tflops=989.4, fp16_tflops=989.4, fp8_tflops=1978.9,
          compute_capability=(9, 0), nvlink_gbps=900, pcie_gbps=128,
          source=f"{_H200} (SXM): H100 SXM compute, 141 GB HBM3e (143,771 MiB in nvidia-smi), 4.8 TB/s",
          sustained=1.0,
          sustained_source=f"the reference: {_ZZC}, H200 bf16 790.29 of 989.4 (_H200_GEMM)"),
-    _gpu(name="B200", aliases=("NVIDIA B200", "B200-SXM", "B200-180GB"), memory_gib=179.0,
+    _gpu(name="B200", sms=148, aliases=("NVIDIA B200", "B200-SXM", "B200-180GB"), memory_gib=179.0,
          bandwidth_gbps=8000, fp32_tflops=75, tf32_tflops=1125, bf16_tflops=2250, fp16_tflops=2250, fp8_tflops=4500,
          compute_capability=(10, 0), nvlink_gbps=1800, pcie_gbps=128,
          source=f"{_B200}: 600 FP32 / 18 PF TF32 / 36 PF BF16 / 72 PF FP8 with sparsity per 8 GPUs (dense per GPU: 75, 1,125, 2,250, 4,500), 1,440 GB (180 GB per GPU; the nvidia-smi total is not verified here, 179 GiB assumed), 64 TB/s (8 TB/s per GPU), NVLink 1.8 TB/s",

@@ -12,7 +12,12 @@ Each kind runs at its own achievable rate on the GPU (``advisor.throughput.gpu_s
 * ``dwconv_flops``: depthwise convolutions, direct stencils on CUDA cores, not GEMMs;
 * ``bytes``: what every other kernel reads and writes (elementwise, norms, softmax, reductions,
   casts, copies): bandwidth-bound;
-* ``kernels``: launches, each costing the host a dispatch and the GPU a minimum duration.
+* ``bn_block_bytes``: training batch norm on a bf16 NCHW input, by channel count, the bytes one
+  channel's thread block streams (PyTorch's own kernels run one block per channel: fewer channels
+  than SMs leave SMs idle; ``advisor.trace_counters._bn_block_bytes``);
+* ``kernels``: launches, each costing the host a dispatch and the GPU a minimum duration; of them
+  ``light_kernels`` are pointwise ops and reductions, whose dispatch is cheaper
+  (``advisor.trace_counters.light_op``).
 
 Traced models carry this per sample (or per token) in ``TraceProfile.work`` (counted by
 ``advisor.trace_counters.OpCensus`` over forward, loss and backward). Closed-form transformers
@@ -42,6 +47,12 @@ from advisor.models import ModelSpec
 KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 70, "fp32": 36, "pure-bf16": 36},
                      ("swiglu", "rmsnorm"): {"bf16": 139, "fp32": 105, "pure-bf16": 113}}
 KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
+# Of those, the light ones (advisor.trace_counters.light_op: pointwise ops, casts, reductions), counted
+# by the tracer on the same layers (test_light_kernel_counts_match_the_tracer): a GELU layer's 26 others
+# are its GEMMs (3 per linear), fused attention, LayerNorms and dropouts; a Llama layer has 27 (GQA).
+LIGHT_KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 48, "fp32": 14, "pure-bf16": 14},
+                           ("swiglu", "rmsnorm"): {"bf16": 112, "fp32": 78, "pure-bf16": 86}}
+LIGHT_KERNELS_BASE = 30  # 12 (GPT-2) to 38 (Llama) counted
 # peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
 # the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
 #   x = self._cast_input_dtype(x, lora_A.weight.dtype)   bf16 -> fp32 copy of the input: read 2, write 4 per in
@@ -58,6 +69,9 @@ LORA_BWD_BYTES_IN, LORA_BWD_BYTES_OUT = 22.0, 8.0
 # Kernels per adapted projection: forward 2 input casts, 2 GEMMs, mul, add, 2 weight casts (autocast, fp32
 # adapters); backward mul, 4 GEMMs, 2 casts, the gradient sum, 2 weight-gradient casts back to fp32.
 LORA_FWD_KERNELS, LORA_BWD_KERNELS = 8, 10
+LORA_LIGHT_KERNELS = 12  # all but the 6 GEMMs: the casts, the mul, the add and the gradient sum
+# Prefix of a trace's per-channel batch-norm keys ("bn_nchw|64": bytes per block of 64-channel layers).
+BN_NCHW = "bn_nchw|"
 
 
 class StepWork(BaseModel):
@@ -75,7 +89,9 @@ class StepWork(BaseModel):
     dwconv_flops: float = 0.0
     bytes: float = 0.0
     attn_bytes: float = 0.0  # compiled math-path attention: already fused, not scaled by compile
+    bn_block_bytes: dict[int, float] = {}  # channels -> bytes per channel's block (eager, bf16, NCHW)
     kernels: float = 0.0
+    light_kernels: float = 0.0  # of kernels: pointwise ops and reductions (cheaper to dispatch)
     traced: bool = False
 
 
@@ -115,22 +131,30 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         per = {k: v * (quad if k == "attn_flops" else lin) for k, v in w.items()}
         if model.arch is not None:  # attention FLOPs in closed form (exact at any length)
             per["attn_flops"] = _attention_flops(model, config)
-        got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields if k != "traced"}
-        got["kernels"] = w.get("kernels", 0.0) * mb + fixed.get("kernels", 0.0)
-        work = StepWork(**got, traced=True)
+        got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields
+               if k not in ("traced", "bn_block_bytes")}
+        for k in ("kernels", "light_kernels"):  # launches do not grow with the input's size
+            got[k] = w.get(k, 0.0) * mb + fixed.get(k, 0.0)
+        # fp16 autocast keeps fp32 BN weights, which cuDNN takes (use_cudnn allows a half input with
+        # float weights); bf16 autocast and pure bf16 run PyTorch's per-channel NCHW kernels.
+        bn = {int(k[len(BN_NCHW):]): v * mb for k, v in per.items() if k.startswith(BN_NCHW)} \
+            if config.precision in (Precision.bf16, Precision.pure_bf16) else {}
+        work = StepWork(**got, bn_block_bytes=bn, traced=True)
     elif model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
         counts = KERNELS_PER_LAYER.get((a.mlp, a.norm), KERNELS_PER_LAYER[("swiglu", "rmsnorm")])
         per_layer = counts[key]
+        light = LIGHT_KERNELS_PER_LAYER.get((a.mlp, a.norm), LIGHT_KERNELS_PER_LAYER[("swiglu", "rmsnorm")])[key]
         head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head
         odd = a.vocab % 2 == 1
         work = StepWork(matmul_flops=6.0 * (a.matmul_params() - head) * tokens * mb,
                         matmul_unaligned_flops=0.0 if odd else 6.0 * head * tokens * mb,
                         matmul_odd_flops=6.0 * head * tokens * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
-                        kernels=per_layer * a.n_layers + KERNELS_BASE)
+                        kernels=per_layer * a.n_layers + KERNELS_BASE,
+                        light_kernels=light * a.n_layers + LIGHT_KERNELS_BASE)
     else:
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
     if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch):
@@ -162,6 +186,9 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.conv_bytes *= 1 + fwd
         work.dwconv_flops *= 1 + fwd
         work.kernels *= 1 + fwd
+        work.light_kernels *= 1 + fwd
+        # the statistics' pass again: one of the four passes a block makes (1 forward, 3 backward)
+        work.bn_block_bytes = {c: v * 1.25 for c, v in work.bn_block_bytes.items()}
     if lora and model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size) * mb
@@ -171,6 +198,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
                       for i, o in shapes)
         work.bytes += a.n_layers * per_tok * tokens
         work.kernels += a.n_layers * len(shapes) * (fwds * LORA_FWD_KERNELS + LORA_BWD_KERNELS)
+        work.light_kernels += a.n_layers * len(shapes) * LORA_LIGHT_KERNELS * (fwds + 1) / 2
     return work
 
 

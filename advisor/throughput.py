@@ -7,13 +7,15 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
             + conv FLOPs / (conv peak x e_conv)            cuDNN: fp32 runs TF32 (cudnn.allow_tf32)
             + conv bytes / min(H200 rate x SM cycles ratio,      NCHW vs channels_last; not DRAM-bound
                                bandwidth x e_bytes)                on the H200, capped by DRAM elsewhere
-                                                           (bf16 in NCHW: TF32 FLOPs, fp32 bytes)
-                                                           (fp16 in NCHW: channels_last kernels +
-                                                            NHWC copies at the elementwise rate)
+                                                           (fp16/bf16 in NCHW: channels_last kernels
+                                                            + NHWC copies at the elementwise rate)
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
+            + sum over channel counts C of bf16 NCHW batch norms:   one thread block per channel
+                block bytes x max(1, C / SMs) / block rate           (eager only; advisor.step_work)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
-  host time = kernels x launch_us (x compile factor)       the CPU dispatches and launches each op
+  host time = other kernels x launch_us                    the CPU dispatches and launches each op;
+            + light kernels x light_launch_us (x compile factor)    pointwise ones cost it less
   micro-step = (GPU^p + host^p)^(1/p)                      launches run ahead of the GPU; the slower
                                                            side sets the pace (p -> inf is max)
 Peaks and bandwidth are the GPU's (advisor.gpus); the e_* fractions, per-kernel times and compile
@@ -52,7 +54,7 @@ OPTIMIZER_OPS = 4
 # Kernels a compiled step launches over the eager step's aten ops: 747-813 compiled against 858-1039
 # eager for resnet50 and vit-b-16 on the H200 (benchmarks/results/h200-hostbound.jsonl, cuda_kernels).
 COMPILED_KERNELS = 0.85
-# fp16 convolutions in NCHW: bytes cuDNN's NCHW<->NHWC conversions move per byte the convolutions read
+# Half-precision (fp16, bf16) convolutions in NCHW: bytes cuDNN's NCHW<->NHWC conversions move per byte the convolutions read
 # and write (each tensor converted once, read in one layout and written in the other: 2). cuDNN's
 # half-precision tensor-core convolutions are NHWC kernels and it "may use ... NCHW-to-NHWC
 # transformations to call the Tensor Core operations" (cuDNN developer guide, Legacy API, Convolution
@@ -141,20 +143,16 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     # NHWC tensor-core kernels) is the H200 fit's rate per layout, at this GPU's bandwidth fraction.
     bw = gpu.bandwidth_vs_h200
     conv_bytes = work.conv_bytes
-    if layout == "nchw" and p in (Precision.bf16, Precision.pure_bf16) and gpu.compute_capability >= (8, 0):
-        # cuDNN has few native NCHW bf16 kernels: it transposes NCHW bf16 tensors into fp32 NHWC
-        # copies (genericTranspose_kernel<float, __nv_bfloat16, ...>) and runs its TF32 kernel, so a
-        # bf16 convolution in NCHW costs what a TF32 one does (on the H200: ResNet-18/50 bf16 NCHW
-        # steps 176/415-433 us a sample against TF32's 192/473-501, the gap being their elementwise
-        # bytes; benchmarks/results/h200-reference.jsonl and h200-hostbound.jsonl).
-        conv_peak = gpu.conv_flops("fp32") * gpu.fraction_vs_h200(work_kind(gpu, "fp32", conv=True))
-        conv_bytes *= 2  # the fp32 copies: twice the bytes of the bf16 tensors the census counted
     conv_layout, transposes = layout, 0.0
-    if layout == "nchw" and p is Precision.fp16 and gpu.tensor_work("fp16", conv=True):
-        # fp16 (AMP) has native NHWC tensor-core kernels from Volta on: cuDNN converts the NCHW tensors
-        # to NHWC (nchwToNhwcKernel) and back, and runs the channels_last kernel, at the channels_last
-        # traffic rate; the conversions are copies, memory-bound: the elementwise rate on this GPU's
-        # DRAM. (bf16 above has no such kernels for NCHW and goes through fp32 copies instead.)
+    half = p in (Precision.fp16, Precision.bf16, Precision.pure_bf16)
+    if layout == "nchw" and half and gpu.tensor_work(p.value, conv=True):
+        # Half-precision (fp16, bf16) tensor-core convolutions are NHWC kernels: for NCHW tensors cuDNN
+        # converts them to NHWC (nchwToNhwcKernel) and back (nhwcToNchwKernel) and runs the channels_last
+        # kernel, at the channels_last traffic rate; the conversions are copies, memory-bound: the
+        # elementwise rate on this GPU's DRAM. The H200 profiles of a bf16 U-Net and EfficientNet-B0 in
+        # NCHW show exactly that: sm90_xmma_*_bf16bf16_bf16f32_*_nhwc kernels between bf16 nchwToNhwc /
+        # nhwcToNchw ones (benchmarks/results/h200-profiles-2026-12-04.json); the rest of their NCHW
+        # cost is batch norm's per-channel kernels (batch_norm_blocks_seconds).
         conv_layout = "nhwc"
         transposes = NCHW_HALF_TRANSPOSES * conv_bytes / (bw * e["bytes"])
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
@@ -173,7 +171,24 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         other *= cal.compile_traffic.get(compile_family(work), cal.compile_traffic_factor)
         kernels *= COMPILED_KERNELS
     other += work.attn_bytes / (bw * e["bytes"])
+    if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
+        other += batch_norm_blocks_seconds(work.bn_block_bytes, gpu, e["bn_nchw"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
+
+
+def batch_norm_blocks_seconds(block_bytes: dict[int, float], gpu: GpuSpec, fraction: float) -> float:
+    """PyTorch's NCHW batch-norm kernels (bf16): one thread block per channel streams its channel, so a
+    layer of C channels takes max(1, C / SMs) rounds of one block's time. A block's rate is
+    ``fraction`` of an SM's share of the H200's bandwidth, fit there (benchmarks/fit_calibration.py;
+    the profiles of EfficientNet-B0 and a U-Net in benchmarks/results/h200-profiles-2026-12-04.json
+    give 3.2-3.4 GB/s, 9% of the share, for statistics and backward together); a block is bound by its
+    own latency, not DRAM, so another GPU's runs at its SM clock's ratio to the H200's."""
+    if not block_bytes:
+        return 0.0
+    ref = get_gpu("H200")
+    rate = fraction * ref.mem_bw / ref.sm_count * gpu.sm_clock / ref.sm_clock
+    sms = gpu.sm_count
+    return sum(b * max(1.0, c / sms) for c, b in block_bytes.items()) / rate
 
 
 def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
@@ -204,7 +219,11 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
     """
     work = work or step_work(model, config, cal)
     launch_us = cal.launch_us_by_kind.get(compile_family(work), cal.launch_us)
-    host = (work.kernels + OPTIMIZER_OPS / max(1, config.grad_accum)) * launch_us * 1e-6 * cal.host_factor
+    # A light op (pointwise, cast, reduction) dispatches faster than the others (GEMMs, convolutions,
+    # norms, attention: autocast's weight casts, library heuristics, more Python): light_launch_us.
+    light_us = launch_us if cal.light_launch_us is None else cal.light_launch_us
+    heavy = work.kernels - work.light_kernels + OPTIMIZER_OPS / max(1, config.grad_accum)
+    host = (heavy * launch_us + work.light_kernels * light_us) * 1e-6 * cal.host_factor
     if config.compile:
         host *= cal.compile_launch.get(compile_family(work), cal.compile_launch_factor)
     return host

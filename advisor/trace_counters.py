@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from advisor.step_work import BN_NCHW
+
 
 class KernelCounter(TorchDispatchMode):
     """Counts aten ops that would launch a kernel (views and metadata ops do not)."""
@@ -109,6 +111,31 @@ _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm"}
 _CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "convolution_backward"}
 # Gathers read only the rows they return, not the whole table they index.
 _GATHER = {"embedding", "index_select", "gather"}
+# Training batch norm, forward (statistics, then the transform) and backward. On CUDA a bf16 or fp16
+# input in NCHW does not reach cuDNN's kernels with bf16 (at::native::_batch_norm_impl_index: use_cudnn
+# requires a non-bf16 input and weight): PyTorch's own NCHW kernels run, batch_norm_collect_statistics
+# and batch_norm_backward_kernel, launched with one thread block per channel (Normalization.cuh,
+# batch_norm_stats_cuda_template / batch_norm_backward_cuda_template: blocks(input.size(1))). A block
+# streams its channel's N x H x W elements alone: with fewer channels than SMs most SMs idle. Their
+# per-block bytes are kept by channel count (key "bn_nchw|C") for advisor.throughput to cost.
+_BN_FWD = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+           "_batch_norm_with_update", "_batch_norm_with_update_functional"}
+_BN_BWD = {"native_batch_norm_backward", "batch_norm_backward"}
+
+
+def _bn_block_bytes(name: str, args) -> tuple[int, float] | None:
+    """(channels, bytes one channel's block streams) of a training batch norm on a reduced-precision
+    NCHW input, else None: the statistics read x; the backward reads x and dy and writes dx."""
+    x = args[1] if name in _BN_BWD else args[0]
+    if not isinstance(x, torch.Tensor) or x.dim() < 3 or x.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    if not x.is_contiguous():  # channels_last: PyTorch's channels-last kernels spread over all SMs
+        return None
+    if name in _BN_FWD and not name.startswith("_batch_norm_with_update"):  # these always train
+        if not any(a is True for a in args[3:6] if isinstance(a, bool)):  # the training flag: eval has no statistics
+            return None
+    passes = 3 if name in _BN_BWD else 1
+    return x.shape[1], passes * x.numel() / x.shape[1] * x.element_size()
 
 
 def _tensors(x):
@@ -130,6 +157,22 @@ def _misaligned(dims) -> bool:
     return any(d % 8 for d in dims)
 
 
+# Ops whose dispatch costs the host more than a pointwise op's: GEMMs and convolutions (autocast's
+# cached weight casts, cuBLAS/cuDNN heuristics and plan lookups), gathers, and the composite kernels
+# of norms, softmax, dropout and losses; the rest (pointwise arithmetic, casts, copies, reductions)
+# are "light". HF Llama-style layers are mostly light ops (RMSNorm and rotary embeddings written op
+# by op): per layer they dispatch twice the ops of a GELU/LayerNorm layer but not twice its host time
+# (benchmarks/results/h200-estimator.md, the SwiGLU rows).
+_HEAVY_WORDS = ("norm", "softmax", "dropout", "loss", "nll", "attention", "embedding")
+
+
+def light_op(name: str) -> bool:
+    """A pointwise or reduction op: its dispatch is the cheap kind (see _HEAVY_WORDS)."""
+    if name in _MATMUL or name in _CONV or name in _GATHER:
+        return False
+    return not any(w in name for w in _HEAVY_WORDS)
+
+
 class OpCensus(TorchDispatchMode):
     """One step's work by kind of kernel, as a roofline needs it: GEMM FLOPs, convolution FLOPs
     (depthwise ones apart: they run as direct stencils on CUDA cores, not GEMMs) with the bytes their
@@ -138,7 +181,7 @@ class OpCensus(TorchDispatchMode):
     torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
 
     KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
-            "dwconv_flops", "bytes", "kernels")
+            "dwconv_flops", "bytes", "kernels", "light_kernels")
 
     def __init__(self, param_dims: set[int] = frozenset()):
         super().__init__()
@@ -158,6 +201,8 @@ class OpCensus(TorchDispatchMode):
             return out
         w = self.work
         w["kernels"] += 1
+        if light_op(name):
+            w["light_kernels"] += 1
         packet = func._overloadpacket
         if name in _MATMUL:
             flops = self._flops[packet](*args, **kwargs, out_val=out)
@@ -179,6 +224,12 @@ class OpCensus(TorchDispatchMode):
                 flops = self._flops[packet](*args, **kwargs, out_val=out)
                 w["conv_unaligned_flops" if _misaligned(weight.shape[:2]) else "conv_flops"] += flops
                 w["conv_bytes"] += moved
+        elif name in _BN_FWD or name in _BN_BWD:
+            w["bytes"] += _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
+            block = _bn_block_bytes(name, args)
+            if block is not None:
+                key = f"{BN_NCHW}{block[0]}"
+                w[key] = w.get(key, 0.0) + block[1]
         elif name in _GATHER:
             w["bytes"] += 2 * _nbytes(out) + _nbytes([a for a in args if isinstance(a, torch.Tensor)
                                                        and not a.is_floating_point()])

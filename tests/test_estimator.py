@@ -210,3 +210,25 @@ def test_kernel_counts_match_the_tracer(name, precision):
             model = build_trainable(spec)
         counts[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).kernels
     assert counts[2] - counts[1] == KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
+@pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
+def test_light_kernel_counts_match_the_tracer(name, precision):
+    """The light ops per layer (pointwise, casts, reductions: cheaper dispatches) are what the census
+    counts on the zoo's layers; a Llama layer has more of them than a GPT-2 one, not more GEMMs."""
+    torch = pytest.importorskip("torch")
+    from advisor.step_work import LIGHT_KERNELS_PER_LAYER
+    from advisor.tracer import trace_step
+    from advisor.zoo import build_trainable, synthetic_batch
+
+    base = catalog_model(name)
+    light, heavy = {}, {}
+    for layers in (1, 2):
+        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
+        with torch.device("meta"):
+            model = build_trainable(spec)
+        work = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).work
+        light[layers], heavy[layers] = work["light_kernels"], work["kernels"] - work["light_kernels"]
+    assert light[2] - light[1] == LIGHT_KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
+    assert 20 <= heavy[2] - heavy[1] <= 30  # GEMMs (3 per linear), attention's 4, norms and dropouts

@@ -119,6 +119,8 @@ def test_attention_flops_grow_with_the_square_of_the_sequence():
 
 
 def test_each_kind_of_work_is_costed_at_its_own_rate():
+    from advisor.throughput import NCHW_HALF_TRANSPOSES
+
     cfg = TrainConfig(micro_batch=8, precision="bf16")
     conv = StepWork(conv_flops=1e13)
     base = gpu_seconds(conv, cfg, H200.gpu, CAL)[1]
@@ -139,16 +141,17 @@ def test_each_kind_of_work_is_costed_at_its_own_rate():
     # convolution bytes: NCHW and channels_last have rates of their own
     cb = StepWork(conv_bytes=1e11)
     nchw, nhwc = (gpu_seconds(cb, cfg.model_copy(update={"channels_last": cl}), H200.gpu, CAL)[1] for cl in (False, True))
-    assert nchw / nhwc == pytest.approx(2 * e["conv_bytes|nhwc"] / e["conv_bytes|nchw"])  # bf16 NCHW: fp32 copies
+    copies = NCHW_HALF_TRANSPOSES * 1e11 / (H200.gpu.mem_bw * e["bytes"])  # bf16 NCHW: NHWC kernels + copies
+    assert nchw == pytest.approx(nhwc + copies)
     fp32_nchw = gpu_seconds(cb, fp32, H200.gpu, CAL)[1]
     assert fp32_nchw / gpu_seconds(cb, fp32.model_copy(update={"channels_last": True}), H200.gpu, CAL)[1] == \
         pytest.approx(e["conv_bytes|nhwc"] / e["conv_bytes|nchw"])
-    # bf16 convolutions in NCHW cost what TF32 ones do on fp32 copies (the census counts bf16 bytes)
+    # bf16 convolutions run on tensor cores in either layout: faster than TF32 ones at equal layout
     half = StepWork(conv_flops=1e13, conv_bytes=1e11)
     full = StepWork(conv_flops=1e13, conv_bytes=2e11)
-    assert gpu_seconds(half, cfg, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(full, fp32, H200.gpu, CAL)[1])
-    assert gpu_seconds(half, cfg.model_copy(update={"channels_last": True}), H200.gpu, CAL)[1] < \
-        gpu_seconds(full, fp32.model_copy(update={"channels_last": True}), H200.gpu, CAL)[1]
+    for cl in (False, True):
+        assert gpu_seconds(half, cfg.model_copy(update={"channels_last": cl}), H200.gpu, CAL)[1] < \
+            gpu_seconds(full, fp32.model_copy(update={"channels_last": cl}), H200.gpu, CAL)[1]
     # compiling fuses elementwise bytes away, not GEMMs
     assert gpu_seconds(mm, cfg.model_copy(update={"compile": True}), H200.gpu, CAL)[0] == gpu_seconds(mm, cfg, H200.gpu, CAL)[0]
     el = StepWork(bytes=1e11)
@@ -157,9 +160,9 @@ def test_each_kind_of_work_is_costed_at_its_own_rate():
 
 
 def test_fp16_nchw_convolutions_run_channels_last_kernels_plus_layout_copies():
-    """cuDNN's fp16 tensor-core convolutions are NHWC kernels: in NCHW they cost the channels_last
-    kernel plus NCHW<->NHWC copies (2 bytes moved per convolution byte) at the elementwise rate;
-    bf16 keeps its fp32-copy path, fp16 on a GPU without fp16 tensor cores is untouched."""
+    """cuDNN's half-precision tensor-core convolutions are NHWC kernels: in NCHW they cost the
+    channels_last kernel plus NCHW<->NHWC copies (2 bytes moved per convolution byte) at the elementwise
+    rate, fp16 and bf16 alike (the H200 profiles: bf16 nchwToNhwc kernels around bf16 NHWC ones)."""
     from advisor.throughput import NCHW_HALF_TRANSPOSES
 
     e = CAL.rate_efficiency
@@ -171,7 +174,8 @@ def test_fp16_nchw_convolutions_run_channels_last_kernels_plus_layout_copies():
         copies = NCHW_HALF_TRANSPOSES * 1e11 / (gpu.mem_bw * gpu.fraction_vs_h200("bandwidth") * e["bytes"])
         assert nchw == pytest.approx(nhwc + copies), gpu.name
     bf16 = TrainConfig(micro_batch=8, precision="bf16")
-    assert gpu_seconds(work, bf16, H200.gpu, CAL)[1] > gpu_seconds(work, fp16, H200.gpu, CAL)[1]
+    assert gpu_seconds(work, bf16, H200.gpu, CAL)[1] == pytest.approx(gpu_seconds(work, fp16, H200.gpu, CAL)[1])
+    assert gpu_seconds(work, bf16, get_gpu("V100"), CAL)[1] > gpu_seconds(work, fp16, get_gpu("V100"), CAL)[1]
     compiled = fp16.model_copy(update={"compile": True})  # inductor runs convolutions channels_last
     assert gpu_seconds(work, compiled, H200.gpu, CAL)[0] == pytest.approx(
         gpu_seconds(work, fp16.model_copy(update={"channels_last": True}), H200.gpu, CAL)[0])
@@ -206,3 +210,58 @@ def test_a_calibration_naming_some_rates_keeps_the_others():
 
     c = Calibration(rate_efficiency={"conv": 0.1})
     assert c.rate_efficiency["conv"] == 0.1 and set(c.rate_efficiency) == set(Calibration().rate_efficiency)
+
+
+def _bn_cnn():
+    from torch import nn
+
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.Conv2d(16, 256, 1), nn.BatchNorm2d(256), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(256, 10))
+
+
+def test_bf16_nchw_batch_norm_is_costed_per_channel_block():
+    """PyTorch's own NCHW batch-norm kernels (bf16: cuDNN is not used) run one block per channel: the
+    census keeps each layer's per-block bytes by channel count, bf16 and pure-bf16 steps in NCHW pay
+    max(1, C / SMs) rounds of a block's time, fp32 and fp16 (cuDNN), channels_last and compiled steps
+    do not."""
+    from advisor.models import ModelSpec
+    from advisor.throughput import batch_norm_blocks_seconds
+
+    prof, params = profile_module(_bn_cnn, lambda b: (torch.randn(b, 3, 32, 32, device="meta"),), (3, 32, 32),
+                                  scales_with="pixels")
+    keys = {k for k in prof.work["bf16"] if k.startswith("bn_nchw|")}
+    assert keys == {"bn_nchw|16", "bn_nchw|256"}
+    assert not any(k.startswith("bn_nchw|") and v for k, v in prof.work["fp32"].items())
+    # per sample of 32 x 32 pixels: statistics read x (2 bytes), backward reads x and dy, writes dx
+    assert prof.work["bf16"]["bn_nchw|16"] == pytest.approx(4 * 32 * 32 * 2)
+    spec = ModelSpec(name="bn-cnn", family="cnn", params=params, trace=prof, source="test")
+    bf16, fp16 = TrainConfig(micro_batch=64, image_size=64, precision="bf16"), TrainConfig(micro_batch=64, image_size=64, precision="fp16")
+    work = step_work(spec, bf16, CAL)
+    assert work.bn_block_bytes[16] == pytest.approx(64 * 4 * 64 * 64 * 2)  # 4x the pixels of the trace
+    assert step_work(spec, fp16, CAL).bn_block_bytes == {}
+    assert step_work(spec, TrainConfig(micro_batch=64, image_size=64, precision="pure-bf16"), CAL).bn_block_bytes
+    without = work.model_copy(update={"bn_block_bytes": {}})
+    gpu = H200.gpu
+    assert gpu_seconds(work, bf16, gpu, CAL)[1] > gpu_seconds(without, bf16, gpu, CAL)[1]
+    for other in (bf16.model_copy(update={"channels_last": True}), bf16.model_copy(update={"compile": True})):
+        assert gpu_seconds(work, other, gpu, CAL)[1] == pytest.approx(gpu_seconds(without, other, gpu, CAL)[1])
+    # fewer channels than SMs: one round whatever the count; twice the SMs: two rounds
+    sms = gpu.sm_count
+    one = batch_norm_blocks_seconds({16: 1e6}, gpu, 0.1)
+    assert batch_norm_blocks_seconds({sms: 1e6}, gpu, 0.1) == pytest.approx(one)
+    assert batch_norm_blocks_seconds({2 * sms: 1e6}, gpu, 0.1) == pytest.approx(2 * one)
+    # a block is latency-bound: a GPU with the same SMs at a lower clock is slower by the clock ratio
+    h100_pcie = get_gpu("H100-PCIE")
+    assert batch_norm_blocks_seconds({16: 1e6}, h100_pcie, 0.1) == pytest.approx(one * gpu.sm_clock / h100_pcie.sm_clock)
+
+
+def test_light_ops_dispatch_at_their_own_cost():
+    """A step of light ops (pointwise, casts) costs the host light_launch_us each, the others launch_us."""
+    from advisor.throughput import OPTIMIZER_OPS, host_seconds
+
+    spec = catalog_model("resnet50")
+    cfg = TrainConfig(micro_batch=8, precision="bf16")
+    cal = CAL.model_copy(update={"launch_us_by_kind": {"cnn": 40.0}, "light_launch_us": 10.0})
+    work = StepWork(kernels=100.0, light_kernels=60.0, conv_flops=1e12)
+    assert host_seconds(spec, cfg, cal, work) == pytest.approx(((40 + OPTIMIZER_OPS) * 40.0 + 60 * 10.0) * 1e-6)

@@ -72,7 +72,7 @@ def test_more_layers_more_host_time_and_slower_launches_slower_steps():
     small, big = catalog_model("llama3.2-1b"), catalog_model("llama3.2-3b")
     cfg = TrainConfig(micro_batch=1, seq_len=128)
     assert host_seconds(big, cfg, CAL) > host_seconds(small, cfg, CAL)
-    slow = CAL.model_copy(update={"launch_us": CAL.launch_us * 2,
+    slow = CAL.model_copy(update={"launch_us": CAL.launch_us * 2, "light_launch_us": 2 * CAL.light_launch_us,
                                   "launch_us_by_kind": {k: 2 * v for k, v in CAL.launch_us_by_kind.items()}})
     a = estimate_throughput(small, cfg, H200, CAL)
     b = estimate_throughput(small, cfg, H200, slow)
