@@ -29,8 +29,8 @@ class Calibration(BaseModel):
     # Achieved fraction of the GPU's datasheet rate per kind of work (advisor.throughput.gpu_seconds):
     # GEMMs and fused attention against the dense peak of their dtype (fp32: CUDA cores, else tensor
     # cores), convolutions against the TF32/bf16 peak, and the bytes of convolutions (by layout),
-    # depthwise convolutions (by layout) and all other kernels against memory bandwidth; bf16 NCHW
-    # batch norm's per-channel blocks against an SM's share of it (advisor.throughput). Defaults:
+    # depthwise convolutions (by layout) and all other kernels against memory bandwidth; NCHW batch
+    # norm's per-channel blocks in element passes per SM cycle (advisor.throughput). Defaults:
     # Megatron-LM reaches ~0.5-0.6 of peak end to end on A100 (Narayanan et al. 2021, Table 1), the
     # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (copy test in benchmarks/results/
     # h200-users.md: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/fit_calibration.py.
@@ -38,7 +38,7 @@ class Calibration(BaseModel):
         "matmul|fp32": 0.8, "matmul|tensor": 0.65, "matmul_unaligned": 0.3, "matmul_odd": 0.2, "attn|fp32": 0.5, "attn|tensor": 0.5,
         "conv": 0.5, "conv_unaligned": 0.1,
         "conv_bytes|nchw": 0.5, "conv_bytes|nhwc": 0.9, "dwconv|nchw": 0.5, "dwconv|nhwc": 0.5, "bytes": 0.75,
-        "bn_nchw": 0.1})
+        "bn_nchw|native": 0.8, "bn_nchw|cudnn": 1.1})
     # Minimum GPU time of one kernel launch, microseconds (launch latency and a partly idle GPU
     # between back-to-back small kernels: ~2-5 us on recent GPUs); fit with the rest.
     gpu_kernel_us: float = 3.0

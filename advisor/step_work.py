@@ -12,9 +12,9 @@ Each kind runs at its own achievable rate on the GPU (``advisor.throughput.gpu_s
 * ``dwconv_flops``: depthwise convolutions, direct stencils on CUDA cores, not GEMMs;
 * ``bytes``: what every other kernel reads and writes (elementwise, norms, softmax, reductions,
   casts, copies): bandwidth-bound;
-* ``bn_block_bytes``: training batch norm on a bf16 NCHW input, by channel count, the bytes one
-  channel's thread block streams (PyTorch's own kernels run one block per channel: fewer channels
-  than SMs leave SMs idle; ``advisor.trace_counters._bn_block_bytes``);
+* ``bn_block_elems``: training batch norm on an NCHW input, by channel count, the element passes one
+  channel's thread block makes (PyTorch's bf16 kernels and cuDNN's fp32/fp16 ones run one block per
+  channel: fewer channels than SMs leave SMs idle; ``advisor.trace_counters._bn_block_elems``);
 * ``kernels``: launches, each costing the host a dispatch and the GPU a minimum duration; of them
   ``light_kernels`` are pointwise ops and reductions, whose dispatch is cheaper
   (``advisor.trace_counters.light_op``).
@@ -70,7 +70,7 @@ LORA_BWD_BYTES_IN, LORA_BWD_BYTES_OUT = 22.0, 8.0
 # adapters); backward mul, 4 GEMMs, 2 casts, the gradient sum, 2 weight-gradient casts back to fp32.
 LORA_FWD_KERNELS, LORA_BWD_KERNELS = 8, 10
 LORA_LIGHT_KERNELS = 12  # all but the 6 GEMMs: the casts, the mul, the add and the gradient sum
-# Prefix of a trace's per-channel batch-norm keys ("bn_nchw|64": bytes per block of 64-channel layers).
+# Prefix of a trace's per-channel batch-norm keys ("bn_nchw|64": element passes per block of 64-channel layers).
 BN_NCHW = "bn_nchw|"
 
 
@@ -89,7 +89,7 @@ class StepWork(BaseModel):
     dwconv_flops: float = 0.0
     bytes: float = 0.0
     attn_bytes: float = 0.0  # compiled math-path attention: already fused, not scaled by compile
-    bn_block_bytes: dict[int, float] = {}  # channels -> bytes per channel's block (eager, bf16, NCHW)
+    bn_block_elems: dict[int, float] = {}  # channels -> element passes of a channel's block (NCHW)
     kernels: float = 0.0
     light_kernels: float = 0.0  # of kernels: pointwise ops and reductions (cheaper to dispatch)
     traced: bool = False
@@ -132,14 +132,11 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         if model.arch is not None:  # attention FLOPs in closed form (exact at any length)
             per["attn_flops"] = _attention_flops(model, config)
         got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields
-               if k not in ("traced", "bn_block_bytes")}
+               if k not in ("traced", "bn_block_elems")}
         for k in ("kernels", "light_kernels"):  # launches do not grow with the input's size
             got[k] = w.get(k, 0.0) * mb + fixed.get(k, 0.0)
-        # fp16 autocast keeps fp32 BN weights, which cuDNN takes (use_cudnn allows a half input with
-        # float weights); bf16 autocast and pure bf16 run PyTorch's per-channel NCHW kernels.
-        bn = {int(k[len(BN_NCHW):]): v * mb for k, v in per.items() if k.startswith(BN_NCHW)} \
-            if config.precision in (Precision.bf16, Precision.pure_bf16) else {}
-        work = StepWork(**got, bn_block_bytes=bn, traced=True)
+        bn = {int(k[len(BN_NCHW):]): v * mb for k, v in per.items() if k.startswith(BN_NCHW)}
+        work = StepWork(**got, bn_block_elems=bn, traced=True)
     elif model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
@@ -188,7 +185,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.kernels *= 1 + fwd
         work.light_kernels *= 1 + fwd
         # the statistics' pass again: one of the four passes a block makes (1 forward, 3 backward)
-        work.bn_block_bytes = {c: v * 1.25 for c, v in work.bn_block_bytes.items()}
+        work.bn_block_elems = {c: v * 1.25 for c, v in work.bn_block_elems.items()}
     if lora and model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size) * mb

@@ -11,8 +11,8 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
                                                             + NHWC copies at the elementwise rate)
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
-            + sum over channel counts C of bf16 NCHW batch norms:   one thread block per channel
-                block bytes x max(1, C / SMs) / block rate           (eager only; advisor.step_work)
+            + sum over channel counts C of NCHW batch norms:      one thread block per channel
+                block passes x max(1, C / SMs) / (rate x SM clock)  (eager; PyTorch's bf16 / cuDNN's)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
   host time = other kernels x launch_us                    the CPU dispatches and launches each op;
             + light kernels x light_launch_us (x compile factor)    pointwise ones cost it less
@@ -172,23 +172,23 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         kernels *= COMPILED_KERNELS
     other += work.attn_bytes / (bw * e["bytes"])
     if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
-        other += batch_norm_blocks_seconds(work.bn_block_bytes, gpu, e["bn_nchw"])
+        # bf16 (autocast or pure) runs PyTorch's own kernels, fp32 and fp16 (fp32 weights) cuDNN's
+        path = "native" if p in (Precision.bf16, Precision.pure_bf16) else "cudnn"
+        other += batch_norm_blocks_seconds(work.bn_block_elems, gpu, e[f"bn_nchw|{path}"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
 
 
-def batch_norm_blocks_seconds(block_bytes: dict[int, float], gpu: GpuSpec, fraction: float) -> float:
-    """PyTorch's NCHW batch-norm kernels (bf16): one thread block per channel streams its channel, so a
-    layer of C channels takes max(1, C / SMs) rounds of one block's time. A block's rate is
-    ``fraction`` of an SM's share of the H200's bandwidth, fit there (benchmarks/fit_calibration.py;
-    the profiles of EfficientNet-B0 and a U-Net in benchmarks/results/h200-profiles-2026-12-04.json
-    give 3.2-3.4 GB/s, 9% of the share, for statistics and backward together); a block is bound by its
-    own latency, not DRAM, so another GPU's runs at its SM clock's ratio to the H200's."""
-    if not block_bytes:
+def batch_norm_blocks_seconds(block_elems: dict[int, float], gpu: GpuSpec, per_cycle: float) -> float:
+    """NCHW batch norm's kernels reduce one channel per thread block, so a layer of C channels takes
+    max(1, C / SMs) rounds of one block's time. A block makes ``per_cycle`` element passes per SM clock
+    cycle, fit on the H200 (benchmarks/fit_calibration.py; the profiles of EfficientNet-B0 and a U-Net
+    in benchmarks/results/h200-profiles-2026-12-04*.json give 0.8 for PyTorch's bf16 kernels and 1.1
+    for cuDNN's fp32 ones, the same in both models): a block is bound by its own latency, not by
+    DRAM, so another GPU's runs at its SM clock."""
+    if not block_elems:
         return 0.0
-    ref = get_gpu("H200")
-    rate = fraction * ref.mem_bw / ref.sm_count * gpu.sm_clock / ref.sm_clock
     sms = gpu.sm_count
-    return sum(b * max(1.0, c / sms) for c, b in block_bytes.items()) / rate
+    return sum(n * max(1.0, c / sms) for c, n in block_elems.items()) / (per_cycle * gpu.sm_clock)
 
 
 def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:

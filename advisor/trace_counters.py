@@ -111,31 +111,32 @@ _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm"}
 _CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "convolution_backward"}
 # Gathers read only the rows they return, not the whole table they index.
 _GATHER = {"embedding", "index_select", "gather"}
-# Training batch norm, forward (statistics, then the transform) and backward. On CUDA a bf16 or fp16
-# input in NCHW does not reach cuDNN's kernels with bf16 (at::native::_batch_norm_impl_index: use_cudnn
-# requires a non-bf16 input and weight): PyTorch's own NCHW kernels run, batch_norm_collect_statistics
-# and batch_norm_backward_kernel, launched with one thread block per channel (Normalization.cuh,
-# batch_norm_stats_cuda_template / batch_norm_backward_cuda_template: blocks(input.size(1))). A block
-# streams its channel's N x H x W elements alone: with fewer channels than SMs most SMs idle. Their
-# per-block bytes are kept by channel count (key "bn_nchw|C") for advisor.throughput to cost.
+# Training batch norm, forward (statistics, then the transform) and backward, on NCHW inputs: both
+# kernels that run it on CUDA reduce each channel in one thread block. bf16 inputs get PyTorch's own
+# (at::native::_batch_norm_impl_index: use_cudnn requires non-bf16 input and weight), launched with
+# one block per channel (Normalization.cuh, batch_norm_stats_cuda_template and
+# batch_norm_backward_cuda_template: blocks(input.size(1))); fp32 and fp16 (with fp32 weights) get
+# cuDNN's bn_fw_tr_1C11 / bn_bw_1C11 kernels, per channel as well (the H200 profiles,
+# benchmarks/results/h200-profiles-2026-12-04*.json). A block streams its channel's N x H x W elements
+# alone: with fewer channels than SMs most SMs idle. The census keeps, by channel count (key
+# "bn_nchw|C"), the element passes one block makes: statistics read x once, backward reads x and dy
+# and writes dx. Channels-last inputs run kernels spread over all SMs and are not kept.
 _BN_FWD = {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
            "_batch_norm_with_update", "_batch_norm_with_update_functional"}
 _BN_BWD = {"native_batch_norm_backward", "batch_norm_backward"}
 
 
-def _bn_block_bytes(name: str, args) -> tuple[int, float] | None:
-    """(channels, bytes one channel's block streams) of a training batch norm on a reduced-precision
-    NCHW input, else None: the statistics read x; the backward reads x and dy and writes dx."""
+def _bn_block_elems(name: str, args) -> tuple[int, float] | None:
+    """(channels, element passes one channel's block makes) of a training batch norm on an NCHW input,
+    else None."""
     x = args[1] if name in _BN_BWD else args[0]
-    if not isinstance(x, torch.Tensor) or x.dim() < 3 or x.dtype not in (torch.bfloat16, torch.float16):
-        return None
-    if not x.is_contiguous():  # channels_last: PyTorch's channels-last kernels spread over all SMs
+    if not isinstance(x, torch.Tensor) or x.dim() < 3 or not x.is_floating_point() or not x.is_contiguous():
         return None
     if name in _BN_FWD and not name.startswith("_batch_norm_with_update"):  # these always train
         if not any(a is True for a in args[3:6] if isinstance(a, bool)):  # the training flag: eval has no statistics
             return None
     passes = 3 if name in _BN_BWD else 1
-    return x.shape[1], passes * x.numel() / x.shape[1] * x.element_size()
+    return x.shape[1], passes * x.numel() / x.shape[1]
 
 
 def _tensors(x):
@@ -226,7 +227,7 @@ class OpCensus(TorchDispatchMode):
                 w["conv_bytes"] += moved
         elif name in _BN_FWD or name in _BN_BWD:
             w["bytes"] += _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
-            block = _bn_block_bytes(name, args)
+            block = _bn_block_elems(name, args)
             if block is not None:
                 key = f"{BN_NCHW}{block[0]}"
                 w[key] = w.get(key, 0.0) + block[1]

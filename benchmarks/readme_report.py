@@ -14,6 +14,8 @@ README.md differs from what this script writes: the README cannot drift from the
 
 from __future__ import annotations
 
+import re
+
 import argparse
 import io
 import sys
@@ -61,11 +63,26 @@ def _cells(md: str, first: str) -> list[str]:
     raise SystemExit(f"{ESTIMATOR_MD.name} has no row '{first}': run python benchmarks/fit_calibration.py")
 
 
+def _unseen_rows(md: str) -> list[tuple[str, str, list[str]]]:
+    """(set name, when, cells) of the unseen sets' rows: "first set (u-*), predicted before measuring
+    (`FILE`)" and "first set (u-*), now" (benchmarks/fit_calibration.py, _unseen)."""
+    out = []
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        m = re.match(r"(\w+) set \([\w-]+\*\), (predicted before measuring|now)", cells[0]) if line.startswith("|") else None
+        if m:
+            when = "as predicted before they ran" if m.group(2) != "now" else "now, each for its measured host"
+            out.append((m.group(1), when, cells))
+    if not out:
+        raise SystemExit(f"{ESTIMATOR_MD.name} has no unseen sets' rows: run python benchmarks/fit_calibration.py")
+    return out
+
+
 def accuracy_text() -> str:
     """The estimator's accuracy on one H200, as benchmarks/fit_calibration.py last measured it."""
     md = ESTIMATOR_MD.read_text()
     hold, fit = _cells(md, "holdout"), _cells(md, "fit")
-    before, now = _cells(md, "predicted before measuring"), _cells(md, "now")
+    unseen = _unseen_rows(md)
     slowed = _cells(md, "median / worst")
     rows = [
         ("| on one H200, abs error (regenerated from `benchmarks/results/h200-estimator.md` by "
@@ -74,9 +91,8 @@ def accuracy_text() -> str:
         f"| holdout rows (never fit on): catalog CNN, ViT, encoder, decoder; users' `--module` and `--hf-config` "
         f"models; fp32/bf16/pure-bf16, compile, checkpointing | {hold[1]} | {hold[2]} / {hold[3]} | {hold[4]} / {hold[5]} |",
         f"| fit rows | {fit[1]} | {fit[2]} / {fit[3]} | {fit[4]} / {fit[5]} |",
-        f"| unseen users' configurations, as predicted before they ran | {before[1]} | {before[2]} / {before[3]} | "
-        f"{before[4]} / {before[5]} |",
-        f"| the same, now, each for its measured host | {now[1]} | {now[2]} / {now[3]} | {now[4]} / {now[5]} |",
+        *(f"| unseen users' configurations, {name} set, {when} | {c[1]} | {c[2]} / {c[3]} | {c[4]} / {c[5]} |"
+          for name, when, c in unseen),
         f"| host-bound rows on a deliberately slowed host, with its measured host factor (without) | | | "
         f"{slowed[3]} / {slowed[4]} ({slowed[6]} / {slowed[7]}) |",
     ]
