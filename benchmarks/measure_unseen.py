@@ -10,6 +10,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
 
     PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/measure_unseen.py --out $OUT/h200-users-unseen.jsonl --budget-s 230
     ... measure_unseen.py --set u2 --out $OUT/h200-users-unseen2.jsonl     # the second set (UNSEEN2)
+    ... measure_unseen.py --set u3 --out $OUT/h200-users-unseen3.jsonl     # the third set (UNSEEN3)
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -67,7 +68,34 @@ UNSEEN2 = [
     ("u2-mistral-bf16-compile-4", "hf-mistral-small", 4, 2048, None, "bf16", True, "holdout"),
     ("u2-enc-bf16-compile-64-s256", "encoder_classifier", 64, 256, None, "bf16", True, "holdout"),
 ]
-SETS = {"u1": UNSEEN, "u2": UNSEEN2}
+
+# The third set (2026-12-04, after the batch-norm, layout and light-op changes the second set's
+# errors prompted): three models never measured before (a hand-written VGG-11 with batch norm, HF
+# ViTForImageClassification, HF LlamaForCausalLM at TinyLlama's size) and new sizes of the earlier
+# ones. Predictions written (--predict) and committed before the call that measured it.
+UNSEEN3 = [
+    ("u3-vgg-bf16-64", "vgg_bn", 64, None, 224, "bf16", False, "holdout"),
+    ("u3-vgg-fp32-32", "vgg_bn", 32, None, 224, "fp32", False, "holdout"),
+    ("u3-vgg-pure-128", "vgg_bn", 128, None, 224, "pure-bf16", False, "holdout"),
+    ("u3-vgg-bf16-8", "vgg_bn", 8, None, 224, "bf16", False, "holdout"),
+    ("u3-hfvit-bf16-64", "hf-vit", 64, None, 224, "bf16", False, "holdout"),
+    ("u3-hfvit-fp32-16", "hf-vit", 16, None, 224, "fp32", False, "holdout"),
+    ("u3-hfvit-pure-128", "hf-vit", 128, None, 224, "pure-bf16", False, "holdout"),
+    ("u3-tinyllama-bf16-1", "hf-tinyllama", 1, 2048, None, "bf16", False, "holdout"),
+    ("u3-tinyllama-bf16-4", "hf-tinyllama", 4, 2048, None, "bf16", False, "holdout"),
+    ("u3-tinyllama-pure-8-s1024", "hf-tinyllama", 8, 1024, None, "pure-bf16", False, "holdout"),
+    ("u3-effnet-bf16-64-i192", "efficientnet", 64, None, 192, "bf16", False, "holdout"),
+    ("u3-effnet-fp32-32-i256", "efficientnet", 32, None, 256, "fp32", False, "holdout"),
+    ("u3-unet-fp32-16-i192", "unet", 16, None, 192, "fp32", False, "holdout"),
+    ("u3-convnext-bf16-48-i192", "convnext", 48, None, 192, "bf16", False, "holdout"),
+    ("u3-enc-fp32-32-s384", "encoder_classifier", 32, 384, None, "fp32", False, "holdout"),
+    ("u3-nanogpt-pure-12-s768", "nanogpt", 12, 768, None, "pure-bf16", False, "holdout"),
+    ("u3-hfbertcls-bf16-32-s256", "hf-bert-cls", 32, 256, None, "bf16", False, "holdout"),
+    ("u3-hfqwen2-bf16-8-s1024", "hf-qwen2-0.5b", 8, 1024, None, "bf16", False, "holdout"),
+    ("u3-vgg-bf16-compile-64", "vgg_bn", 64, None, 224, "bf16", True, "holdout"),
+    ("u3-tinyllama-bf16-compile-2", "hf-tinyllama", 2, 2048, None, "bf16", True, "holdout"),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3}
 
 
 

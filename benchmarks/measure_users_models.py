@@ -72,6 +72,11 @@ MODEL_SOURCES = {
     "hf-bert-mlm": dict(kind="hf", config="hf/bert-mlm/config.json", labels="tokens"),
     "hf-qwen2-0.5b": dict(kind="hf", config="hf/qwen2-0.5b/config.json", labels="tokens"),
     "hf-mistral-small": dict(kind="hf", config="hf/mistral-small/config.json", labels="tokens"),
+    # the third unseen set's new models (measure_unseen.py UNSEEN3)
+    "vgg_bn": dict(kind="module", file="vgg_bn.py", input="image", loss="ce", target="class", classes=1000,
+                   tiny=("VGG", dict(cfg=[8, "M", 16, "M"], width=32))),
+    "hf-vit": dict(kind="hf", config="hf/vit-base/config.json", labels="class", input="image"),
+    "hf-tinyllama": dict(kind="hf", config="hf/tinyllama/config.json", labels="tokens"),
 }
 
 # (id, model, micro_batch, seq_len, image_size, precision, compile, split)
@@ -143,10 +148,14 @@ SMOKE = [
     ("smoke-hfqwen2", "hf-qwen2-0.5b", 1, 64, None, "bf16", False, "fit"),
     ("smoke-effnet", "efficientnet", 2, None, 64, "bf16", False, "fit"),
     ("smoke-hfmistral", "hf-mistral-small", 1, 64, None, "pure-bf16", False, "fit"),
+    ("smoke-vgg", "vgg_bn", 2, None, 64, "bf16", False, "fit"),
+    ("smoke-hfvit", "hf-vit", 2, None, 64, "fp32", False, "fit"),
+    ("smoke-hftinyllama", "hf-tinyllama", 1, 64, None, "bf16", False, "fit"),
 ]
 # smoke builds HF models with these sizes (CPU memory and time); the vocabulary stays
 SMOKE_HF = {"n_layer": 2, "num_hidden_layers": 2, "n_embd": 64, "hidden_size": 64, "n_head": 4,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128}
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+            "image_size": 64}  # HF ViT: the smoke rows' images
 
 EXPECTED_S = {False: 12.0, True: 70.0}  # rough cost of one row, used by --budget-s
 
@@ -218,6 +227,9 @@ def synthetic(model: str, net, batch: int, seq_len, image_size, device: str, flo
     """(inputs, targets) already on the device, drawn at random (never zeros)."""
     src = MODEL_SOURCES[model]
     g = torch.Generator(device=device).manual_seed(1234)
+    if src["kind"] == "hf" and src.get("input") == "image":  # pixel_values and class labels (HF ViT)
+        x = torch.randn(batch, 3, image_size, image_size, device=device, generator=g).to(float_dtype)
+        return x, torch.randint(0, net.config.num_labels, (batch,), device=device, generator=g)
     if src["kind"] == "hf":
         vocab = net.config.vocab_size
         ids = torch.randint(0, vocab, (batch, seq_len), device=device, generator=g)
@@ -256,7 +268,10 @@ def build_step(row: dict, device: str, smoke: bool):
     x, y = synthetic(model, net, row["micro_batch"], row["seq_len"], row["image_size"], device, float_dtype)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=prec == "bf16")
 
-    if src["kind"] == "hf":
+    if src["kind"] == "hf" and src.get("input") == "image":
+        def loss_fn():
+            return fwd(pixel_values=x, labels=y).loss
+    elif src["kind"] == "hf":
         def loss_fn():
             return fwd(input_ids=x, labels=y).loss
     elif src["loss"] == "ce":
