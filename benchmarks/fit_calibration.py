@@ -62,7 +62,7 @@ HOSTBOUND = RESULTS / "h200-hostbound-2026-12-04.jsonl"
 CONTENDED = RESULTS / "h200-hostbound-contended-2026-12-04.jsonl"
 # Unseen users' configurations, newest first: a row comes from the first file that has it.
 UNSEEN = (RESULTS / "h200-users-unseen-2026-12-04.jsonl", RESULTS / "h200-users-unseen.jsonl",
-          RESULTS / "h200-users-unseen2.jsonl")
+          RESULTS / "h200-users-unseen2.jsonl", RESULTS / "h200-users-unseen3.jsonl")
 # The users' eager rows measured again (h200_round6.sh) with the host's dispatch speed after each row:
 # they replace the first measurement of the same configuration, which had no host speed.
 USERS_RERUN = RESULTS / "h200-users-rerun-2026-12-04.jsonl"
@@ -85,10 +85,14 @@ def dispatch_us(path: Path) -> float | None:
 
 
 def host_factor_of(path: Path, row: dict | None = None) -> float:
-    """The host that measured the row (or the file) over the reference host (HOSTBOUND's): the row's
-    own dispatch speed when it has one (measure_users_models.py measures it after every row), else
-    the file header's; 1.0 when neither or the reference was not measured."""
-    here = (row or {}).get("host_dispatch_us") or (dispatch_us(path) if path.exists() else None)
+    """The host that measured the file over the reference host (HOSTBOUND's): the dispatch speed in
+    the file's header (launcher.host_dispatch at the call's start, as `advise probe` measures a user's
+    machine once), else the row's own (measure_users_models.py measures it after every row); 1.0 when
+    neither or the reference was not measured. The header comes first because the per-row readings
+    run right after a row's teardown and read 1.06-1.37x the header in the third unseen set (header
+    0.96x the reference): with them its rows are predicted worse (13.0% median, 31.9% worst) than
+    with the header (11.7%, 27.7%)."""
+    here = (dispatch_us(path) if path.exists() else None) or (row or {}).get("host_dispatch_us")
     ref = dispatch_us(HOSTBOUND) if HOSTBOUND.exists() else None
     return here / ref if here and ref else 1.0
 
@@ -408,7 +412,8 @@ def _repeats(rows: list[dict]) -> list[str]:
 # Each unseen set, its rows' id prefix and what the estimator of the day before predicted for it
 # (measure_unseen.py --set NAME --predict FILE, committed before the call that measured it).
 UNSEEN_SETS = (("u-", "first", RESULTS / "h200-users-unseen-predicted.json"),
-               ("u2-", "second", RESULTS / "h200-users-unseen2-predicted.json"))
+               ("u2-", "second", RESULTS / "h200-users-unseen2-predicted.json"),
+               ("u3-", "third", RESULTS / "h200-users-unseen3-predicted.json"))
 
 
 def _unseen(rows: list[dict], predicted: dict) -> list[str]:
