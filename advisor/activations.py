@@ -32,6 +32,9 @@ class ActivationProfile(BaseModel):
     layers: int = 0
     loss_saved_bytes: float = Field(0.0, description="per sample, part of per_sample_bytes kept for the loss")
     loss_temp_bytes: float = Field(0.0, description="per sample, loss-backward temporaries at the start of backward")
+    grad_moment_fixed: float = Field(0.0, description="weight gradients accumulated above the saved bytes freed, "
+                                                      "at their most during backward: fixed part")
+    grad_moment_per_sample: float = Field(0.0, description="the same moment's change per sample (freed saved bytes)")
     tokens: int = 1
 
 
@@ -198,7 +201,9 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
         # checkpointing keeps each layer's input: the residual stream, fp32 under autocast
         boundary = (2 if p is Precision.pure_bf16 else 4) * model.arch.d_model * tokens
     return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0), layer_bytes=layer,
-                             boundary_bytes=boundary, layers=layers, loss_temp_bytes=temp, tokens=tokens)
+                             boundary_bytes=boundary, layers=layers, loss_temp_bytes=temp, tokens=tokens,
+                             grad_moment_fixed=t.grad_moment_fixed.get(key, 0.0),
+                             grad_moment_per_sample=t.grad_moment_per_sample.get(key, 0.0) * scale * compiled)
 
 
 def backward_bytes(profile: ActivationProfile, micro_batch: int, grad_ckpt: bool, ckpt_fraction: float) -> tuple[float, float]:

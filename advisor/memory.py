@@ -115,6 +115,16 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
             gathered = (_root_unit(model) + _layer_unit(model)) * (2 if p.autocast else p.weight_bytes)
         prof = prof.model_copy(update={"fixed_bytes": 0.0})
     acts, temps = backward_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
+    # Later in backward the gradients accumulated so far can put more above the saved bytes still
+    # alive than the loss's temporaries did at its start (the tracer's grad moment: a classifier's
+    # wide Linear or an untied LM head has its gradient while nearly every activation is still
+    # saved). Only where every gradient stays to a plain optimizer step on one whole model, in eager
+    # mode: a compiled backward is one graph whose buffers inductor plans itself, not in the eager
+    # trace's order (compiled VGG-11-BN on the H200: +11.8% without the moment, +22.4% with it).
+    grad_moment = 0.0
+    if not (config.grad_ckpt or config.grad_accum > 1 or config.optimizer_in_backward or lora or offload or shard > 1
+            or config.compile):
+        grad_moment = max(0.0, prof.grad_moment_fixed + prof.grad_moment_per_sample * config.micro_batch)
     copies = prof.fixed_bytes
     if config.compile:
         notes.append("torch.compile: inductor recomputes pointwise ops, so fewer activations are kept")
@@ -145,7 +155,9 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
 
     backward_parts = [("weights", weights), ("optimizer states", states), ("gradients", accum_grads),
                       ("autocast weight copies", copies), ("activations", acts - copies),
-                      ("loss temporaries", temps), ("DDP buckets", buckets), ("FSDP gathered units", gathered)]
+                      ("loss temporaries", temps if temps >= grad_moment else 0.0),
+                      ("gradients so far, above the activations freed", grad_moment if grad_moment > temps else 0.0),
+                      ("DDP buckets", buckets), ("FSDP gathered units", gathered)]
     step_parts = [("weights", weights), ("gradients", live_grads), ("optimizer states", states), ("DDP buckets", buckets)]
     backward_peak = sum(v for _, v in backward_parts)
     step_peak = sum(v for _, v in step_parts)

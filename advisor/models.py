@@ -173,6 +173,12 @@ class TraceProfile(BaseModel):
                                           "kind (advisor.trace_counters.OpCensus keys, plus attn_flops)")
     work_fixed: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="by precision: the step's work that does not grow with the batch")
+    grad_moment_fixed: dict[str, float] = Field(
+        default_factory=dict, description="by precision: during backward, the most the weight gradients so far "
+                                          "put above the saved tensors still alive, at batch 0 (fixed part)")
+    grad_moment_per_sample: dict[str, float] = Field(
+        default_factory=dict, description="by precision: that moment's change per sample (or token): the saved bytes "
+                                          "freed by then, negative")
     layers: int = Field(0, description="repeated layers, when layer_saved_bytes is known")
     layer_saved_bytes: dict[str, float] = Field(
         default_factory=dict, description="per sample (or token), by precision: one layer's share of saved_bytes"

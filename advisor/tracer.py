@@ -162,7 +162,8 @@ class StepTrace:
 
     def __init__(self, saved_bytes: float, fwd_flops: float, flops: float, attn_fwd_flops: float, kernels: int,
                  output_numel: int, loss_temp_bytes: float = 0.0, backends: frozenset = frozenset(),
-                 backward_peak_bytes: float = 0.0, held_bytes: float = 0.0, work: dict | None = None):
+                 backward_peak_bytes: float = 0.0, held_bytes: float = 0.0, work: dict | None = None,
+                 grad_moment_bytes: float = 0.0):
         self.saved_bytes = saved_bytes
         self.fwd_flops = fwd_flops  # forward FLOPs counted by torch.utils.flop_counter
         self.flops = flops  # forward + backward
@@ -174,6 +175,11 @@ class StepTrace:
         self.backward_peak_bytes = backward_peak_bytes  # largest gradient pair in the model's backward
         self.held_bytes = held_bytes  # the output the training loop holds through backward
         self.work = work or {}  # OpCensus of forward + loss + backward, plus fused attention's FLOPs
+        # During backward, the most that the weight gradients accumulated so far put above the saved
+        # tensors still alive (gradients so far less saved bytes freed so far; negative when freeing
+        # always wins): a model whose big weights come last (a classifier's wide Linear, an untied LM
+        # head) holds their gradients while nearly all its activations are still saved.
+        self.grad_moment_bytes = grad_moment_bytes
 
     def transient_bytes(self, base: "StepTrace | None" = None, holds_output: bool = False) -> float:
         """Bytes on top of the saved tensors during backward (per sample when ``base`` is the same
@@ -246,8 +252,24 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
         peak = BackwardPeak(held is None or not held.requires_grad, shapes, saved.released)
         if not peak.armed:
             held.register_hook(lambda g: setattr(peak, "armed", True))
-        with bwd, peak, census:
-            value.backward()
+        # Each parameter's gradient, once accumulated, stays to the optimizer step: the moment when
+        # the gradients so far most exceed the saved bytes freed so far.
+        moment = {"grads": 0, "peak": -float("inf")}
+
+        def accumulated(prm):
+            moment["grads"] += prm.grad.numel() * prm.grad.element_size()
+            # under autocast a matmul weight's gradient comes out of its bf16 GEMM and is cast to the
+            # weight's dtype (ToCopyBackward): the bf16 one is alive as the fp32 one accumulates
+            cast = prm.numel() * 2 if autocast is not None and prm.dim() >= 2 else 0
+            moment["peak"] = max(moment["peak"], moment["grads"] + cast - saved.released())
+
+        hooks = [prm.register_post_accumulate_grad_hook(accumulated) for prm in model.parameters() if prm.requires_grad]
+        try:
+            with bwd, peak, census:
+                value.backward()
+        finally:
+            for h in hooks:
+                h.remove()
     for prm in model.parameters():
         prm.grad = None
     f = float(fwd.get_total_flops()) if count else 0.0
@@ -257,7 +279,8 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     # dq convert: flash_bwd_launch_template.h).
     work = dict(census.work, attn_flops=3.5 * mode.attn_flops, kernels=census.work["kernels"] + 4 * mode.attn_calls)
     return StepTrace(float(saved.total()), f, f, mode.attn_flops, kernels.count if count else 0, numel,
-                     mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes, work)
+                     mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes, work,
+                     moment["peak"] if hooks else 0.0)
 
 
 def _per_sample(model: nn.Module, make_inputs, precision, loss_fn=None, loss="none",
@@ -278,6 +301,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
                    loss: str = "none") -> tuple[TraceProfile, int]:
     """A TraceProfile per sample for any module; returns it and the parameter count."""
     saved, fixed, temps, held, backends, work, work_fixed = {}, {}, {}, {}, set(), {}, {}
+    grad_fixed, grad_per = {}, {}
     with torch.device("meta"):
         m = model_factory()  # one build serves all traces (building can cost more than tracing)
     n_params = sum(p.numel() for p in m.parameters())
@@ -287,6 +311,9 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
         saved[p], fixed[p] = per, max(0.0, fix)
         temps[p] = t2.transient_bytes(t1)
         held[p] = t2.held_bytes - t1.held_bytes
+        # gradients so far less saved bytes freed so far: a fixed part less a per-sample part
+        grad_per[p] = t2.grad_moment_bytes - t1.grad_moment_bytes
+        grad_fixed[p] = t1.grad_moment_bytes - 2 * grad_per[p]
         backends |= t1.backends | t2.backends
         # The step's work per sample (batch 3 less batch 2) and what does not grow with the batch
         # (weight gradients' accumulation, autocast's weight casts): batch 2 less twice that.
@@ -306,6 +333,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
         matmul_weight_params=mm_weights, largest_unit_params=max(units) if units else n_params,
         kernels=t2.kernels, has_batchnorm=has_bn, loss="model" if loss_fn is not None else loss,
         loss_temp_bytes=temps, output_bytes=held, attention=sorted(backends), work=work, work_fixed=work_fixed,
+        grad_moment_fixed=grad_fixed, grad_moment_per_sample=grad_per,
     ), n_params
 
 
