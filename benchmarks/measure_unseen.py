@@ -11,6 +11,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
     PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/measure_unseen.py --out $OUT/h200-users-unseen.jsonl --budget-s 230
     ... measure_unseen.py --set u2 --out $OUT/h200-users-unseen2.jsonl     # the second set (UNSEEN2)
     ... measure_unseen.py --set u3 --out $OUT/h200-users-unseen3.jsonl     # the third set (UNSEEN3)
+    ... measure_unseen.py --set u4 --out $OUT/h200-users-unseen4.jsonl     # the fourth set (UNSEEN4)
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -95,7 +96,33 @@ UNSEEN3 = [
     ("u3-vgg-bf16-compile-64", "vgg_bn", 64, None, 224, "bf16", True, "holdout"),
     ("u3-tinyllama-bf16-compile-2", "hf-tinyllama", 2, 2048, None, "bf16", True, "holdout"),
 ]
-SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3}
+
+# The fourth set (2026-12-04, after the backward gradient moment that the third set's VGG rows
+# prompted; the throughput model is the third set's): new sizes and precisions of every users' model,
+# eager. Predictions written (--predict) and committed before the call that measured it.
+UNSEEN4 = [
+    ("u4-vgg-bf16-32-i160", "vgg_bn", 32, None, 160, "bf16", False, "holdout"),
+    ("u4-vgg-fp32-8", "vgg_bn", 8, None, 224, "fp32", False, "holdout"),
+    ("u4-hfvit-bf16-16", "hf-vit", 16, None, 224, "bf16", False, "holdout"),
+    ("u4-hfvit-fp32-64", "hf-vit", 64, None, 224, "fp32", False, "holdout"),
+    ("u4-hfvit-pure-32", "hf-vit", 32, None, 224, "pure-bf16", False, "holdout"),
+    ("u4-tinyllama-bf16-2-s1024", "hf-tinyllama", 2, 1024, None, "bf16", False, "holdout"),
+    ("u4-tinyllama-pure-1", "hf-tinyllama", 1, 2048, None, "pure-bf16", False, "holdout"),
+    ("u4-effnet-pure-64-i160", "efficientnet", 64, None, 160, "pure-bf16", False, "holdout"),
+    ("u4-effnet-bf16-16", "efficientnet", 16, None, 224, "bf16", False, "holdout"),
+    ("u4-unet-bf16-64-i160", "unet", 64, None, 160, "bf16", False, "holdout"),
+    ("u4-unet-pure-32-i192", "unet", 32, None, 192, "pure-bf16", False, "holdout"),
+    ("u4-convnext-fp32-32", "convnext", 32, None, 224, "fp32", False, "holdout"),
+    ("u4-convnext-pure-64", "convnext", 64, None, 224, "pure-bf16", False, "holdout"),
+    ("u4-enc-bf16-32-s384", "encoder_classifier", 32, 384, None, "bf16", False, "holdout"),
+    ("u4-enc-pure-64-s256", "encoder_classifier", 64, 256, None, "pure-bf16", False, "holdout"),
+    ("u4-nanogpt-bf16-8-s768", "nanogpt", 8, 768, None, "bf16", False, "holdout"),
+    ("u4-hfgpt2-fp32-4-s512", "hf-gpt2", 4, 512, None, "fp32", False, "holdout"),
+    ("u4-hfbertmlm-fp32-8-s256", "hf-bert-mlm", 8, 256, None, "fp32", False, "holdout"),
+    ("u4-mistral-pure-2", "hf-mistral-small", 2, 2048, None, "pure-bf16", False, "holdout"),
+    ("u4-hfqwen2-pure-4-s1024", "hf-qwen2-0.5b", 4, 1024, None, "pure-bf16", False, "holdout"),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4}
 
 
 

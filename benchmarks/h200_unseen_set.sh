@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One H200 call for issue 16: one unseen set (measure_unseen.py --set SET; its predictions committed
+# before the call, results/h200-users-unseen<N>-predicted.json), every row with the host's dispatch
+# speed in the header and measured after it. Everything comes back as OUT/<SET>.tgz.
+#     bash benchmarks/h200_unseen_set.sh u3 "$OUT"     (2026-12-04: ~3 min; u4: ~2 min)
+# torch and transformers only, no wheels. Env: BUDGET (s: start no row after; default 420).
+set -uo pipefail
+set_name=${1:?usage: bash benchmarks/h200_unseen_set.sh SET OUT_DIR}
+out=${2:?usage: bash benchmarks/h200_unseen_set.sh SET OUT_DIR}
+n=${set_name#u}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+r="$out/$set_name"
+mkdir -p "$r"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv > "$r/nvidia-smi.csv" 2>&1
+python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" > "$r/versions.txt" 2>&1
+start=$(date +%s)
+timeout $(( ${BUDGET:-420} + 100 )) python3 benchmarks/measure_unseen.py --set "$set_name" \
+  --out "$r/h200-users-unseen$n.jsonl" --budget-s "${BUDGET:-420}" > "$r/unseen$n.log" 2>&1
+echo "unseen$n: exit $? after $(( $(date +%s) - start )) s" >> "$r/versions.txt"
+tar -czf "$out/$set_name.tgz" -C "$out" "$set_name"
+rm -rf "$r"
