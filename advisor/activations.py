@@ -191,6 +191,11 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
     # compiled nanoGPT and the nn.TransformerEncoder classifier keep what eager keeps (within 2%).
     compiled = compile_factor if config.compile and t.scales_with != "tokens" else 1.0
     per = t.saved_bytes[key] * scale * compiled
+    if config.compile and t.scales_with != "tokens" and t.saved_bytes_compiled.get(key):
+        # inductor keeps what GEMMs and convolutions touch and recomputes the pointwise ops and norms
+        # between them: a conv-BN-SiLU block keeps the convolution's output and the SiLU's, not the
+        # BN's (SiLU's backward wants its input); the factor is what is left to fit
+        per = t.saved_bytes_compiled[key] * scale * compiled
     if t.saved_bytes_quadratic and t.scales_with == "tokens":  # math attention: s^2 probabilities
         ref = t.ref_input[0]
         per += t.saved_bytes_quadratic.get(key, 0.0) * (tokens * tokens - tokens * ref)

@@ -166,6 +166,7 @@ def _extrapolate(p1: TraceProfile, p2: TraceProfile, n: int, tokens: int) -> Tra
         "fwd_flops": lin(p1.fwd_flops, p2.fwd_flops),
         "saved_bytes": each(p1.saved_bytes, p2.saved_bytes),
         "fixed_saved_bytes": each(p1.fixed_saved_bytes, p2.fixed_saved_bytes),
+        "saved_bytes_compiled": each(p1.saved_bytes_compiled, p2.saved_bytes_compiled),
         "matmul_weight_params": int(lin(p1.matmul_weight_params, p2.matmul_weight_params)),
         "kernels": int(lin(p1.kernels, p2.kernels)),
         "work": {k: each(p1.work[k], p2.work[k]) for k in p1.work},

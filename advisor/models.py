@@ -173,6 +173,9 @@ class TraceProfile(BaseModel):
                                           "kind (advisor.trace_counters.OpCensus keys, plus attn_flops)")
     work_fixed: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="by precision: the step's work that does not grow with the batch")
+    saved_bytes_compiled: dict[str, float] = Field(
+        default_factory=dict, description="per sample, by precision: of saved_bytes, what GEMMs, convolutions and "
+                                          "gathers read or write, which a compiled step keeps (it recomputes the rest)")
     grad_moment_fixed: dict[str, float] = Field(
         default_factory=dict, description="by precision: during backward, the most the weight gradients so far "
                                           "put above the saved tensors still alive, at batch 0 (fixed part)")

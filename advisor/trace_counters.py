@@ -35,6 +35,7 @@ class SavedTensors:
     def __init__(self, param_storages: set[int]):
         self.params = param_storages
         self.bytes: dict[int, int] = {}
+        self.integral: set[int] = set()  # storages of integer or bool saved tensors (indices, masks)
         self.users: dict[int, int] = {}  # nodes that saved each storage and have not run their backward
         self._node, self._pending, self._done = None, 0, 0  # storages the running node uses last
 
@@ -45,6 +46,8 @@ class SavedTensors:
         st = t.untyped_storage()
         if st._cdata not in self.params:
             self.bytes[st._cdata] = st.nbytes()
+            if not t.is_floating_point():
+                self.integral.add(st._cdata)
             self.users[st._cdata] = self.users.get(st._cdata, 0) + 1
         return t
 
@@ -193,6 +196,10 @@ class OpCensus(TorchDispatchMode):
         self.param_dims = {d for d in param_dims if d % 8}
         self._flops = flop_registry
         self.work = dict.fromkeys(self.KEYS, 0.0)
+        # Storages that GEMMs, convolutions and gathers read or write: what inductor's partitioner
+        # keeps for backward when it compiles the step (it recomputes pointwise ops and norms from
+        # them, never the compute-intensive ops: torch/_functorch/partitioners.py).
+        self.heavy_io: set[int] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -205,6 +212,8 @@ class OpCensus(TorchDispatchMode):
         if light_op(name):
             w["light_kernels"] += 1
         packet = func._overloadpacket
+        if name in _MATMUL or name in _CONV or name in _GATHER:
+            self.heavy_io.update(t.untyped_storage()._cdata for t in _tensors([args, out]))
         if name in _MATMUL:
             flops = self._flops[packet](*args, **kwargs, out_val=out)
             dims = {d for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 for d in a.shape[-2:]}

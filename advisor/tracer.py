@@ -163,7 +163,7 @@ class StepTrace:
     def __init__(self, saved_bytes: float, fwd_flops: float, flops: float, attn_fwd_flops: float, kernels: int,
                  output_numel: int, loss_temp_bytes: float = 0.0, backends: frozenset = frozenset(),
                  backward_peak_bytes: float = 0.0, held_bytes: float = 0.0, work: dict | None = None,
-                 grad_moment_bytes: float = 0.0):
+                 grad_moment_bytes: float = 0.0, compiled_saved_bytes: float = 0.0):
         self.saved_bytes = saved_bytes
         self.fwd_flops = fwd_flops  # forward FLOPs counted by torch.utils.flop_counter
         self.flops = flops  # forward + backward
@@ -180,6 +180,7 @@ class StepTrace:
         # always wins): a model whose big weights come last (a classifier's wide Linear, an untied LM
         # head) holds their gradients while nearly all its activations are still saved.
         self.grad_moment_bytes = grad_moment_bytes
+        self.compiled_saved_bytes = compiled_saved_bytes  # of saved_bytes, what GEMMs/convolutions touch
 
     def transient_bytes(self, base: "StepTrace | None" = None, holds_output: bool = False) -> float:
         """Bytes on top of the saved tensors during backward (per sample when ``base`` is the same
@@ -245,6 +246,10 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
             elif out.dim() > 0 and loss in ("ce", "mse"):
                 held = out
             value = apply_loss(out, loss)
+        # What a compiled step would still save: the saved tensors that GEMMs, convolutions and gathers
+        # read or write, and indices and masks (max-pool's, dropout's: not recomputable from what is
+        # kept); inductor recomputes the rest (norm outputs, activation inputs) in backward.
+        compiled_saved = sum(b for k, b in saved.bytes.items() if k in census.heavy_io or k in saved.integral)
         numel = 0 if out.dim() == 0 else out.numel()
         if held is not None:
             numel = held.numel() if held.dim() > 0 else 0
@@ -280,7 +285,7 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     work = dict(census.work, attn_flops=3.5 * mode.attn_flops, kernels=census.work["kernels"] + 4 * mode.attn_calls)
     return StepTrace(float(saved.total()), f, f, mode.attn_flops, kernels.count if count else 0, numel,
                      mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes, work,
-                     moment["peak"] if hooks else 0.0)
+                     moment["peak"] if hooks else 0.0, compiled_saved)
 
 
 def _per_sample(model: nn.Module, make_inputs, precision, loss_fn=None, loss="none",
@@ -301,7 +306,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
                    loss: str = "none") -> tuple[TraceProfile, int]:
     """A TraceProfile per sample for any module; returns it and the parameter count."""
     saved, fixed, temps, held, backends, work, work_fixed = {}, {}, {}, {}, set(), {}, {}
-    grad_fixed, grad_per = {}, {}
+    grad_fixed, grad_per, compiled = {}, {}, {}
     with torch.device("meta"):
         m = model_factory()  # one build serves all traces (building can cost more than tracing)
     n_params = sum(p.numel() for p in m.parameters())
@@ -311,6 +316,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
         saved[p], fixed[p] = per, max(0.0, fix)
         temps[p] = t2.transient_bytes(t1)
         held[p] = t2.held_bytes - t1.held_bytes
+        compiled[p] = t2.compiled_saved_bytes - t1.compiled_saved_bytes
         # gradients so far less saved bytes freed so far: a fixed part less a per-sample part
         grad_per[p] = t2.grad_moment_bytes - t1.grad_moment_bytes
         grad_fixed[p] = t1.grad_moment_bytes - 2 * grad_per[p]
@@ -333,7 +339,7 @@ def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable
         matmul_weight_params=mm_weights, largest_unit_params=max(units) if units else n_params,
         kernels=t2.kernels, has_batchnorm=has_bn, loss="model" if loss_fn is not None else loss,
         loss_temp_bytes=temps, output_bytes=held, attention=sorted(backends), work=work, work_fixed=work_fixed,
-        grad_moment_fixed=grad_fixed, grad_moment_per_sample=grad_per,
+        grad_moment_fixed=grad_fixed, grad_moment_per_sample=grad_per, saved_bytes_compiled=compiled,
     ), n_params
 
 
