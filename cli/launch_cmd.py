@@ -201,10 +201,12 @@ def _run_recorded(args: argparse.Namespace, plan, target, options, resumed_from:
 
     home = resolve_home(args.home)
     store = RunStore.open(home)
-    rec, rdir = new_run(store, home, plan, target, resumed_from=resumed_from)
-    print(f"advise: run {rec.id}: {plan.world_size} rank(s), logs in {rdir}", file=sys.stderr)
     cancel, launches = threading.Event(), []
+    # Signals are caught before the record exists: a Ctrl-C between recording the run and starting it
+    # cancels the record (execute sees the event) instead of leaving a queued run a service would claim.
     with forward_signals(cancel, force=lambda: launches and launches[-1].kill_now()):
+        rec, rdir = new_run(store, home, plan, target, resumed_from=resumed_from)
+        print(f"advise: run {rec.id}: {plan.world_size} rank(s), logs in {rdir}", file=sys.stderr)
         final = execute(store, rec.id, plan, target, rdir, options, cancel=cancel,
                         echo=None if args.json else sys.stdout, on_launch=launches.append)
     if args.json:

@@ -169,6 +169,27 @@ def test_cancel_stops_every_process(tmp_path, sig, procs):
     assert not [q.pid for q in tree if alive(q.pid)] and not any(alive(x) for x in pids)
 
 
+def test_ctrl_c_between_recording_and_starting_cancels_the_record(tmp_path, capsys, monkeypatch):
+    """A SIGINT right after the run is recorded: the record ends cancelled, nothing is left queued for
+    a service to claim, and no rank starts."""
+    import launcher.home
+
+    recorded = launcher.home.new_run
+
+    def new_run_then_ctrl_c(*a, **kw):
+        out = recorded(*a, **kw)
+        os.kill(os.getpid(), signal.SIGINT)
+        return out
+
+    monkeypatch.setattr(launcher.home, "new_run", new_run_then_ctrl_c)
+    rc, rec = launch_json(capsys, "--cpu", *TINY, "--home", str(tmp_path), "--", str(SCRIPTS / "sleeper.py"))
+    assert rc == 130 and rec["status"] == "cancelled"
+    from launcher.store import RunStore
+
+    assert [r.status for r in RunStore.open(tmp_path).list()] == ["cancelled"]
+    assert not glob.glob(os.path.join(rec["run_dir"], "pids-*"))
+
+
 def test_two_nodes_on_localhost(tmp_path):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
