@@ -12,6 +12,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
     ... measure_unseen.py --set u2 --out $OUT/h200-users-unseen2.jsonl     # the second set (UNSEEN2)
     ... measure_unseen.py --set u3 --out $OUT/h200-users-unseen3.jsonl     # the third set (UNSEEN3)
     ... measure_unseen.py --set u4 --out $OUT/h200-users-unseen4.jsonl     # the fourth set (UNSEEN4)
+    ... measure_unseen.py --set u5 --out $OUT/h200-users-unseen5.jsonl     # the fifth set (UNSEEN5)
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -122,7 +123,27 @@ UNSEEN4 = [
     ("u4-mistral-pure-2", "hf-mistral-small", 2, 2048, None, "pure-bf16", False, "holdout"),
     ("u4-hfqwen2-pure-4-s1024", "hf-qwen2-0.5b", 4, 1024, None, "pure-bf16", False, "holdout"),
 ]
-SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4}
+
+# The fifth set (2026-12-04, after compiled CNNs' memory was estimated from what their convolutions
+# touch): compiled CNNs at new sizes, and eager rows of every kind. Predictions written (--predict)
+# and committed before the call that measured it.
+UNSEEN5 = [
+    ("u5-vgg-bf16-16-i192", "vgg_bn", 16, None, 192, "bf16", False, "holdout"),
+    ("u5-effnet-bf16-128-i160", "efficientnet", 128, None, 160, "bf16", False, "holdout"),
+    ("u5-hfvit-bf16-32", "hf-vit", 32, None, 224, "bf16", False, "holdout"),
+    ("u5-tinyllama-bf16-1-s1024", "hf-tinyllama", 1, 1024, None, "bf16", False, "holdout"),
+    ("u5-unet-bf16-32-i224", "unet", 32, None, 224, "bf16", False, "holdout"),
+    ("u5-convnext-fp32-64-i160", "convnext", 64, None, 160, "fp32", False, "holdout"),
+    ("u5-enc-bf16-16-s512", "encoder_classifier", 16, 512, None, "bf16", False, "holdout"),
+    ("u5-hfbertmlm-bf16-16-s512", "hf-bert-mlm", 16, 512, None, "bf16", False, "holdout"),
+    ("u5-mistral-bf16-4-s1024", "hf-mistral-small", 4, 1024, None, "bf16", False, "holdout"),
+    ("u5-vgg-bf16-compile-32-i160", "vgg_bn", 32, None, 160, "bf16", True, "holdout"),
+    ("u5-unet-bf16-compile-16-i192", "unet", 16, None, 192, "bf16", True, "holdout"),
+    ("u5-convnext-bf16-compile-32-i192", "convnext", 32, None, 192, "bf16", True, "holdout"),
+    ("u5-effnet-bf16-compile-64-i192", "efficientnet", 64, None, 192, "bf16", True, "holdout"),
+    ("u5-effnet-fp32-compile-32", "efficientnet", 32, None, 224, "fp32", True, "holdout"),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5}
 
 
 
