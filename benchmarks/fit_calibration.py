@@ -63,7 +63,7 @@ CONTENDED = RESULTS / "h200-hostbound-contended-2026-12-04.jsonl"
 # Unseen users' configurations, newest first: a row comes from the first file that has it.
 UNSEEN = (RESULTS / "h200-users-unseen-2026-12-04.jsonl", RESULTS / "h200-users-unseen.jsonl",
           RESULTS / "h200-users-unseen2.jsonl", RESULTS / "h200-users-unseen3.jsonl",
-          RESULTS / "h200-users-unseen4.jsonl")
+          RESULTS / "h200-users-unseen4.jsonl", RESULTS / "h200-users-unseen5.jsonl")
 # The users' eager rows measured again (h200_round6.sh) with the host's dispatch speed after each row:
 # they replace the first measurement of the same configuration, which had no host speed.
 USERS_RERUN = RESULTS / "h200-users-rerun-2026-12-04.jsonl"
@@ -417,7 +417,8 @@ def _repeats(rows: list[dict]) -> list[str]:
 UNSEEN_SETS = (("u-", "first", RESULTS / "h200-users-unseen-predicted.json"),
                ("u2-", "second", RESULTS / "h200-users-unseen2-predicted.json"),
                ("u3-", "third", RESULTS / "h200-users-unseen3-predicted.json"),
-               ("u4-", "fourth", RESULTS / "h200-users-unseen4-predicted.json"))
+               ("u4-", "fourth", RESULTS / "h200-users-unseen4-predicted.json"),
+               ("u5-", "fifth", RESULTS / "h200-users-unseen5-predicted.json"))
 
 
 def _unseen(rows: list[dict], predicted: dict) -> list[str]:
