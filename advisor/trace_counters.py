@@ -114,6 +114,8 @@ _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm"}
 _CONV = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable", "convolution_backward"}
 # Gathers read only the rows they return, not the whole table they index.
 _GATHER = {"embedding", "index_select", "gather"}
+# The compute-intensive ops: their own kinds of work, the dearer dispatch, and what a compiled step keeps.
+_HEAVY_OPS = _MATMUL | _CONV | _GATHER
 # Training batch norm, forward (statistics, then the transform) and backward, on NCHW inputs: both
 # kernels that run it on CUDA reduce each channel in one thread block. bf16 inputs get PyTorch's own
 # (at::native::_batch_norm_impl_index: use_cudnn requires non-bf16 input and weight), launched with
@@ -172,9 +174,7 @@ _HEAVY_WORDS = ("norm", "softmax", "dropout", "loss", "nll", "attention", "embed
 
 def light_op(name: str) -> bool:
     """A pointwise or reduction op: its dispatch is the cheap kind (see _HEAVY_WORDS)."""
-    if name in _MATMUL or name in _CONV or name in _GATHER:
-        return False
-    return not any(w in name for w in _HEAVY_WORDS)
+    return name not in _HEAVY_OPS and not any(w in name for w in _HEAVY_WORDS)
 
 
 class OpCensus(TorchDispatchMode):
@@ -199,7 +199,9 @@ class OpCensus(TorchDispatchMode):
         # Storages that GEMMs, convolutions and gathers read or write: what inductor's partitioner
         # keeps for backward when it compiles the step (it recomputes pointwise ops and norms from
         # them, never the compute-intensive ops: torch/_functorch/partitioners.py).
-        self.heavy_io: set[int] = set()
+        # Kept by storage id with the storage itself: held, a freed temporary's id cannot come back as
+        # another (saved) storage's, which made the sum depend on the allocator's reuse.
+        self.heavy_io: dict[int, torch.UntypedStorage] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -212,8 +214,8 @@ class OpCensus(TorchDispatchMode):
         if light_op(name):
             w["light_kernels"] += 1
         packet = func._overloadpacket
-        if name in _MATMUL or name in _CONV or name in _GATHER:
-            self.heavy_io.update(t.untyped_storage()._cdata for t in _tensors([args, out]))
+        if name in _HEAVY_OPS:
+            self.heavy_io.update((st._cdata, st) for st in (t.untyped_storage() for t in _tensors([args, out])))
         if name in _MATMUL:
             flops = self._flops[packet](*args, **kwargs, out_val=out)
             dims = {d for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2 for d in a.shape[-2:]}
@@ -234,15 +236,13 @@ class OpCensus(TorchDispatchMode):
                 flops = self._flops[packet](*args, **kwargs, out_val=out)
                 w["conv_unaligned_flops" if _misaligned(weight.shape[:2]) else "conv_flops"] += flops
                 w["conv_bytes"] += moved
-        elif name in _BN_FWD or name in _BN_BWD:
-            w["bytes"] += _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
-            block = _bn_block_elems(name, args)
-            if block is not None:
-                key = f"{BN_NCHW}{block[0]}"
-                w[key] = w.get(key, 0.0) + block[1]
         elif name in _GATHER:
             w["bytes"] += 2 * _nbytes(out) + _nbytes([a for a in args if isinstance(a, torch.Tensor)
                                                        and not a.is_floating_point()])
         else:
             w["bytes"] += _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
+            block = _bn_block_elems(name, args) if name in _BN_FWD or name in _BN_BWD else None
+            if block is not None:  # its per-channel blocks besides its bytes
+                key = f"{BN_NCHW}{block[0]}"
+                w[key] = w.get(key, 0.0) + block[1]
         return out

@@ -97,16 +97,16 @@ class _TraceMode(TorchFunctionMode):
         self.attn_calls = 0  # fused SDPA calls (the math path's kernels are counted as aten ops)
         self.backends: set[str] = set()
         self.loss_temp_bytes = 0.0  # loss-backward temporaries at the start of backward
-        self._cast_cache: dict[int, torch.Tensor] = {}
+        self.weight_casts: dict[int, torch.Tensor] = {}  # id(parameter) -> its autocast copy, one per step
 
     def _cast(self, x, dtype):
         if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or x.dtype == dtype:
             return x
         if isinstance(x, nn.Parameter):  # autocast caches weight casts for the whole region
             key = id(x)
-            if key not in self._cast_cache:
-                self._cast_cache[key] = x.to(dtype)
-            return self._cast_cache[key]
+            if key not in self.weight_casts:
+                self.weight_casts[key] = x.to(dtype)
+            return self.weight_casts[key]
         return x.to(dtype)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -263,9 +263,10 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
 
         def accumulated(prm):
             moment["grads"] += prm.grad.numel() * prm.grad.element_size()
-            # under autocast a matmul weight's gradient comes out of its bf16 GEMM and is cast to the
-            # weight's dtype (ToCopyBackward): the bf16 one is alive as the fp32 one accumulates
-            cast = prm.numel() * 2 if autocast is not None and prm.dim() >= 2 else 0
+            # a weight autocast cast (the trace's cast cache has it) gets its gradient in the cast's
+            # dtype from the GEMM and cast back (ToCopyBackward): that one is alive as this one accumulates
+            copy = mode.weight_casts.get(id(prm))
+            cast = copy.numel() * copy.element_size() if copy is not None else 0
             moment["peak"] = max(moment["peak"], moment["grads"] + cast - saved.released())
 
         hooks = [prm.register_post_accumulate_grad_hook(accumulated) for prm in model.parameters() if prm.requires_grad]
