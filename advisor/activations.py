@@ -189,13 +189,13 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
     # fused-attention tensors, which the min-cut partitioner never recomputes (compute-intensive ops
     # are banned from recomputation, torch/_functorch/partitioners.py). Measured on the H200:
     # compiled nanoGPT and the nn.TransformerEncoder classifier keep what eager keeps (within 2%).
-    compiled = compile_factor if config.compile and t.scales_with != "tokens" else 1.0
-    per = t.saved_bytes[key] * scale * compiled
-    if config.compile and t.scales_with != "tokens" and t.saved_bytes_compiled.get(key):
-        # inductor keeps what GEMMs and convolutions touch and recomputes the pointwise ops and norms
-        # between them: a conv-BN-SiLU block keeps the convolution's output and the SiLU's, not the
-        # BN's (SiLU's backward wants its input); the factor is what is left to fit
-        per = t.saved_bytes_compiled[key] * scale * compiled
+    recomputes = config.compile and t.scales_with != "tokens"
+    compiled = compile_factor if recomputes else 1.0
+    # Compiled, inductor keeps what GEMMs and convolutions touch and recomputes the pointwise ops and
+    # norms between them: a conv-BN-SiLU block keeps the convolution's output and the SiLU's, not the
+    # BN's (SiLU's backward wants its input); the factor is what is left to fit.
+    kept = (t.saved_bytes_compiled.get(key) if recomputes else None) or t.saved_bytes[key]
+    per = kept * scale * compiled
     if t.saved_bytes_quadratic and t.scales_with == "tokens":  # math attention: s^2 probabilities
         ref = t.ref_input[0]
         per += t.saved_bytes_quadratic.get(key, 0.0) * (tokens * tokens - tokens * ref)
@@ -208,7 +208,7 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
     return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0), layer_bytes=layer,
                              boundary_bytes=boundary, layers=layers, loss_temp_bytes=temp, tokens=tokens,
                              grad_moment_fixed=t.grad_moment_fixed.get(key, 0.0),
-                             grad_moment_per_sample=t.grad_moment_per_sample.get(key, 0.0) * scale * compiled)
+                             grad_moment_per_sample=t.grad_moment_per_sample.get(key, 0.0) * scale)
 
 
 def backward_bytes(profile: ActivationProfile, micro_batch: int, grad_ckpt: bool, ckpt_fraction: float) -> tuple[float, float]:

@@ -60,10 +60,16 @@ RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT = RESULTS / "h200-reference.jsonl"
 HOSTBOUND = RESULTS / "h200-hostbound-2026-12-04.jsonl"
 CONTENDED = RESULTS / "h200-hostbound-contended-2026-12-04.jsonl"
-# Unseen users' configurations, newest first: a row comes from the first file that has it.
-UNSEEN = (RESULTS / "h200-users-unseen-2026-12-04.jsonl", RESULTS / "h200-users-unseen.jsonl",
-          RESULTS / "h200-users-unseen2.jsonl", RESULTS / "h200-users-unseen3.jsonl",
-          RESULTS / "h200-users-unseen4.jsonl", RESULTS / "h200-users-unseen5.jsonl")
+# Each unseen set (benchmarks/measure_unseen.py --set uN): its rows' id prefix, its name, what the
+# estimator of the day before predicted for it (--predict FILE, committed before the call that measured
+# it) and the files that measured it, newest first (a row comes from the first file that has it).
+UNSEEN_SETS = (("u-", "first", "h200-users-unseen-predicted.json",
+                ("h200-users-unseen-2026-12-04.jsonl", "h200-users-unseen.jsonl")),
+               ("u2-", "second", "h200-users-unseen2-predicted.json", ("h200-users-unseen2.jsonl",)),
+               ("u3-", "third", "h200-users-unseen3-predicted.json", ("h200-users-unseen3.jsonl",)),
+               ("u4-", "fourth", "h200-users-unseen4-predicted.json", ("h200-users-unseen4.jsonl",)),
+               ("u5-", "fifth", "h200-users-unseen5-predicted.json", ("h200-users-unseen5.jsonl",)))
+UNSEEN = tuple(RESULTS / f for *_, files in UNSEEN_SETS for f in files)
 # The users' eager rows measured again (h200_round6.sh) with the host's dispatch speed after each row:
 # they replace the first measurement of the same configuration, which had no host speed.
 USERS_RERUN = RESULTS / "h200-users-rerun-2026-12-04.jsonl"
@@ -291,7 +297,8 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
               for p0 in (2.0, 4.0, 8.0)]
     # And from the packaged calibration (the previous fit, with any kind of work it lacks at its
     # default): the loss is rough enough that cold starts stop in worse minima than a warm one (with
-    # batch norm's blocks added, 0.019 cold against 0.009 warm), and the best of all starts is kept.
+    # batch norm's blocks added at fa57920, the fit's loss 0.019 from the cold starts alone, 0.009 with this
+    # one), and the best of all starts is kept.
     if PACKAGED.exists():
         warm = Calibration.model_validate_json(PACKAGED.read_text())
         starts.append(warm.model_copy(update={"source": "fit by benchmarks/fit_calibration.py", "host": None,
@@ -412,22 +419,14 @@ def _repeats(rows: list[dict]) -> list[str]:
             "to be the reference host."]
 
 
-# Each unseen set, its rows' id prefix and what the estimator of the day before predicted for it
-# (measure_unseen.py --set NAME --predict FILE, committed before the call that measured it).
-UNSEEN_SETS = (("u-", "first", RESULTS / "h200-users-unseen-predicted.json"),
-               ("u2-", "second", RESULTS / "h200-users-unseen2-predicted.json"),
-               ("u3-", "third", RESULTS / "h200-users-unseen3-predicted.json"),
-               ("u4-", "fourth", RESULTS / "h200-users-unseen4-predicted.json"),
-               ("u5-", "fifth", RESULTS / "h200-users-unseen5-predicted.json"))
-
-
 def _unseen(rows: list[dict], predicted: dict) -> list[str]:
     """Issue 16's bar on configurations never measured before: what was predicted before they ran, and now."""
     table = []
-    for prefix, name, before_path in UNSEEN_SETS:
+    for prefix, name, predicted_file, _ in UNSEEN_SETS:
         unseen = [r for r in rows if r["id"].startswith(prefix)]
         if not unseen:
             continue
+        before_path = RESULTS / predicted_file
         before = json.loads(before_path.read_text()) if before_path.exists() else {}
         now_m, now_t, was_m, was_t = [], [], [], []
         for r in unseen:
@@ -444,11 +443,11 @@ def _unseen(rows: list[dict], predicted: dict) -> list[str]:
     if not table:
         return []
     return ["", "The unseen users' configurations (`benchmarks/measure_unseen.py`: new batch sizes, lengths, image "
-            "sizes, precisions and compile choices of the users' models, and in the second set two models never "
-            "measured before; all holdout), abs error median | worst. *predicted before measuring*: written by the "
-            "estimator of the day before any of the set ran, for the reference host; *now*: this calibration, each "
-            "row for the host that measured it (its dispatch speed, measured after the row or in the file's "
-            "header), which is what `advise probe` gives a user's machine. A set measured before a change to the "
+            "sizes, precisions and compile choices of the users' models, and in the second and third sets models "
+            "never measured before; all holdout), abs error median | worst. *predicted before measuring*: written by "
+            "the estimator of the day before any of the set ran, for the reference host; *now*: this calibration, "
+            "each row for the host that measured it (the dispatch speed in its file's header, measured at the "
+            "call's start), which is what `advise probe` gives a user's machine. A set measured before a change to the "
             "model that its errors prompted is no longer unseen by that change: the *before* line is the honest one.",
             "", "| | n | memory median | memory worst | throughput median | throughput worst |",
             "|---|---:|---:|---:|---:|---:|", *table]

@@ -7,13 +7,8 @@
 # Env: U2_BUDGET, USERS_BUDGET (s: start no row after), PROFILE_ROWS (ids, comma-separated).
 set -uo pipefail
 out=${1:?usage: bash benchmarks/h200_round6.sh OUT_DIR}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 r="$out/round6"
-mkdir -p "$r"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv > "$r/nvidia-smi.csv" 2>&1
-python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" > "$r/versions.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/h200_call_env.sh" "$r"
 start=$(date +%s)
 timeout $(( ${U2_BUDGET:-280} + 60 )) python3 benchmarks/measure_unseen.py --set u2 --out "$r/h200-users-unseen2.jsonl" \
   --budget-s "${U2_BUDGET:-280}" > "$r/unseen2.log" 2>&1

@@ -8,13 +8,8 @@ set -uo pipefail
 set_name=${1:?usage: bash benchmarks/h200_unseen_set.sh SET OUT_DIR}
 out=${2:?usage: bash benchmarks/h200_unseen_set.sh SET OUT_DIR}
 n=${set_name#u}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 r="$out/$set_name"
-mkdir -p "$r"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv > "$r/nvidia-smi.csv" 2>&1
-python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" > "$r/versions.txt" 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/h200_call_env.sh" "$r"
 start=$(date +%s)
 timeout $(( ${BUDGET:-420} + 100 )) python3 benchmarks/measure_unseen.py --set "$set_name" \
   --out "$r/h200-users-unseen$n.jsonl" --budget-s "${BUDGET:-420}" > "$r/unseen$n.log" 2>&1
