@@ -39,6 +39,12 @@ class Calibration(BaseModel):
         "conv": 0.5, "conv_unaligned": 0.1,
         "conv_bytes|nchw": 0.5, "conv_bytes|nhwc": 0.9, "dwconv|nchw": 0.5, "dwconv|nhwc": 0.5, "bytes": 0.75,
         "bn_nchw|native": 0.8, "bn_nchw|cudnn": 1.1})
+    # GPU time per GEMM launch beyond its FLOPs at the class's rate, by class ("fp32": CUDA cores,
+    # "tensor"), and per convolution launch (forward, input or weight gradient), microseconds: the
+    # partly filled last wave of tiles and the pipeline's fill (advisor.throughput). 0 until fit by
+    # benchmarks/fit_calibration.py on the H200 fit rows.
+    gemm_call_us: dict[str, float] = Field(default_factory=lambda: {"fp32": 0.0, "tensor": 0.0})
+    conv_call_us: float = 0.0
     # Minimum GPU time of one kernel launch, microseconds (launch latency and a partly idle GPU
     # between back-to-back small kernels: ~2-5 us on recent GPUs); fit with the rest.
     gpu_kernel_us: float = 3.0

@@ -53,6 +53,12 @@ KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
 LIGHT_KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 48, "fp32": 14, "pure-bf16": 14},
                            ("swiglu", "rmsnorm"): {"bf16": 112, "fp32": 78, "pure-bf16": 86}}
 LIGHT_KERNELS_BASE = 30  # 12 (GPT-2) to 38 (Llama) counted
+# GEMM launches per layer (forward, input gradient and weight gradient of each linear: q, k, v, o and
+# the MLP's two or three), and of the head (3, plus 3 for an MLM transform or a pooler), counted by the
+# tracer on the zoo's layers (tests/test_estimator.py::test_gemm_counts_match_the_tracer); a ViT's patch
+# embedding is one convolution forward and its weight gradient.
+GEMMS_PER_LAYER = {("gelu", "layernorm"): 18, ("swiglu", "rmsnorm"): 21}
+GEMMS_HEAD = {"mlm": 6, "cls": 6}
 # peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
 # the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
 #   x = self._cast_input_dtype(x, lora_A.weight.dtype)   bf16 -> fp32 copy of the input: read 2, write 4 per in
@@ -92,6 +98,8 @@ class StepWork(BaseModel):
     bn_block_elems: dict[int, float] = {}  # channels -> element passes of a channel's block (NCHW)
     kernels: float = 0.0
     light_kernels: float = 0.0  # of kernels: pointwise ops and reductions (cheaper to dispatch)
+    matmul_calls: float = 0.0  # GEMM launches (each leaves a partly idle last wave: advisor.throughput)
+    conv_calls: float = 0.0  # implicit-GEMM convolution launches (forward, input and weight gradients)
     traced: bool = False
 
 
@@ -133,7 +141,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
             per["attn_flops"] = _attention_flops(model, config)
         got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields
                if k not in ("traced", "bn_block_elems")}
-        for k in ("kernels", "light_kernels"):  # launches do not grow with the input's size
+        for k in ("kernels", "light_kernels", "matmul_calls", "conv_calls"):  # launches do not grow with the input
             got[k] = w.get(k, 0.0) * mb + fixed.get(k, 0.0)
         bn = {int(k[len(BN_NCHW):]): v * mb for k, v in per.items() if k.startswith(BN_NCHW)}
         work = StepWork(**got, bn_block_elems=bn, traced=True)
@@ -151,7 +159,9 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
                         matmul_odd_flops=6.0 * head * tokens * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
                         kernels=per_layer * a.n_layers + KERNELS_BASE,
-                        light_kernels=light * a.n_layers + LIGHT_KERNELS_BASE)
+                        light_kernels=light * a.n_layers + LIGHT_KERNELS_BASE,
+                        matmul_calls=GEMMS_PER_LAYER.get((a.mlp, a.norm), 21) * a.n_layers + GEMMS_HEAD.get(a.head, 3),
+                        conv_calls=2.0 if a.patch_size else 0.0)
     else:
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
     if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch):
@@ -168,6 +178,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.matmul_flops *= 2.0 / 3.0
         work.matmul_unaligned_flops *= 2.0 / 3.0
         work.matmul_odd_flops *= 2.0 / 3.0  # frozen weights: no weight gradients (LoRA's own are tiny)
+        work.matmul_calls *= 2.0 / 3.0
     if config.grad_ckpt:
         fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward
         # With LoRA the frozen matmuls' backward is the input gradient alone (one forward's FLOPs), so the
@@ -184,6 +195,8 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.dwconv_flops *= 1 + fwd
         work.kernels *= 1 + fwd
         work.light_kernels *= 1 + fwd
+        work.matmul_calls *= 1 + fwd
+        work.conv_calls *= 1 + fwd
         # the statistics' pass again: one of the four passes a block makes (1 forward, 3 backward)
         work.bn_block_elems = {c: v * 1.25 for c, v in work.bn_block_elems.items()}
     if lora and model.arch is not None:

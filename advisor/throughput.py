@@ -165,6 +165,15 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the
     # dtype (PyTorch's conv_depthwise2d kernels for NCHW, cuDNN's for NHWC): the fp32 peak.
     conv += work.dwconv_flops / (gpu.matmul_flops("fp32") * gpu.fraction_vs_h200("simt") * e[f"dwconv|{layout}"])
+    # Each GEMM and convolution launch ends in a partly filled last wave of tiles and fills its
+    # pipeline first: a time per launch, by class, fit on the H200 (gemm_call_us, conv_call_us). It is
+    # what makes a moderate-size GEMM slower per FLOP than a large one: on the H200 an fp32
+    # BERT-base step at 2048 tokens ran its GEMMs at 42 TFLOP/s, one at 16384 tokens faster
+    # (benchmarks/results/h200-profiles-2026-12-04b.json, u2-hfbertcls-fp32-16-s128: 270 GEMM kernels,
+    # 25.5 ms). Another GPU's tiles run at its own per-SM rate.
+    ref = get_gpu("H200")
+    mm += work.matmul_calls * cal.gemm_call_us.get(cls, 0.0) * 1e-6 * _per_sm_slowdown(gpu, mm_peak, ref.matmul_flops(p.value))
+    conv += work.conv_calls * cal.conv_call_us * 1e-6 * _per_sm_slowdown(gpu, conv_peak, ref.conv_flops(p.value))
     other = work.bytes / (bw * e["bytes"])
     kernels = work.kernels
     if config.compile:  # fusion removes memory-bound passes and their launches, not GEMM/conv work
@@ -176,6 +185,15 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         path = "native" if p in (Precision.bf16, Precision.pure_bf16) else "cudnn"
         other += batch_norm_blocks_seconds(work.bn_block_elems, gpu, e[f"bn_nchw|{path}"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
+
+
+def _per_sm_slowdown(gpu: GpuSpec, peak: float, ref_peak: float) -> float:
+    """A tile's time on this GPU over the H200's: the H200's per-SM rate for this work (``ref_peak``
+    over its SMs) over this GPU's (``peak`` over its SMs); a wave's tail is one tile on each SM."""
+    ref = get_gpu("H200")
+    if gpu.name == ref.name:
+        return 1.0
+    return (ref_peak / ref.sm_count) / max(peak / gpu.sm_count, 1.0)
 
 
 def batch_norm_blocks_seconds(block_elems: dict[int, float], gpu: GpuSpec, per_cycle: float) -> float:

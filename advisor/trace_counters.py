@@ -185,7 +185,7 @@ class OpCensus(TorchDispatchMode):
     torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
 
     KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
-            "dwconv_flops", "bytes", "kernels", "light_kernels")
+            "dwconv_flops", "bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls")
 
     def __init__(self, param_dims: set[int] = frozenset()):
         super().__init__()
@@ -222,6 +222,7 @@ class OpCensus(TorchDispatchMode):
             bad = dims & self.param_dims
             # an odd size leaves 2-byte aligned rows in bf16, cuBLAS's slowest kernels; even ones 4+ bytes
             w["matmul_odd_flops" if any(d % 2 for d in bad) else "matmul_unaligned_flops" if bad else "matmul_flops"] += flops
+            w["matmul_calls"] += 1
         elif name in _CONV:
             moved = _nbytes(args[:3]) + _nbytes(out)
             bwd = name == "convolution_backward"  # (grad_out, input, weight, ..., groups, output_mask)
@@ -236,6 +237,8 @@ class OpCensus(TorchDispatchMode):
                 flops = self._flops[packet](*args, **kwargs, out_val=out)
                 w["conv_unaligned_flops" if _misaligned(weight.shape[:2]) else "conv_flops"] += flops
                 w["conv_bytes"] += moved
+                # a backward runs one implicit GEMM per gradient it computes (input, weight)
+                w["conv_calls"] += sum(bool(m) for m in args[10][:2]) if bwd else 1
         elif name in _GATHER:
             w["bytes"] += 2 * _nbytes(out) + _nbytes([a for a in args if isinstance(a, torch.Tensor)
                                                        and not a.is_floating_point()])

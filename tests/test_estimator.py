@@ -212,6 +212,26 @@ def test_kernel_counts_match_the_tracer(name, precision):
     assert counts[2] - counts[1] == KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b", "bert-base", "vit-b-16"])
+def test_gemm_counts_match_the_tracer(name):
+    """The closed form's GEMM and convolution launches (each pays a wave's tail on the GPU) are what
+    the census counts on the zoo's model: per layer and for the embeddings and head."""
+    torch = pytest.importorskip("torch")
+    from advisor.config import TrainConfig
+    from advisor.step_work import step_work
+    from advisor.tracer import trace_step
+    from advisor.zoo import build_trainable, synthetic_batch
+
+    base = catalog_model(name)
+    spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": 2})})
+    with torch.device("meta"):
+        model = build_trainable(spec)
+    traced = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, "bf16").work
+    closed = step_work(spec, TrainConfig(micro_batch=1, seq_len=64, precision="bf16"), Calibration())
+    assert not closed.traced
+    assert (closed.matmul_calls, closed.conv_calls) == (traced["matmul_calls"], traced["conv_calls"])
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
 @pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
 def test_light_kernel_counts_match_the_tracer(name, precision):

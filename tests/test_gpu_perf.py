@@ -102,7 +102,8 @@ def test_nchw_convolution_traffic_scales_with_the_bandwidth_fraction(monkeypatch
     work = step_work(spec, cfg, cal)
     traffic = work.model_copy(update={k: 0.0 for k in ("conv_flops", "conv_unaligned_flops", "dwconv_flops", "bytes",
                                                        "matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops",
-                                                       "attn_flops", "kernels")} | {"bn_block_elems": {}})
+                                                       "attn_flops", "kernels", "matmul_calls", "conv_calls")}
+                                | {"bn_block_elems": {}})
     assert traffic.conv_bytes > 0
 
     def ampere(kind: str, v: float):

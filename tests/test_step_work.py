@@ -271,3 +271,27 @@ def test_light_ops_dispatch_at_their_own_cost():
     cal = CAL.model_copy(update={"launch_us_by_kind": {"cnn": 40.0}, "light_launch_us": 10.0})
     work = StepWork(kernels=100.0, light_kernels=60.0, conv_flops=1e12)
     assert host_seconds(spec, cfg, cal, work) == pytest.approx(((40 + OPTIMIZER_OPS) * 40.0 + 60 * 10.0) * 1e-6)
+
+
+def test_gemm_and_convolution_launches_are_counted_and_each_pays_a_tail():
+    """The census counts one launch per GEMM and per convolution gradient it computes; the roofline
+    adds the class's per-launch tail, slower on a GPU whose SMs run tiles slower."""
+    lin = nn.Linear(64, 32)
+    assert _census(lin, torch.randn(16, 64, requires_grad=True))["matmul_calls"] == 3  # forward, dX, dW
+    conv = nn.Conv2d(8, 16, 3)
+    assert _census(conv, torch.randn(2, 8, 12, 12, requires_grad=True))["conv_calls"] == 3
+    assert _census(conv, torch.randn(2, 8, 12, 12))["conv_calls"] == 2  # an input needs no gradient
+
+    cfg = TrainConfig(micro_batch=1, precision="fp32")
+    work = StepWork(matmul_flops=1e9, matmul_calls=100, conv_flops=1e9, conv_calls=50)
+    bare = CAL.model_copy(update={"gemm_call_us": {"fp32": 0.0, "tensor": 0.0}, "conv_call_us": 0.0})
+    tails = CAL.model_copy(update={"gemm_call_us": {"fp32": 10.0, "tensor": 2.0}, "conv_call_us": 4.0})
+    h200 = get_gpu("H200")
+    extra = gpu_seconds(work, cfg, h200, tails)[1] - gpu_seconds(work, cfg, h200, bare)[1]
+    assert extra == pytest.approx(100 * 10e-6 + 50 * 4e-6)
+    bf16 = TrainConfig(micro_batch=1, precision="bf16")
+    assert gpu_seconds(work, bf16, h200, tails)[1] - gpu_seconds(work, bf16, h200, bare)[1] == \
+        pytest.approx(100 * 2e-6 + 50 * 4e-6)
+    a100 = get_gpu("A100-80GB")
+    slower = gpu_seconds(work, cfg, a100, tails)[1] - gpu_seconds(work, cfg, a100, bare)[1]
+    assert slower > extra  # fewer, slower SMs per FLOP of the same dtype
