@@ -13,6 +13,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
     ... measure_unseen.py --set u3 --out $OUT/h200-users-unseen3.jsonl     # the third set (UNSEEN3)
     ... measure_unseen.py --set u4 --out $OUT/h200-users-unseen4.jsonl     # the fourth set (UNSEEN4)
     ... measure_unseen.py --set u5 --out $OUT/h200-users-unseen5.jsonl     # the fifth set (UNSEEN5)
+    ... measure_unseen.py --set u6 --out $OUT/h200-users-unseen6.jsonl     # the sixth set (UNSEEN6)
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -143,7 +144,37 @@ UNSEEN5 = [
     ("u5-effnet-bf16-compile-64-i192", "efficientnet", 64, None, 192, "bf16", True, "holdout"),
     ("u5-effnet-fp32-compile-32", "efficientnet", 32, None, 224, "fp32", True, "holdout"),
 ]
-SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5}
+
+# The sixth set (2026-12-04, after GEMM and convolution launches were given a per-launch tail and
+# half of the second to fifth sets joined the fit): new sizes and precisions of every users' model,
+# three compiled. Predictions written (--predict) and committed before the call that measured it.
+UNSEEN6 = [
+    ("u6-enc-bf16-48-s320", "encoder_classifier", 48, 320, None, "bf16", False, "holdout"),
+    ("u6-enc-fp32-64-s256", "encoder_classifier", 64, 256, None, "fp32", False, "holdout"),
+    ("u6-nanogpt-bf16-16-s512", "nanogpt", 16, 512, None, "bf16", False, "holdout"),
+    ("u6-nanogpt-fp32-4-s1024", "nanogpt", 4, 1024, None, "fp32", False, "holdout"),
+    ("u6-unet-bf16-16-i256", "unet", 16, None, 256, "bf16", False, "holdout"),
+    ("u6-unet-fp32-32-i128", "unet", 32, None, 128, "fp32", False, "holdout"),
+    ("u6-effnet-bf16-96-i224", "efficientnet", 96, None, 224, "bf16", False, "holdout"),
+    ("u6-effnet-fp32-64-i192", "efficientnet", 64, None, 192, "fp32", False, "holdout"),
+    ("u6-convnext-bf16-64-i160", "convnext", 64, None, 160, "bf16", False, "holdout"),
+    ("u6-convnext-pure-32-i192", "convnext", 32, None, 192, "pure-bf16", False, "holdout"),
+    ("u6-vgg-bf16-48-i192", "vgg_bn", 48, None, 192, "bf16", False, "holdout"),
+    ("u6-vgg-fp32-16-i160", "vgg_bn", 16, None, 160, "fp32", False, "holdout"),
+    ("u6-hfgpt2-bf16-4-s1024", "hf-gpt2", 4, 1024, None, "bf16", False, "holdout"),
+    ("u6-hfgpt2-pure-8-s512", "hf-gpt2", 8, 512, None, "pure-bf16", False, "holdout"),
+    ("u6-hfbertcls-fp32-32-s256", "hf-bert-cls", 32, 256, None, "fp32", False, "holdout"),
+    ("u6-hfbertmlm-bf16-32-s256", "hf-bert-mlm", 32, 256, None, "bf16", False, "holdout"),
+    ("u6-hfvit-bf16-48", "hf-vit", 48, None, 224, "bf16", False, "holdout"),
+    ("u6-hfvit-fp32-32", "hf-vit", 32, None, 224, "fp32", False, "holdout"),
+    ("u6-tinyllama-bf16-2-s2048", "hf-tinyllama", 2, 2048, None, "bf16", False, "holdout"),
+    ("u6-mistral-bf16-2-s1024", "hf-mistral-small", 2, 1024, None, "bf16", False, "holdout"),
+    ("u6-hfqwen2-bf16-4-s1024", "hf-qwen2-0.5b", 4, 1024, None, "bf16", False, "holdout"),
+    ("u6-nanogpt-bf16-compile-8-s1024", "nanogpt", 8, 1024, None, "bf16", True, "holdout"),
+    ("u6-effnet-bf16-compile-32-i224", "efficientnet", 32, None, 224, "bf16", True, "holdout"),
+    ("u6-hfvit-bf16-compile-32", "hf-vit", 32, None, 224, "bf16", True, "holdout"),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5, "u6": UNSEEN6}
 
 
 
