@@ -64,7 +64,17 @@ def compiled_math_attention_bytes(compute_bytes: int) -> int:
     return 2 * compute_bytes + 1
 
 
-def compiled_attention_keeps_probs(a: TransformerArch) -> bool:
+# Bytes per element the math path keeps when it runs on half-precision inputs: PyTorch's math SDPA
+# upcasts fp16/bf16 query, key and value to fp32 (at::native::_scaled_dot_product_attention_math, unless
+# torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)), so its softmax output is fp32 and
+# backward keeps fp32 copies of q, k and v. Seen on the H200 in the partition of a compiled HF
+# ViTForImageClassification step (benchmarks/probe_compiled_saved.py, benchmarks/results/h200-compiled-saved-2026-12-04.json):
+# [32, 12, 197, 197] fp32 probabilities and three [384, 64|197, 197|64] fp32 q/k/v tensors per layer.
+MATH_PROBS_BYTES = 4
+MATH_QKV_BYTES = 4
+
+
+def compiled_attention_keeps_probs(a: TransformerArch, transformers: bool = False) -> bool:
     """Whether a compiled step keeps the s x s attention probabilities: bidirectional attention with
     dropout. Under torch.compile (torch < 2.14), transformers never skips the attention mask
     (masking_utils._ignore_bidirectional_mask_sdpa: dynamo reports is_exporting()), and the
@@ -72,11 +82,16 @@ def compiled_attention_keeps_probs(a: TransformerArch) -> bool:
     element per layer: the math path's 2c + 1 (benchmarks/results/h200-users.md, "compiled
     memory"). Causal GPT-2 with the same dropout, compiled, keeps none (measured), nor does
     nn.MultiheadAttention (traced --module models)."""
+    if transformers and not a.causal:
+        # transformers' bidirectional attention, compiled, takes the math path even without mask or
+        # dropout: compiled HF ViT (no dropout) on the H200 runs aten._safe_softmax, never flash
+        # (benchmarks/probe_compiled_saved.py); the zoo's ViT, compiled, keeps no probabilities.
+        return True
     return not a.causal and a.attn_dropout > 0 and not a.patch_size
 
 
 def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = False, gelu_kept: float = 1.0,
-                            seq: int = 0) -> float:
+                            seq: int = 0, transformers: bool = False) -> float:
     """Saved bytes per token of one layer.
 
     Compiled (inductor's min-cut partitioner recomputes cheap pointwise ops in backward): norms keep
@@ -92,7 +107,12 @@ def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = F
     norm = _norm_bytes(a, r, compiled)
     flash = 4 * c * h + 4 * a.n_heads  # q, k, v (after GQA repeat), out; fp32 log-sum-exp per head
     if compiled:
-        probs = a.n_heads * seq * compiled_math_attention_bytes(c) if seq and compiled_attention_keeps_probs(a) else 0.0
+        probs = 0.0
+        if seq and compiled_attention_keeps_probs(a, transformers):
+            if a.attn_dropout > 0:
+                probs = a.n_heads * seq * compiled_math_attention_bytes(c)
+            else:  # the fp32 softmax output and fp32 q, k, v in place of the bf16 ones flash keeps
+                probs = a.n_heads * seq * MATH_PROBS_BYTES + 3 * (MATH_QKV_BYTES - c) * h
         return 2 * norm + 2 * c * h + flash + (2 if swiglu else gelu_kept) * c * f + probs
     # Autocast casts an activation once per op: separate q/k/v projections make three bf16 copies
     # of the same normalised input, gate and up two (torch.amp keeps a cache for weights only).
@@ -143,6 +163,12 @@ def activation_precision(config: TrainConfig) -> Precision:
     return p
 
 
+def is_transformers(model: ModelSpec) -> bool:
+    """The model is estimated as transformers builds it (--hf-config, or a catalog transformer for a
+    user's own script), not as cardwise's zoo: its compiled attention differs (compiled_attention_keeps_probs)."""
+    return model.implementation.startswith("transformers")
+
+
 def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
                        gelu_kept: float = 1.0) -> ActivationProfile:
     """Per-sample saved bytes for ``config``; ``compile_factor`` scales traced (non-transformer) models
@@ -151,7 +177,8 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
     if model.arch is not None and not (model.trace is not None and model.trace.layers and not config.compile):
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-        layer = transformer_layer_bytes(a, p, config.compile, gelu_kept, seq=tokens) * tokens
+        layer = transformer_layer_bytes(a, p, config.compile, gelu_kept, seq=tokens,
+                                        transformers=is_transformers(model)) * tokens
         base, loss = transformer_base_bytes(a, p, config.compile)
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
         r = 2 if p is Precision.pure_bf16 else 4

@@ -62,3 +62,21 @@ def test_hf_configs_carry_attention_dropout():
     root = Path(__file__).resolve().parents[1] / "benchmarks/users_models/hf"
     assert spec_from_hf_config(root / "bert-cls/config.json").arch.attn_dropout == 0.1
     assert spec_from_hf_config(root / "gpt2/config.json").arch.attn_dropout == 0.1
+
+
+def test_compiled_transformers_vit_keeps_the_math_paths_fp32_tensors():
+    """transformers' bidirectional attention, compiled, runs the math path even without dropout (HF ViT
+    on the H200): fp32 probabilities and fp32 q, k, v per layer; the zoo's ViT keeps none of them."""
+    from advisor.activations import MATH_PROBS_BYTES, MATH_QKV_BYTES
+
+    vit = TransformerArch(n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab=0, causal=False, head="image-cls",
+                          patch_size=16, image_size=224)
+    seq = 197
+    zoo = transformer_layer_bytes(vit, Precision.bf16, compiled=True, seq=seq)
+    assert zoo == transformer_layer_bytes(vit, Precision.bf16, compiled=True)
+    hf = transformer_layer_bytes(vit, Precision.bf16, compiled=True, seq=seq, transformers=True)
+    assert hf - zoo == 12 * seq * MATH_PROBS_BYTES + 3 * (MATH_QKV_BYTES - 2) * 768
+    # causal transformers models keep the fused path (measured: compiled HF GPT-2, Qwen2)
+    gpt = vit.model_copy(update={"causal": True, "patch_size": 0, "head": "lm", "vocab": 50257})
+    assert transformer_layer_bytes(gpt, Precision.bf16, compiled=True, seq=1024, transformers=True) == \
+        transformer_layer_bytes(gpt, Precision.bf16, compiled=True, seq=1024)
