@@ -235,7 +235,10 @@ class _Row:
 
 # What the throughput fit moves, each within physical bounds: fractions of a datasheet rate in
 # (0, 1], microseconds per kernel, compile factors, the host/device combination's p.
-_BOUNDS = {"gpu_kernel_us": (0.0, 5.0),
+# gpu_kernel_us from 1.2: the shortest elementwise kernel per call in the H200 kernel profiles
+# (benchmarks/results/h200-profiles-2026-12-04*.json: 1.22 us, an fp32 elementwise_kernel of HF BERT);
+# no launch takes less, whatever the fit would trade it for.
+_BOUNDS = {"gpu_kernel_us": (1.2, 5.0),
            "compile_traffic.cnn": (0.05, 1.0), "compile_traffic.transformer": (0.05, 1.0),
            "traffic_per_saved_byte": (1.0, 30.0), "host_combine_p": (1.0, 12.0),
            "compile_launch.cnn": (0.2, 3.0), "compile_launch.transformer": (0.2, 3.0),
@@ -322,7 +325,13 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
                                               "light_launch_us": warm.light_launch_us or 0.5 * warm.launch_us,
                                               "gemm_call_us": {k: v or 1.0 for k, v in warm.gemm_call_us.items()},
                                               "conv_call_us": warm.conv_call_us or 1.0}))
-    cal, best = min((descend(c) for c in starts), key=lambda cb: cb[1])
+    def clamp(c: Calibration) -> Calibration:  # a start outside today's bounds begins at the nearest bound
+        for name in names:
+            lo, hi = bounds.get(name, (0.005, 1.0))
+            c = _set(c, name, min(hi, max(lo, _get(c, name))))
+        return c
+
+    cal, best = min((descend(clamp(c)) for c in starts), key=lambda cb: cb[1])
 
     # Coordinate moves stall on ridges (a lighter light op and a heavier other op explain the same
     # host-bound rows): then random directions in log space, all constants at once, seeded so that
