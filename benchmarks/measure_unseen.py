@@ -14,6 +14,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
     ... measure_unseen.py --set u4 --out $OUT/h200-users-unseen4.jsonl     # the fourth set (UNSEEN4)
     ... measure_unseen.py --set u5 --out $OUT/h200-users-unseen5.jsonl     # the fifth set (UNSEEN5)
     ... measure_unseen.py --set u6 --out $OUT/h200-users-unseen6.jsonl     # the sixth set (UNSEEN6)
+    ... measure_unseen.py --set u7 --out $OUT/h200-users-unseen7.jsonl     # the seventh set, drawn at random
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -174,7 +175,38 @@ UNSEEN6 = [
     ("u6-effnet-bf16-compile-32-i224", "efficientnet", 32, None, 224, "bf16", True, "holdout"),
     ("u6-hfvit-bf16-compile-32", "hf-vit", 32, None, 224, "bf16", True, "holdout"),
 ]
-SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5, "u6": UNSEEN6}
+
+# The seventh set (2026-12-04, after the compiled-ViT math path and the sixth set's half joined the fit):
+# drawn at random, `python benchmarks/draw_unseen.py --seed 7 --rows 24 --prefix u7` (a seed, not a
+# choice, says which configurations are judged). Predictions written (--predict) and committed
+# before the call that measured it.
+UNSEEN7 = [
+    ('u7-hfgpt2-fp32-16-s256', 'hf-gpt2', 16, 256, None, 'fp32', False, 'holdout'),
+    ('u7-effnet-fp32-64-i160', 'efficientnet', 64, None, 160, 'fp32', False, 'holdout'),
+    ('u7-tinyllama-bf16-1-s512', 'hf-tinyllama', 1, 512, None, 'bf16', False, 'holdout'),
+    ('u7-hfbertcls-bf16-64-s128', 'hf-bert-cls', 64, 128, None, 'bf16', False, 'holdout'),
+    ('u7-hfbertcls-fp32-8-s512', 'hf-bert-cls', 8, 512, None, 'fp32', False, 'holdout'),
+    ('u7-mistral-bf16-2-s512', 'hf-mistral-small', 2, 512, None, 'bf16', False, 'holdout'),
+    ('u7-hfbertmlm-fp32-16-s256', 'hf-bert-mlm', 16, 256, None, 'fp32', False, 'holdout'),
+    ('u7-hfvit-pure-48-i224', 'hf-vit', 48, None, 224, 'pure-bf16', False, 'holdout'),
+    ('u7-enc-fp32-128-s128', 'encoder_classifier', 128, 128, None, 'fp32', False, 'holdout'),
+    ('u7-hfbertcls-fp32-8-s256', 'hf-bert-cls', 8, 256, None, 'fp32', False, 'holdout'),
+    ('u7-effnet-bf16-192-i160', 'efficientnet', 192, None, 160, 'bf16', False, 'holdout'),
+    ('u7-mistral-fp32-8-s1024', 'hf-mistral-small', 8, 1024, None, 'fp32', False, 'holdout'),
+    ('u7-vgg-fp32-8-i160', 'vgg_bn', 8, None, 160, 'fp32', False, 'holdout'),
+    ('u7-tinyllama-fp32-2-s1024', 'hf-tinyllama', 2, 1024, None, 'fp32', False, 'holdout'),
+    ('u7-vgg-pure-16-i192', 'vgg_bn', 16, None, 192, 'pure-bf16', False, 'holdout'),
+    ('u7-mistral-pure-1-s512', 'hf-mistral-small', 1, 512, None, 'pure-bf16', False, 'holdout'),
+    ('u7-hfvit-fp32-24-i224', 'hf-vit', 24, None, 224, 'fp32', False, 'holdout'),
+    ('u7-effnet-bf16-64-i160', 'efficientnet', 64, None, 160, 'bf16', False, 'holdout'),
+    ('u7-nanogpt-fp32-8-s512', 'nanogpt', 8, 512, None, 'fp32', False, 'holdout'),
+    ('u7-nanogpt-pure-2-s512', 'nanogpt', 2, 512, None, 'pure-bf16', False, 'holdout'),
+    ('u7-hfgpt2-bf16-2-s256', 'hf-gpt2', 2, 256, None, 'bf16', False, 'holdout'),
+    ('u7-hfbertmlm-bf16-16-s128', 'hf-bert-mlm', 16, 128, None, 'bf16', False, 'holdout'),
+    ('u7-hfqwen2-bf16-2-s512', 'hf-qwen2-0.5b', 2, 512, None, 'bf16', False, 'holdout'),
+    ('u7-enc-bf16-16-s128', 'encoder_classifier', 16, 128, None, 'bf16', False, 'holdout'),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5, "u6": UNSEEN6, "u7": UNSEEN7}
 
 
 
