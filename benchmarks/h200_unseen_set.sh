@@ -2,7 +2,7 @@
 # One H200 call for issue 16: one unseen set (measure_unseen.py --set SET; its predictions committed
 # before the call, results/h200-users-unseen<N>-predicted.json), every row with the host's dispatch
 # speed in the header and measured after it. Everything comes back as OUT/<SET>.tgz.
-#     bash benchmarks/h200_unseen_set.sh u3 "$OUT"     (2026-12-04: ~3 min; u4: ~2 min; u5, compiled rows: BUDGET=480; u6: BUDGET=470; u7: 24 eager rows, BUDGET=420)
+#     bash benchmarks/h200_unseen_set.sh u3 "$OUT"     (2026-12-04: ~3 min; u4: ~2 min; u5, compiled rows: BUDGET=480; u6: BUDGET=470; u7: 24 eager rows, BUDGET=420; u8, 3 compiled: BUDGET=460)
 # torch and transformers only, no wheels. Env: BUDGET (s: start no row after; default 420).
 set -uo pipefail
 set_name=${1:?usage: bash benchmarks/h200_unseen_set.sh SET OUT_DIR}

@@ -15,6 +15,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
     ... measure_unseen.py --set u5 --out $OUT/h200-users-unseen5.jsonl     # the fifth set (UNSEEN5)
     ... measure_unseen.py --set u6 --out $OUT/h200-users-unseen6.jsonl     # the sixth set (UNSEEN6)
     ... measure_unseen.py --set u7 --out $OUT/h200-users-unseen7.jsonl     # the seventh set, drawn at random
+    ... measure_unseen.py --set u8 --out $OUT/h200-users-unseen8.jsonl     # the eighth set, drawn at random
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -206,7 +207,38 @@ UNSEEN7 = [
     ('u7-hfqwen2-bf16-2-s512', 'hf-qwen2-0.5b', 2, 512, None, 'bf16', False, 'holdout'),
     ('u7-enc-bf16-16-s128', 'encoder_classifier', 16, 128, None, 'bf16', False, 'holdout'),
 ]
-SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5, "u6": UNSEEN6, "u7": UNSEEN7}
+
+# The eighth set (2026-12-04, after the fit dropped its worst-row term and half of the seventh set joined
+# it): drawn at random, `python benchmarks/draw_unseen.py --seed 8 --rows 24 --prefix u8`. Predictions
+# written (--predict) and committed before the call that measured it.
+UNSEEN8 = [
+    ('u8-hfbertcls-bf16-64-s256', 'hf-bert-cls', 64, 256, None, 'bf16', False, 'holdout'),
+    ('u8-effnet-pure-32-i192', 'efficientnet', 32, None, 192, 'pure-bf16', False, 'holdout'),
+    ('u8-tinyllama-fp32-2-s512', 'hf-tinyllama', 2, 512, None, 'fp32', False, 'holdout'),
+    ('u8-mistral-bf16-compile-8-s512', 'hf-mistral-small', 8, 512, None, 'bf16', True, 'holdout'),
+    ('u8-hfbertmlm-bf16-64-s512', 'hf-bert-mlm', 64, 512, None, 'bf16', False, 'holdout'),
+    ('u8-mistral-bf16-compile-8-s2048', 'hf-mistral-small', 8, 2048, None, 'bf16', True, 'holdout'),
+    ('u8-hfbertcls-bf16-8-s512', 'hf-bert-cls', 8, 512, None, 'bf16', False, 'holdout'),
+    ('u8-hfbertcls-fp32-16-s512', 'hf-bert-cls', 16, 512, None, 'fp32', False, 'holdout'),
+    ('u8-enc-pure-128-s512', 'encoder_classifier', 128, 512, None, 'pure-bf16', False, 'holdout'),
+    ('u8-hfbertmlm-pure-32-s512', 'hf-bert-mlm', 32, 512, None, 'pure-bf16', False, 'holdout'),
+    ('u8-mistral-pure-2-s512', 'hf-mistral-small', 2, 512, None, 'pure-bf16', False, 'holdout'),
+    ('u8-effnet-pure-64-i224', 'efficientnet', 64, None, 224, 'pure-bf16', False, 'holdout'),
+    ('u8-hfbertmlm-pure-8-s512', 'hf-bert-mlm', 8, 512, None, 'pure-bf16', False, 'holdout'),
+    ('u8-convnext-bf16-compile-64-i192', 'convnext', 64, None, 192, 'bf16', True, 'holdout'),
+    ('u8-hfbertmlm-pure-32-s256', 'hf-bert-mlm', 32, 256, None, 'pure-bf16', False, 'holdout'),
+    ('u8-mistral-bf16-8-s512', 'hf-mistral-small', 8, 512, None, 'bf16', False, 'holdout'),
+    ('u8-nanogpt-pure-4-s256', 'nanogpt', 4, 256, None, 'pure-bf16', False, 'holdout'),
+    ('u8-enc-bf16-8-s384', 'encoder_classifier', 8, 384, None, 'bf16', False, 'holdout'),
+    ('u8-vgg-pure-32-i224', 'vgg_bn', 32, None, 224, 'pure-bf16', False, 'holdout'),
+    ('u8-convnext-pure-16-i160', 'convnext', 16, None, 160, 'pure-bf16', False, 'holdout'),
+    ('u8-tinyllama-pure-1-s1024', 'hf-tinyllama', 1, 1024, None, 'pure-bf16', False, 'holdout'),
+    ('u8-tinyllama-bf16-4-s1024', 'hf-tinyllama', 4, 1024, None, 'bf16', False, 'holdout'),
+    ('u8-enc-fp32-64-s384', 'encoder_classifier', 64, 384, None, 'fp32', False, 'holdout'),
+    ('u8-effnet-bf16-64-i224', 'efficientnet', 64, None, 224, 'bf16', False, 'holdout'),
+]
+SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5, "u6": UNSEEN6, "u7": UNSEEN7,
+        "u8": UNSEEN8}
 
 
 
