@@ -77,7 +77,7 @@ UNSEEN = tuple(RESULTS / f for *_, files in UNSEEN_SETS for f in files)
 # issue 16): half of their rows join the fit, chosen by a hash of the row's id (fit_half), the other
 # half stays holdout. With the fit rows alone (catalog models at few sizes) the fit never saw an fp32
 # GEMM of 2,048 rows or a VGG, and every later set is judged before measuring all the same.
-REFIT_SETS = ("u2-", "u3-", "u4-", "u5-", "u6-", "u7-")
+REFIT_SETS = ("u2-", "u3-", "u4-", "u5-", "u6-", "u7-", "u8-")
 
 
 def fit_half(row_id: str) -> bool:
