@@ -71,7 +71,8 @@ UNSEEN_SETS = (("u-", "first", "h200-users-unseen-predicted.json",
                ("u5-", "fifth", "h200-users-unseen5-predicted.json", ("h200-users-unseen5.jsonl",)),
                ("u6-", "sixth", "h200-users-unseen6-predicted.json", ("h200-users-unseen6.jsonl",)),
                ("u7-", "seventh", "h200-users-unseen7-predicted.json", ("h200-users-unseen7.jsonl",)),
-               ("u8-", "eighth", "h200-users-unseen8-predicted.json", ("h200-users-unseen8.jsonl",)))
+               ("u8-", "eighth", "h200-users-unseen8-predicted.json", ("h200-users-unseen8.jsonl",)),
+               ("u9-", "ninth", "h200-users-unseen9-predicted.json", ("h200-users-unseen9.jsonl",)))
 UNSEEN = tuple(RESULTS / f for *_, files in UNSEEN_SETS for f in files)
 # Sets whose before-measuring judgement is recorded (their predictions files and the closing notes of
 # issue 16): half of their rows join the fit, chosen by a hash of the row's id (fit_half), the other

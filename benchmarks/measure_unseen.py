@@ -16,6 +16,7 @@ On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70
     ... measure_unseen.py --set u6 --out $OUT/h200-users-unseen6.jsonl     # the sixth set (UNSEEN6)
     ... measure_unseen.py --set u7 --out $OUT/h200-users-unseen7.jsonl     # the seventh set, drawn at random
     ... measure_unseen.py --set u8 --out $OUT/h200-users-unseen8.jsonl     # the eighth set, drawn at random
+    ... measure_unseen.py --set u9 --out $OUT/h200-users-unseen9.jsonl     # the ninth set, drawn at random
 
 Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
@@ -237,8 +238,38 @@ UNSEEN8 = [
     ('u8-enc-fp32-64-s384', 'encoder_classifier', 64, 384, None, 'fp32', False, 'holdout'),
     ('u8-effnet-bf16-64-i224', 'efficientnet', 64, None, 224, 'bf16', False, 'holdout'),
 ]
+
+# The ninth set (2026-12-04, the session's last calibration: half of the eighth set in the fit): drawn at
+# random, `python benchmarks/draw_unseen.py --seed 9 --rows 24 --prefix u9`. Predictions written
+# (--predict) and committed before the call that measured it.
+UNSEEN9 = [
+    ('u9-nanogpt-fp32-8-s256', 'nanogpt', 8, 256, None, 'fp32', False, 'holdout'),
+    ('u9-effnet-pure-192-i192', 'efficientnet', 192, None, 192, 'pure-bf16', False, 'holdout'),
+    ('u9-hfvit-fp32-96-i224', 'hf-vit', 96, None, 224, 'fp32', False, 'holdout'),
+    ('u9-vgg-bf16-32-i128', 'vgg_bn', 32, None, 128, 'bf16', False, 'holdout'),
+    ('u9-vgg-pure-8-i224', 'vgg_bn', 8, None, 224, 'pure-bf16', False, 'holdout'),
+    ('u9-hfbertcls-bf16-compile-32-s256', 'hf-bert-cls', 32, 256, None, 'bf16', True, 'holdout'),
+    ('u9-unet-bf16-64-i128', 'unet', 64, None, 128, 'bf16', False, 'holdout'),
+    ('u9-hfqwen2-bf16-1-s512', 'hf-qwen2-0.5b', 1, 512, None, 'bf16', False, 'holdout'),
+    ('u9-effnet-pure-16-i160', 'efficientnet', 16, None, 160, 'pure-bf16', False, 'holdout'),
+    ('u9-hfbertcls-bf16-compile-32-s128', 'hf-bert-cls', 32, 128, None, 'bf16', True, 'holdout'),
+    ('u9-tinyllama-bf16-4-s512', 'hf-tinyllama', 4, 512, None, 'bf16', False, 'holdout'),
+    ('u9-hfbertcls-bf16-8-s256', 'hf-bert-cls', 8, 256, None, 'bf16', False, 'holdout'),
+    ('u9-unet-bf16-8-i128', 'unet', 8, None, 128, 'bf16', False, 'holdout'),
+    ('u9-enc-pure-128-s384', 'encoder_classifier', 128, 384, None, 'pure-bf16', False, 'holdout'),
+    ('u9-effnet-bf16-32-i256', 'efficientnet', 32, None, 256, 'bf16', False, 'holdout'),
+    ('u9-unet-pure-8-i192', 'unet', 8, None, 192, 'pure-bf16', False, 'holdout'),
+    ('u9-effnet-bf16-128-i224', 'efficientnet', 128, None, 224, 'bf16', False, 'holdout'),
+    ('u9-hfgpt2-bf16-16-s256', 'hf-gpt2', 16, 256, None, 'bf16', False, 'holdout'),
+    ('u9-hfbertmlm-bf16-8-s256', 'hf-bert-mlm', 8, 256, None, 'bf16', False, 'holdout'),
+    ('u9-mistral-fp32-4-s1024', 'hf-mistral-small', 4, 1024, None, 'fp32', False, 'holdout'),
+    ('u9-vgg-bf16-96-i224', 'vgg_bn', 96, None, 224, 'bf16', False, 'holdout'),
+    ('u9-hfgpt2-bf16-8-s256', 'hf-gpt2', 8, 256, None, 'bf16', False, 'holdout'),
+    ('u9-hfbertmlm-pure-8-s128', 'hf-bert-mlm', 8, 128, None, 'pure-bf16', False, 'holdout'),
+    ('u9-vgg-pure-32-i160', 'vgg_bn', 32, None, 160, 'pure-bf16', False, 'holdout'),
+]
 SETS = {"u1": UNSEEN, "u2": UNSEEN2, "u3": UNSEEN3, "u4": UNSEEN4, "u5": UNSEEN5, "u6": UNSEEN6, "u7": UNSEEN7,
-        "u8": UNSEEN8}
+        "u8": UNSEEN8, "u9": UNSEEN9}
 
 
 
