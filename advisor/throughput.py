@@ -13,6 +13,8 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
             + sum over channel counts C of NCHW batch norms:      one thread block per channel
                 block passes x max(1, C / SMs) / (rate x SM clock)  (eager; PyTorch's bf16 / cuDNN's)
+            + GEMM launches x gemm_call_us[class]          a launch's last wave and pipeline fill (per
+            + convolution launches x conv_call_us           SM rate on other GPUs)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
   host time = other kernels x launch_us                    the CPU dispatches and launches each op;
             + light kernels x light_launch_us (x compile factor)    pointwise ones cost it less

@@ -181,8 +181,9 @@ class OpCensus(TorchDispatchMode):
     """One step's work by kind of kernel, as a roofline needs it: GEMM FLOPs, convolution FLOPs
     (depthwise ones apart: they run as direct stencils on CUDA cores, not GEMMs) with the bytes their
     inputs and outputs move, and the bytes every other launching op reads and writes (its tensor
-    arguments and results: elementwise, norms, softmax, reductions, copies, casts). FLOPs are
-    torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
+    arguments and results: elementwise, norms, softmax, reductions, copies, casts), and the launches:
+    all of them, the light ones, and the GEMMs and convolution passes (each pays a wave's tail). FLOPs
+    are torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
 
     KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
             "dwconv_flops", "bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls")
