@@ -2,12 +2,13 @@
 
     python benchmarks/draw_unseen.py --seed 7 --rows 24 --prefix u7
 
-Prints the rows as ``measure_unseen.py`` declares them (paste them into a new UNSEEN<N> table),
-so that which configurations are judged is chosen by a seed, not by someone who knows where the
-estimator is weak. Each model has the sizes its users would pick (batch sizes, lengths, image
+Prints the rows as ``unseen_sets.json`` holds them; ``--write "what it is for"`` adds them to that file
+as set PREFIX (refused if it exists), so that which configurations are judged is chosen by a seed, not by
+someone who knows where the estimator is weak. Each model has the sizes its users would pick (batch sizes, lengths, image
 sides); a precision is drawn (bf16 half the time, fp32 and pure-bf16 a quarter each), and a bf16 row
 is compiled one time in six, at most ``--compiled`` of them (a compiled row costs ~70 s of the call).
-Rows predicted above 100 GiB or 1.5 s a step are drawn again (one H200, one call).
+Rows predicted above 100 GiB or 1.5 s a step are drawn again (one H200, one call). A configuration
+some results file has measured is never drawn, so the same seed draws differently once a set is in.
 """
 
 from __future__ import annotations
@@ -88,9 +89,21 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=24)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--compiled", type=int, default=3, help="at most this many compiled rows")
+    ap.add_argument("--write", metavar="ABOUT", help="add the set to unseen_sets.json, with this description")
     args = ap.parse_args()
-    for row in draw(args.seed, args.rows, args.prefix, args.compiled):
-        print(f"    {row!r},")
+    from measure_unseen import SETS_FILE
+
+    sets = json.loads(SETS_FILE.read_text())
+    if args.write and args.prefix in sets:
+        raise SystemExit(f"--prefix {args.prefix}: {SETS_FILE.name} already has that set; pick the next name")
+    rows = draw(args.seed, args.rows, args.prefix, args.compiled)
+    for row in rows:
+        print(json.dumps(list(row)))
+    if args.write:
+        about = f"{args.write} Drawn: `python benchmarks/draw_unseen.py --seed {args.seed} --rows {args.rows} " \
+                f"--prefix {args.prefix}`."
+        sets[args.prefix] = {"about": about, "rows": [list(r) for r in rows]}
+        SETS_FILE.write_text(json.dumps(sets, indent=1) + "\n")
 
 
 if __name__ == "__main__":

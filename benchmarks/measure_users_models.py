@@ -72,7 +72,7 @@ MODEL_SOURCES = {
     "hf-bert-mlm": dict(kind="hf", config="hf/bert-mlm/config.json", labels="tokens"),
     "hf-qwen2-0.5b": dict(kind="hf", config="hf/qwen2-0.5b/config.json", labels="tokens"),
     "hf-mistral-small": dict(kind="hf", config="hf/mistral-small/config.json", labels="tokens"),
-    # the third unseen set's new models (measure_unseen.py UNSEEN3)
+    # the third unseen set's new models (unseen_sets.json, u3)
     "vgg_bn": dict(kind="module", file="vgg_bn.py", input="image", loss="ce", target="class", classes=1000,
                    tiny=("VGG", dict(cfg=[8, "M", 16, "M"], width=32))),
     "hf-vit": dict(kind="hf", config="hf/vit-base/config.json", labels="class", input="image"),
