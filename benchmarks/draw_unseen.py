@@ -102,7 +102,12 @@ def main() -> None:
     if args.write:
         about = f"{args.write} Drawn: `python benchmarks/draw_unseen.py --seed {args.seed} --rows {args.rows} " \
                 f"--prefix {args.prefix}`."
-        sets[args.prefix] = {"about": about, "rows": [list(r) for r in rows]}
+        n = args.prefix.lstrip("u")
+        # a new set: judged before it is measured, and none of its rows in the fit until that is recorded
+        sets[args.prefix] = {"name": f"set {args.prefix}", "about": about,
+                             "predicted": f"h200-users-unseen{n}-predicted.json",
+                             "measured": [f"h200-users-unseen{n}.jsonl"], "half_in_fit": False,
+                             "rows": [list(r) for r in rows]}
         SETS_FILE.write_text(json.dumps(sets, indent=1) + "\n")
 
 

@@ -60,25 +60,23 @@ RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT = RESULTS / "h200-reference.jsonl"
 HOSTBOUND = RESULTS / "h200-hostbound-2026-12-04.jsonl"
 CONTENDED = RESULTS / "h200-hostbound-contended-2026-12-04.jsonl"
-# Each unseen set (benchmarks/measure_unseen.py --set uN): its rows' id prefix, its name, what the
-# estimator of the day before predicted for it (--predict FILE, committed before the call that measured
-# it) and the files that measured it, newest first (a row comes from the first file that has it).
-UNSEEN_SETS = (("u-", "first", "h200-users-unseen-predicted.json",
-                ("h200-users-unseen-2026-12-04.jsonl", "h200-users-unseen.jsonl")),
-               ("u2-", "second", "h200-users-unseen2-predicted.json", ("h200-users-unseen2.jsonl",)),
-               ("u3-", "third", "h200-users-unseen3-predicted.json", ("h200-users-unseen3.jsonl",)),
-               ("u4-", "fourth", "h200-users-unseen4-predicted.json", ("h200-users-unseen4.jsonl",)),
-               ("u5-", "fifth", "h200-users-unseen5-predicted.json", ("h200-users-unseen5.jsonl",)),
-               ("u6-", "sixth", "h200-users-unseen6-predicted.json", ("h200-users-unseen6.jsonl",)),
-               ("u7-", "seventh", "h200-users-unseen7-predicted.json", ("h200-users-unseen7.jsonl",)),
-               ("u8-", "eighth", "h200-users-unseen8-predicted.json", ("h200-users-unseen8.jsonl",)),
-               ("u9-", "ninth", "h200-users-unseen9-predicted.json", ("h200-users-unseen9.jsonl",)))
-UNSEEN = tuple(RESULTS / f for *_, files in UNSEEN_SETS for f in files)
+def _unseen_sets() -> tuple[tuple[str, str, str, tuple[str, ...], bool], ...]:
+    """Each unseen set of ``benchmarks/unseen_sets.json`` (measure_unseen.py --set uN): its rows' id prefix,
+    its name, what the estimator of the day before predicted for it (--predict FILE, committed before the
+    call that measured it), the files that measured it, newest first (a row comes from the first file that
+    has it), and whether half its rows joined the fit (``half_in_fit``, below)."""
+    sets = json.loads((ROOT / "benchmarks" / "unseen_sets.json").read_text())
+    return tuple((s["rows"][0][0].split("-", 1)[0] + "-", s["name"], s["predicted"], tuple(s["measured"]),
+                  s["half_in_fit"]) for s in sets.values())
+
+
+UNSEEN_SETS = _unseen_sets()
+UNSEEN = tuple(RESULTS / f for *_, files, _ in UNSEEN_SETS for f in files)
 # Sets whose before-measuring judgement is recorded (their predictions files and the closing notes of
-# issue 16): half of their rows join the fit, chosen by a hash of the row's id (fit_half), the other
-# half stays holdout. With the fit rows alone (catalog models at few sizes) the fit never saw an fp32
-# GEMM of 2,048 rows or a VGG, and every later set is judged before measuring all the same.
-REFIT_SETS = ("u2-", "u3-", "u4-", "u5-", "u6-", "u7-", "u8-")
+# issue 16) and marked ``half_in_fit``: half of their rows join the fit, chosen by a hash of the row's id
+# (fit_half), the other half stays holdout. With the fit rows alone (catalog models at few sizes) the fit
+# never saw an fp32 GEMM of 2,048 rows or a VGG, and every later set is judged before measuring all the same.
+REFIT_SETS = tuple(prefix for prefix, *_, half in UNSEEN_SETS if half)
 
 
 def fit_half(row_id: str) -> bool:
@@ -457,7 +455,7 @@ def _repeats(rows: list[dict]) -> list[str]:
 def _unseen(rows: list[dict], predicted: dict) -> list[str]:
     """Issue 16's bar on configurations never measured before: what was predicted before they ran, and now."""
     table = []
-    for prefix, name, predicted_file, _ in UNSEEN_SETS:
+    for prefix, name, predicted_file, *_ in UNSEEN_SETS:
         # "now" on the set's holdout rows only: the half of a REFIT_SETS set that joined the fit is not judged
         unseen = [r for r in rows if r["id"].startswith(prefix) and r["split"] == "holdout"]
         measured = [r for r in rows if r["id"].startswith(prefix)]
