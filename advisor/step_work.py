@@ -160,7 +160,8 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
                         kernels=per_layer * a.n_layers + KERNELS_BASE,
                         light_kernels=light * a.n_layers + LIGHT_KERNELS_BASE,
-                        matmul_calls=GEMMS_PER_LAYER.get((a.mlp, a.norm), 21) * a.n_layers + GEMMS_HEAD.get(a.head, 3),
+                        matmul_calls=GEMMS_PER_LAYER.get((a.mlp, a.norm), GEMMS_PER_LAYER[("swiglu", "rmsnorm")]) * a.n_layers
+                        + GEMMS_HEAD.get(a.head, 3),
                         conv_calls=2.0 if a.patch_size else 0.0)
     else:
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
@@ -174,29 +175,15 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.attn_flops = 0.0
         work.attn_bytes = probs * math_attention_bytes(config.precision)
     lora = config.lora_rank is not None
-    if lora:
-        work.matmul_flops *= 2.0 / 3.0
-        work.matmul_unaligned_flops *= 2.0 / 3.0
-        work.matmul_odd_flops *= 2.0 / 3.0  # frozen weights: no weight gradients (LoRA's own are tiny)
-        work.matmul_calls *= 2.0 / 3.0
+    if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
+        _scale(work, _GEMM_WORK, 2.0 / 3.0)
     if config.grad_ckpt:
         fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward
         # With LoRA the frozen matmuls' backward is the input gradient alone (one forward's FLOPs), so the
         # recomputed forward is half of what is left, not a third.
-        mm_fwd = 1.0 / 2.0 if lora else fwd
-        work.matmul_flops *= 1 + mm_fwd
-        work.matmul_unaligned_flops *= 1 + mm_fwd
-        work.matmul_odd_flops *= 1 + mm_fwd
-        work.conv_flops *= 1 + fwd
-        work.conv_unaligned_flops *= 1 + fwd
+        _scale(work, _GEMM_WORK, 1 + (1.0 / 2.0 if lora else fwd))
+        _scale(work, _FORWARD_SHARE_WORK, 1 + fwd)
         work.attn_flops *= 1 + 1 / 3.5
-        work.bytes *= 1 + fwd
-        work.conv_bytes *= 1 + fwd
-        work.dwconv_flops *= 1 + fwd
-        work.kernels *= 1 + fwd
-        work.light_kernels *= 1 + fwd
-        work.matmul_calls *= 1 + fwd
-        work.conv_calls *= 1 + fwd
         # the statistics' pass again: one of the four passes a block makes (1 forward, 3 backward)
         work.bn_block_elems = {c: v * 1.25 for c, v in work.bn_block_elems.items()}
     if lora and model.arch is not None:
@@ -210,6 +197,18 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.kernels += a.n_layers * len(shapes) * (fwds * LORA_FWD_KERNELS + LORA_BWD_KERNELS)
         work.light_kernels += a.n_layers * len(shapes) * LORA_LIGHT_KERNELS * (fwds + 1) / 2
     return work
+
+
+# GEMM work (LoRA drops a third of it; checkpointing adds the recomputed forward's share), and the other
+# work a recomputed forward adds a third of (one forward of forward + backward).
+_GEMM_WORK = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "matmul_calls")
+_FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "conv_bytes", "dwconv_flops", "kernels",
+                       "light_kernels", "conv_calls")
+
+
+def _scale(work: StepWork, fields: tuple[str, ...], factor: float) -> None:
+    for f in fields:
+        setattr(work, f, getattr(work, f) * factor)
 
 
 def _attention_flops(model: ModelSpec, config: TrainConfig) -> float:

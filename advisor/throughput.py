@@ -66,6 +66,9 @@ NCHW_HALF_TRANSPOSES = 2.0
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
 # not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
+# The GPU the packaged calibration was fit on (benchmarks/fit_calibration.py): rates that are not
+# fractions of a datasheet figure (convolution traffic, per-launch tails) carry to another GPU from it.
+REFERENCE_GPU = get_gpu("H200")
 _OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
 
 
@@ -169,13 +172,14 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     conv += work.dwconv_flops / (gpu.matmul_flops("fp32") * gpu.fraction_vs_h200("simt") * e[f"dwconv|{layout}"])
     # Each GEMM and convolution launch ends in a partly filled last wave of tiles and fills its
     # pipeline first: a time per launch, by class, fit on the H200 (gemm_call_us, conv_call_us). It is
-    # what makes a moderate-size GEMM slower per FLOP than a large one: on the H200 an fp32
-    # BERT-base step at 2048 tokens ran its GEMMs at 42 TFLOP/s, one at 16384 tokens faster
-    # (benchmarks/results/h200-profiles-2026-12-04b.json, u2-hfbertcls-fp32-16-s128: 270 GEMM kernels,
-    # 25.5 ms). Another GPU's tiles run at its own per-SM rate.
-    ref = get_gpu("H200")
-    mm += work.matmul_calls * cal.gemm_call_us.get(cls, 0.0) * 1e-6 * _per_sm_slowdown(gpu, mm_peak, ref.matmul_flops(p.value))
-    conv += work.conv_calls * cal.conv_call_us * 1e-6 * _per_sm_slowdown(gpu, conv_peak, ref.conv_flops(p.value))
+    # what makes a moderate-size GEMM slower per FLOP than a large one: on the H200 an fp32 BERT-base
+    # step at 2,048 tokens ran its 270 GEMM kernels in 25.5 ms, 42 TFLOP/s
+    # (benchmarks/results/h200-profiles-2026-12-04b.json, u2-hfbertcls-fp32-16-s128), and with one rate
+    # per class the fit had that row 17% too fast and the 16,384-token bert-fp32-32 7% too slow
+    # (benchmarks/results/h200-estimator.md at dfab7fb). Another GPU's tiles run at its own per-SM rate.
+    mm += work.matmul_calls * cal.gemm_call_us.get(cls, 0.0) * 1e-6 * _per_sm_slowdown(
+        gpu, mm_peak, REFERENCE_GPU.matmul_flops(p.value))
+    conv += work.conv_calls * cal.conv_call_us * 1e-6 * _per_sm_slowdown(gpu, conv_peak, REFERENCE_GPU.conv_flops(p.value))
     other = work.bytes / (bw * e["bytes"])
     kernels = work.kernels
     if config.compile:  # fusion removes memory-bound passes and their launches, not GEMM/conv work
@@ -192,10 +196,9 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
 def _per_sm_slowdown(gpu: GpuSpec, peak: float, ref_peak: float) -> float:
     """A tile's time on this GPU over the H200's: the H200's per-SM rate for this work (``ref_peak``
     over its SMs) over this GPU's (``peak`` over its SMs); a wave's tail is one tile on each SM."""
-    ref = get_gpu("H200")
-    if gpu.name == ref.name:
+    if gpu.name == REFERENCE_GPU.name:
         return 1.0
-    return (ref_peak / ref.sm_count) / max(peak / gpu.sm_count, 1.0)
+    return (ref_peak / REFERENCE_GPU.sm_count) / max(peak / gpu.sm_count, 1.0)
 
 
 def batch_norm_blocks_seconds(block_elems: dict[int, float], gpu: GpuSpec, per_cycle: float) -> float:
@@ -217,7 +220,7 @@ def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
     GPU runs it at the H200's rate scaled by its SM cycles, up to its own DRAM ceiling (the
     elementwise rate on its bandwidth); both at its architecture's bandwidth fraction. On the H200
     it is the fit's rate whatever the fit tries (the ceiling is never below it there)."""
-    ref = get_gpu("H200")
+    ref = REFERENCE_GPU
     fraction = e[f"conv_bytes|{layout}"]
     sm_rate = fraction * ref.mem_bw * gpu.sm_cycles / ref.sm_cycles
     return min(sm_rate, max(e["bytes"], fraction) * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
