@@ -163,12 +163,6 @@ def activation_precision(config: TrainConfig) -> Precision:
     return p
 
 
-def is_transformers(model: ModelSpec) -> bool:
-    """The model is estimated as transformers builds it (--hf-config, or a catalog transformer for a
-    user's own script), not as cardwise's zoo: its compiled attention differs (compiled_attention_keeps_probs)."""
-    return model.implementation.startswith("transformers")
-
-
 def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
                        gelu_kept: float = 1.0) -> ActivationProfile:
     """Per-sample saved bytes for ``config``; ``compile_factor`` scales traced (non-transformer) models
@@ -178,7 +172,7 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         layer = transformer_layer_bytes(a, p, config.compile, gelu_kept, seq=tokens,
-                                        transformers=is_transformers(model)) * tokens
+                                        transformers=model.is_transformers) * tokens
         base, loss = transformer_base_bytes(a, p, config.compile)
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
         r = 2 if p is Precision.pure_bf16 else 4

@@ -218,3 +218,9 @@ class ModelSpec(BaseModel):
     @property
     def is_vision(self) -> bool:
         return self.family in ("vit", "cnn")
+
+    @property
+    def is_transformers(self) -> bool:
+        """Estimated as transformers builds it (--hf-config, or a catalog transformer for a user's own
+        script), not as cardwise's zoo: its compiled attention and its probe factors differ."""
+        return self.implementation.startswith("transformers")

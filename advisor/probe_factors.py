@@ -96,8 +96,7 @@ def model_identity(spec) -> str:
         return f"module:{target}:{factory}"
     # A catalog name runs as cardwise's zoo (its recipes) or as the transformers class (a user's script):
     # different code, different factors (the H200 probe of 2026-12-03 applied the zoo's to the HF class).
-    impl = spec.implementation or ""
-    if impl.startswith("transformers"):
+    if spec.is_transformers:
         return f"model:{spec.name}@transformers"
     return "model:" + spec.name
 

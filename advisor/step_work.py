@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from advisor.activations import activation_profile, compiled_attention_keeps_probs, is_transformers
+from advisor.activations import activation_profile, compiled_attention_keeps_probs
 from advisor.calibration import Calibration
 from advisor.compromise_memory import lora_shapes
 from advisor.config import Precision, TrainConfig
@@ -165,7 +165,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
                         conv_calls=2.0 if a.patch_size else 0.0)
     else:
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
-    if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch, is_transformers(model)):
+    if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch, model.is_transformers):
         # Compiled, this attention runs the math path (advisor.activations): its FLOPs are GEMMs
         # (forward 2, backward 4 per score: no recompute) and its s x s tensors move bytes.
         a = model.arch

@@ -38,6 +38,8 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    from launcher import host_dispatch
+
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     by_id = {r[0]: dict(zip(mum.KEYS, r)) for t in measure_unseen.SETS.values() for r in t}
     rows = [by_id[i] for i in ROWS]
@@ -45,8 +47,6 @@ def main() -> None:
     with args.out.open("w") as f:
         f.write(json.dumps(mum.header(device)) + "\n")
         for k in range(1 if args.smoke else args.rounds):
-            from launcher import host_dispatch
-
             probe = host_dispatch.measure(device, windows=2 if device == "cpu" else 7)
             f.write(json.dumps({"kind": "probe", "round": k, "t_s": time.perf_counter() - began, **probe}) + "\n")
             for row in rows:

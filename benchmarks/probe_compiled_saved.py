@@ -5,8 +5,9 @@ partition (inductor's default) of a users' model and of the zoo's same-size mode
 
 Prompted by the sixth unseen set: compiled HF ViTForImageClassification (bf16, batch 32) peaked at
 3.91 GiB where the zoo's ViT-B/16 compiled peaks at 3.23 and both eager at 3.54. The partition is traced
-with fake-free CUDA tensors (aot_module_simplified with identity compilers: the graphs inductor would
-compile, before codegen), so the SDPA backend chosen on this GPU and every saved tensor are visible.
+on real CUDA tensors (aot_module_simplified with identity compilers and inductor's default partitioner:
+the graphs inductor would compile, before codegen), so the SDPA op chosen on this GPU and every saved
+tensor are visible.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ def main() -> None:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
 
     b = args.batch
-    row = dict(model="hf-vit", micro_batch=b, seq_len=None, image_size=224, precision="bf16", compile=False)
     net, info = mum.build_model("hf-vit", "cuda", False)
     net.train()
     x, y = mum.synthetic("hf-vit", net, b, None, 224, "cuda", torch.float32)
@@ -100,7 +100,6 @@ def main() -> None:
             return zoo(*bt)
 
     out["zoo_vit"] = capture(zoo_step, *batch)
-    out["row"] = row
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
 
