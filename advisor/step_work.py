@@ -11,7 +11,9 @@ Each kind runs at its own achievable rate on the GPU (``advisor.throughput.gpu_s
   transposes NCHW tensor-core convolutions add;
 * ``dwconv_flops``: depthwise convolutions, direct stencils on CUDA cores, not GEMMs;
 * ``bytes``: what every other kernel reads and writes (elementwise, norms, softmax, reductions,
-  casts, copies): bandwidth-bound;
+  casts, copies): bandwidth-bound; of them, in traced models, LayerNorm's (``norm_bytes``) and those
+  of ops on transposed tensors (``permuted_bytes``) run at rates of their own
+  (``advisor.trace_counters``);
 * ``bn_block_elems``: training batch norm on an NCHW input, by channel count, the element passes one
   channel's thread block makes (PyTorch's bf16 kernels and cuDNN's fp32/fp16 ones run one block per
   channel: fewer channels than SMs leave SMs idle; ``advisor.trace_counters._bn_block_elems``);
@@ -94,6 +96,8 @@ class StepWork(BaseModel):
     conv_bytes: float = 0.0
     dwconv_flops: float = 0.0
     bytes: float = 0.0
+    norm_bytes: float = 0.0  # LayerNorm's kernels (traced): slower than other memory-bound ones
+    permuted_bytes: float = 0.0  # elementwise work on transposed tensors (traced): PyTorch's strided kernel
     attn_bytes: float = 0.0  # compiled math-path attention: already fused, not scaled by compile
     bn_block_elems: dict[int, float] = {}  # channels -> element passes of a channel's block (NCHW)
     kernels: float = 0.0
@@ -202,7 +206,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
 # GEMM work (LoRA drops a third of it; checkpointing adds the recomputed forward's share), and the other
 # work a recomputed forward adds a third of (one forward of forward + backward).
 _GEMM_WORK = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "matmul_calls")
-_FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "conv_bytes", "dwconv_flops", "kernels",
+_FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "norm_bytes", "permuted_bytes", "conv_bytes", "dwconv_flops", "kernels",
                        "light_kernels", "conv_calls")
 
 

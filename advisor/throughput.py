@@ -11,6 +11,7 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
                                                             + NHWC copies at the elementwise rate)
             + depthwise-conv FLOPs / (fp32 peak x e_dwconv[layout])   direct stencils, CUDA cores
             + other bytes / (bandwidth x e_bytes)          elementwise, norms, casts (x compile_traffic)
+              (traced, eager: LayerNorm's and strided ops' bytes at e_norm, e_permuted)
             + sum over channel counts C of NCHW batch norms:      one thread block per channel
                 block passes x max(1, C / SMs) / (rate x SM clock)  (eager; PyTorch's bf16 / cuDNN's)
             + GEMM launches x gemm_call_us[class]          a launch's last wave and pipeline fill (per
@@ -180,11 +181,15 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     mm += work.matmul_calls * cal.gemm_call_us.get(cls, 0.0) * 1e-6 * _per_sm_slowdown(
         gpu, mm_peak, REFERENCE_GPU.matmul_flops(p.value))
     conv += work.conv_calls * cal.conv_call_us * 1e-6 * _per_sm_slowdown(gpu, conv_peak, REFERENCE_GPU.conv_flops(p.value))
-    other = work.bytes / (bw * e["bytes"])
     kernels = work.kernels
     if config.compile:  # fusion removes memory-bound passes and their launches, not GEMM/conv work
+        # inductor writes its own kernels for norms and for ops on transposed tensors: one rate for all
+        other = (work.bytes + work.norm_bytes + work.permuted_bytes) / (bw * e["bytes"])
         other *= cal.compile_traffic.get(compile_family(work), cal.compile_traffic_factor)
         kernels *= COMPILED_KERNELS
+    else:  # eager: LayerNorm's kernels and PyTorch's strided kernel run slower than the rest
+        other = work.bytes / (bw * e["bytes"]) + work.norm_bytes / (bw * e.get("norm", e["bytes"])) \
+            + work.permuted_bytes / (bw * e.get("permuted", e["bytes"]))
     other += work.attn_bytes / (bw * e["bytes"])
     if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
         # bf16 (autocast or pure) runs PyTorch's own kernels, fp32 and fp16 (fp32 weights) cuDNN's

@@ -172,6 +172,38 @@ def _misaligned(dims) -> bool:
 _HEAVY_WORDS = ("norm", "softmax", "dropout", "loss", "nll", "attention", "embedding")
 
 
+# LayerNorm's kernels, forward and backward: on the H200 they run at about a quarter to 40% of the
+# bandwidth the other memory-bound kernels reach (vectorized_layer_norm_kernel 1.8-1.9 TB/s in fp32,
+# the backward's GammaBetaBackward reduction over tens of thousands of rows ~1 TB/s: the profiles of
+# the encoder classifier and HF BERT in benchmarks/results/h200-profiles-2026-12-04*.json), so their
+# bytes are a kind of their own (``norm_bytes``).
+_NORM_OPS = {"native_layer_norm", "native_layer_norm_backward"}
+
+
+def _order(t: torch.Tensor) -> tuple[int, ...]:
+    """The tensor's dimensions from outermost to innermost in memory (those it spans: size > 1)."""
+    dims = [i for i, size in enumerate(t.shape) if size > 1]
+    return tuple(sorted(dims, key=lambda i: -t.stride(i)))
+
+
+def mixed_layouts(args, out) -> bool:
+    """An op whose full-size operands lie in memory in different orders: a copy from a transposed tensor
+    to a contiguous one (``.contiguous()``, a reshape that cannot view), an add of a transposed tensor
+    and a contiguous one. PyTorch's TensorIterator cannot reorder such an iteration into a contiguous
+    one, so it runs its legacy strided kernel (CUDALoops.cuh, launch_legacy_kernel with an
+    OffsetCalculator: an offset computed per element through every dimension), at about a third of
+    the bandwidth on the H200 (nn.MultiheadAttention's head permutes: ``permuted_bytes``). Operands
+    that share one permuted order (an elementwise op on a transposed tensor, whose output follows its
+    input's layout) iterate contiguously and are not counted; broadcast operands are not compared."""
+    outs = list(_tensors(out))
+    if not outs:
+        return False
+    shape = outs[0].shape
+    orders = {_order(t) for t in _tensors([args, out]) if t.shape == shape and t.numel() > 1
+              and all(st != 0 or size == 1 for size, st in zip(t.shape, t.stride()))}
+    return len(orders) > 1
+
+
 def light_op(name: str) -> bool:
     """A pointwise or reduction op: its dispatch is the cheap kind (see _HEAVY_WORDS)."""
     return name not in _HEAVY_OPS and not any(w in name for w in _HEAVY_WORDS)
@@ -186,7 +218,7 @@ class OpCensus(TorchDispatchMode):
     are torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
 
     KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
-            "dwconv_flops", "bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls")
+            "dwconv_flops", "bytes", "norm_bytes", "permuted_bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls")
 
     def __init__(self, param_dims: set[int] = frozenset()):
         super().__init__()
@@ -244,7 +276,10 @@ class OpCensus(TorchDispatchMode):
             w["bytes"] += 2 * _nbytes(out) + _nbytes([a for a in args if isinstance(a, torch.Tensor)
                                                        and not a.is_floating_point()])
         else:
-            w["bytes"] += _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
+            moved = _nbytes(args) + _nbytes(list(kwargs.values())) + _nbytes(out)
+            kind = "norm_bytes" if name in _NORM_OPS else \
+                "permuted_bytes" if mixed_layouts(args, out) else "bytes"
+            w[kind] += moved
             block = _bn_block_elems(name, args) if name in _BN_FWD or name in _BN_BWD else None
             if block is not None:  # its per-channel blocks besides its bytes
                 key = f"{BN_NCHW}{block[0]}"

@@ -250,8 +250,8 @@ _BOUNDS = {"gpu_kernel_us": (1.2, 5.0),
 
 
 def _get(cal: Calibration, name: str) -> float:
-    if name.startswith("rate."):
-        return cal.rate_efficiency[name[5:]]
+    if name.startswith("rate."):  # a kind the calibration predates starts at its default
+        return cal.rate_efficiency.get(name[5:], Calibration().rate_efficiency[name[5:]])
     if name.startswith("compile_") or name.startswith("launch_us_by_kind.") or name.startswith("gemm_call_us."):
         group, kind = name.split(".", 1)
         return getattr(cal, group).get(kind, 1.0)
@@ -288,6 +288,7 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
     # Ceilings measured on the same H200 (the JSONL headers): a large bf16 GEMM reaches 755-788 of
     # 989 TFLOP/s (0.8), a device copy 4.16-4.19 of 4.8 TB/s (0.87); nothing in a step does better.
     bounds = {**_BOUNDS, "rate.matmul|tensor": (0.05, 0.8), "rate.bytes": (0.05, 0.87),
+              "rate.norm": (0.05, 0.87), "rate.permuted": (0.05, 0.87),
               "rate.conv_bytes|nchw": (0.005, 0.87), "rate.conv_bytes|nhwc": (0.005, 0.87),
               # element passes per SM cycle of a batch-norm block: one thread's worth to four per lane group
               "rate.bn_nchw|native": (0.05, 4.0), "rate.bn_nchw|cudnn": (0.05, 4.0)}
