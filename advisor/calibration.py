@@ -74,9 +74,14 @@ class Calibration(BaseModel):
     # That reference step on the host whose rows fit launch_us, microseconds (the header of the
     # host-bound measurement file; benchmarks/fit_calibration.py writes it). None: no host factor.
     host_dispatch_ref_us: float | None = None
-    # Host time of a compiled step over the eager one, per kind ("cnn", "transformer"); fit on the
-    # compiled small-batch fit rows. compile_launch_factor is the fallback for a kind with no row.
-    compile_launch: dict[str, float] = Field(default_factory=dict)
+    # Host time of a compiled step (inductor, default mode), per kind ("cnn", "transformer"): a fixed
+    # part (guards, the AOT runtime wrapper) plus a time per GEMM or convolution launch (each is an
+    # extern kernel its Python wrapper launches, with the fused Triton kernels between it and the next:
+    # the host-bound compiled H200 rows took 0.10-0.12 ms per GEMM launch for six transformers whose
+    # eager op counts differ 2x: benchmarks/results/h200-estimator.md, compiled rows). Microseconds;
+    # fit on the compiled fit rows, a kind with no row takes the other's.
+    compile_step_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 4000.0, "transformer": 3000.0})
+    compile_call_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 135.0, "transformer": 90.0})
     # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.
     host_combine_p: float = 0.0
     # Compiled GELU MLPs: how many f-wide tensors inductor keeps per token (1 = recomputes GELU,
@@ -84,11 +89,10 @@ class Calibration(BaseModel):
     compile_gelu_kept: float = 1.0
     # torch.compile: fraction of the eager elementwise bytes left after fusion, per kind (fit on the
     # "fit" compile rows; CNNs fuse whole BN-ReLU chains, transformers keep their fp32 residual
-    # stream and norms' passes), compile_traffic_factor for a kind with no row; of host time (default for compile_launch), and of saved activations of traced models (CNNs;
+    # stream and norms' passes), compile_traffic_factor for a kind with no row; and of saved activations of traced models (CNNs;
     # transformers have a compiled formula in advisor.activations).
     compile_traffic_factor: float = 0.5
     compile_traffic: dict[str, float] = Field(default_factory=dict, description='per kind ("cnn", "transformer"), fit')
-    compile_launch_factor: float = 1.0
     compile_activation_factor: float = 0.85
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
     ckpt_fraction: float = 0.5

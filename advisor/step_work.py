@@ -104,6 +104,7 @@ class StepWork(BaseModel):
     light_kernels: float = 0.0  # of kernels: pointwise ops and reductions (cheaper to dispatch)
     matmul_calls: float = 0.0  # GEMM launches (each leaves a partly idle last wave: advisor.throughput)
     conv_calls: float = 0.0  # implicit-GEMM convolution launches (forward, input and weight gradients)
+    dwconv_calls: float = 0.0  # depthwise convolution launches (a compiled step launches them as GEMMs)
     traced: bool = False
 
 
@@ -145,7 +146,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
             per["attn_flops"] = _attention_flops(model, config)
         got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields
                if k not in ("traced", "bn_block_elems")}
-        for k in ("kernels", "light_kernels", "matmul_calls", "conv_calls"):  # launches do not grow with the input
+        for k in ("kernels", "light_kernels", "matmul_calls", "conv_calls", "dwconv_calls"):  # launches do not grow with the input
             got[k] = w.get(k, 0.0) * mb + fixed.get(k, 0.0)
         bn = {int(k[len(BN_NCHW):]): v * mb for k, v in per.items() if k.startswith(BN_NCHW)}
         work = StepWork(**got, bn_block_elems=bn, traced=True)
@@ -207,7 +208,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
 # work a recomputed forward adds a third of (one forward of forward + backward).
 _GEMM_WORK = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "matmul_calls")
 _FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "norm_bytes", "permuted_bytes", "conv_bytes", "dwconv_flops", "kernels",
-                       "light_kernels", "conv_calls")
+                       "light_kernels", "conv_calls", "dwconv_calls")
 
 
 def _scale(work: StepWork, fields: tuple[str, ...], factor: float) -> None:

@@ -18,7 +18,8 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
             + convolution launches x conv_call_us           SM rate on other GPUs)
             + kernels x gpu_kernel_us                      a launch's minimum duration on the GPU
   host time = other kernels x launch_us                    the CPU dispatches and launches each op;
-            + light kernels x light_launch_us (x compile factor)    pointwise ones cost it less
+            + light kernels x light_launch_us                   pointwise ones cost it less
+              (compiled: step_us + GEMM/conv launches x call_us, per kind)
   micro-step = (GPU^p + host^p)^(1/p)                      launches run ahead of the GPU; the slower
                                                            side sets the pace (p -> inf is max)
 Peaks and bandwidth are the GPU's (advisor.gpus); the e_* fractions, per-kernel times and compile
@@ -238,23 +239,31 @@ def compile_family(work: StepWork) -> str:
 
 
 def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: StepWork | None = None) -> float:
-    """CPU time to dispatch one micro-step: ops x launch_us, x the compile factor when compiled.
+    """CPU time to dispatch one micro-step: eager, ops x launch_us (light ones at light_launch_us);
+    compiled, a fixed part plus a time per GEMM/convolution launch (Calibration.compile_call_us).
 
     torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
     per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
     step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/results/h200-hostbound.jsonl,
-    cuda_kernels), so the factor is fit per kind (CNN, transformer), not assumed small.
+    cuda_kernels). The fused groups sit between the GEMMs, so the GEMM launches count them; the eager
+    op count does not (a factor on it had compiled Mistral 24% too slow and compiled HF BERT 13% too
+    fast, both host-bound: benchmarks/results/h200-estimator.md at f9d7111).
     """
     work = work or step_work(model, config, cal)
-    launch_us = cal.launch_us_by_kind.get(compile_family(work), cal.launch_us)
+    family = compile_family(work)
+    launch_us = cal.launch_us_by_kind.get(family, cal.launch_us)
+    optimizer = OPTIMIZER_OPS / max(1, config.grad_accum) * launch_us  # eager, compiled or not
+    if config.compile:
+        # inductor's wrapper launches each GEMM/convolution and the fused kernels between them; the
+        # eager op count does not predict it (a Llama layer's op-by-op RMSNorm and rotary fuse away)
+        calls = work.matmul_calls + work.conv_calls + work.dwconv_calls
+        return (cal.compile_step_us.get(family, 0.0) + calls * cal.compile_call_us.get(family, 0.0)
+                + optimizer) * 1e-6 * cal.host_factor
     # A light op (pointwise, cast, reduction) dispatches faster than the others (GEMMs, convolutions,
     # norms, attention: autocast's weight casts, library heuristics, more Python): light_launch_us.
     light_us = launch_us if cal.light_launch_us is None else cal.light_launch_us
-    heavy = work.kernels - work.light_kernels + OPTIMIZER_OPS / max(1, config.grad_accum)
-    host = (heavy * launch_us + work.light_kernels * light_us) * 1e-6 * cal.host_factor
-    if config.compile:
-        host *= cal.compile_launch.get(compile_family(work), cal.compile_launch_factor)
-    return host
+    heavy = work.kernels - work.light_kernels
+    return (heavy * launch_us + work.light_kernels * light_us + optimizer) * 1e-6 * cal.host_factor
 
 
 def combine(gpu_s: float, host_s: float, p: float) -> float:

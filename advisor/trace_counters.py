@@ -218,7 +218,8 @@ class OpCensus(TorchDispatchMode):
     are torch.utils.flop_counter's formulas; fused SDPA kernels are counted by the tracer, not here."""
 
     KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
-            "dwconv_flops", "bytes", "norm_bytes", "permuted_bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls")
+            "dwconv_flops", "bytes", "norm_bytes", "permuted_bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls",
+            "dwconv_calls")
 
     def __init__(self, param_dims: set[int] = frozenset()):
         super().__init__()
@@ -266,6 +267,7 @@ class OpCensus(TorchDispatchMode):
                 # torch.utils.flop_counter's backward formula ignores groups (32x too many here).
                 taps = 2 * weight[0].numel()
                 w["dwconv_flops"] += taps * (args[0].numel() * sum(bool(m) for m in args[10][:2]) if bwd else out.numel())
+                w["dwconv_calls"] += sum(bool(m) for m in args[10][:2]) if bwd else 1
             else:
                 flops = self._flops[packet](*args, **kwargs, out_val=out)
                 w["conv_unaligned_flops" if _misaligned(weight.shape[:2]) else "conv_flops"] += flops

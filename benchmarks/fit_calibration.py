@@ -26,7 +26,7 @@ Rows marked "holdout" never influence a constant.
 
 What is fit, and how: the throughput constants of advisor.throughput's roofline (the achievable
 fraction of each datasheet rate per kind of work, ``rate_efficiency``; ``gpu_kernel_us``;
-``launch_us``; ``compile_launch`` per CNN/transformer; ``compile_traffic_factor``;
+``launch_us``; ``compile_step_us`` and ``compile_call_us`` per CNN/transformer; ``compile_traffic_factor``;
 ``host_combine_p``; ``traffic_per_saved_byte`` for closed-form transformers) by coordinate descent
 in log space, each within physical bounds (fractions in (0, 1]), minimising the mean squared log
 error of samples/s over the fit rows. Then the memory constants:
@@ -242,7 +242,8 @@ class _Row:
 _BOUNDS = {"gpu_kernel_us": (1.2, 5.0),
            "compile_traffic.cnn": (0.05, 1.0), "compile_traffic.transformer": (0.05, 1.0),
            "traffic_per_saved_byte": (1.0, 30.0), "host_combine_p": (1.0, 40.0),
-           "compile_launch.cnn": (0.2, 3.0), "compile_launch.transformer": (0.2, 3.0),
+           "compile_step_us.cnn": (0.0, 20000.0), "compile_step_us.transformer": (0.0, 20000.0),
+           "compile_call_us.cnn": (10.0, 500.0), "compile_call_us.transformer": (10.0, 500.0),
            "launch_us_by_kind.cnn": (5.0, 100.0), "launch_us_by_kind.transformer": (5.0, 100.0),
            "light_launch_us": (2.0, 100.0),
            # a wave's tail: up to one 256x128 fp32 tile of depth 4096 at 1/132 of 67 TFLOP/s is ~530 us
@@ -315,7 +316,7 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
     # The host/device combination makes the loss non-convex: descend from a few starting p's, keep the best.
     starts = [Calibration(source="fit by benchmarks/fit_calibration.py", host_combine_p=p0,
                           host_dispatch_ref_us=dispatch_us(HOSTBOUND) if HOSTBOUND.exists() else None,
-                          traffic_per_saved_byte=8.0, compile_launch={"cnn": 1.0, "transformer": 1.0},
+                          traffic_per_saved_byte=8.0,
                           compile_traffic={"cnn": 0.5, "transformer": 0.5},
                           launch_us_by_kind={"cnn": 40.0, "transformer": 40.0}, light_launch_us=20.0)
               for p0 in (2.0, 4.0, 8.0)]
@@ -361,13 +362,13 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
     cal = cal.model_copy(update={"launch_us": statistics.mean(cal.launch_us_by_kind.values())})
     cal = cal.model_copy(update={
         "rate_efficiency": {k: round(v, 4) for k, v in cal.rate_efficiency.items()},
-        "compile_launch": {k: round(v, 3) for k, v in cal.compile_launch.items()},
+        "compile_step_us": {k: round(v, 1) for k, v in cal.compile_step_us.items()},
+        "compile_call_us": {k: round(v, 2) for k, v in cal.compile_call_us.items()},
         "compile_traffic": {k: round(v, 3) for k, v in cal.compile_traffic.items()},
         "launch_us_by_kind": {k: round(v, 3) for k, v in cal.launch_us_by_kind.items()},
         "gemm_call_us": {k: round(v, 3) for k, v in cal.gemm_call_us.items()},
         **{k: round(getattr(cal, k), 3) for k in ("launch_us", "gpu_kernel_us", "light_launch_us", "conv_call_us",
                                                   "traffic_per_saved_byte", "host_combine_p")}})
-    cal.compile_launch_factor = round(statistics.median(cal.compile_launch.values()), 3)
     cal.compile_traffic_factor = round(statistics.median(cal.compile_traffic.values()), 3)
     # Compiled GELU MLP: kept tensors that best predict the fit compile rows' memory.
     compiled = [r for r in fit_rows if r["compile"] and spec_of(r).arch is not None]
@@ -586,7 +587,7 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
               "(the memory side is issue 16's other half).", "", "Fitted constants:", "", "```",
               json.dumps({k: v for k, v in cal.model_dump().items()
                           if k in ("rate_efficiency", "gpu_kernel_us", "traffic_per_saved_byte", "launch_us",
-                                   "compile_launch", "compile_launch_factor", "host_combine_p",
+                                   "compile_step_us", "compile_call_us", "host_combine_p",
                                    "compile_traffic_factor", "compile_traffic", "compile_gelu_kept",
                                    "compile_activation_factor", "ckpt_fraction", "host_dispatch_ref_us",
                                    "launch_us_by_kind")},
