@@ -83,6 +83,18 @@ def draw(seed: int, n: int, prefix: str, compiled_max: int) -> list[tuple]:
     return rows
 
 
+def dumps_sets(sets: dict) -> str:
+    """unseen_sets.json as it is kept: each set's fields on a line, each row on a line (reviewable diffs)."""
+    out = ["{"]
+    for n, (key, s) in enumerate(sets.items()):
+        out.append(f" {json.dumps(key)}: {{")
+        out += [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in s.items() if k != "rows"]
+        out.append('  "rows": [')
+        out += ["   " + json.dumps(r) + ("," if i < len(s["rows"]) - 1 else "") for i, r in enumerate(s["rows"])]
+        out += ["  ]", " }" + ("," if n < len(sets) - 1 else "")]
+    return "\n".join(out + ["}"]) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, required=True)
@@ -108,7 +120,7 @@ def main() -> None:
                              "predicted": f"h200-users-unseen{n}-predicted.json",
                              "measured": [f"h200-users-unseen{n}.jsonl"], "half_in_fit": False,
                              "rows": [list(r) for r in rows]}
-        SETS_FILE.write_text(json.dumps(sets, indent=1) + "\n")
+        SETS_FILE.write_text(dumps_sets(sets))
 
 
 if __name__ == "__main__":
