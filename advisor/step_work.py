@@ -146,7 +146,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
             per["attn_flops"] = _attention_flops(model, config)
         got = {k: per.get(k, 0.0) * mb + fixed.get(k, 0.0) for k in StepWork.model_fields
                if k not in ("traced", "bn_block_elems")}
-        for k in ("kernels", "light_kernels", "matmul_calls", "conv_calls", "dwconv_calls"):  # launches do not grow with the input
+        for k in _LAUNCHES:  # launches do not grow with the input
             got[k] = w.get(k, 0.0) * mb + fixed.get(k, 0.0)
         bn = {int(k[len(BN_NCHW):]): v * mb for k, v in per.items() if k.startswith(BN_NCHW)}
         work = StepWork(**got, bn_block_elems=bn, traced=True)
@@ -207,8 +207,10 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
 # GEMM work (LoRA drops a third of it; checkpointing adds the recomputed forward's share), and the other
 # work a recomputed forward adds a third of (one forward of forward + backward).
 _GEMM_WORK = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "matmul_calls")
-_FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "norm_bytes", "permuted_bytes", "conv_bytes", "dwconv_flops", "kernels",
-                       "light_kernels", "conv_calls", "dwconv_calls")
+# Kernel launches of any kind: a traced step's are counted, not scaled with the input's size.
+_LAUNCHES = ("kernels", "light_kernels", "matmul_calls", "conv_calls", "dwconv_calls")
+_FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "norm_bytes", "permuted_bytes", "conv_bytes",
+                       "dwconv_flops", "kernels", "light_kernels", "conv_calls", "dwconv_calls")
 
 
 def _scale(work: StepWork, fields: tuple[str, ...], factor: float) -> None:

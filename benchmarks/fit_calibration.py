@@ -251,8 +251,8 @@ _BOUNDS = {"gpu_kernel_us": (1.2, 5.0),
 
 
 def _get(cal: Calibration, name: str) -> float:
-    if name.startswith("rate."):  # a kind the calibration predates starts at its default
-        return cal.rate_efficiency.get(name[5:], Calibration().rate_efficiency[name[5:]])
+    if name.startswith("rate."):  # (Calibration fills a kind a file predates with its default)
+        return cal.rate_efficiency[name[5:]]
     if name.startswith("compile_") or name.startswith("launch_us_by_kind.") or name.startswith("gemm_call_us."):
         group, kind = name.split(".", 1)
         return getattr(cal, group).get(kind, 1.0)
