@@ -76,10 +76,12 @@ class Calibration(BaseModel):
     host_dispatch_ref_us: float | None = None
     # Host time of a compiled step (inductor, default mode), per kind ("cnn", "transformer"): a fixed
     # part (guards, the AOT runtime wrapper) plus a time per GEMM or convolution launch (each is an
-    # extern kernel its Python wrapper launches, with the fused Triton kernels between it and the next:
-    # the host-bound compiled H200 rows took 0.10-0.12 ms per GEMM launch for six transformers whose
-    # eager op counts differ 2x: benchmarks/results/h200-estimator.md, compiled rows). Microseconds;
-    # fit on the compiled fit rows, a kind with no row takes the other's.
+    # extern kernel its Python wrapper launches, with the fused Triton kernels between it and the next.
+    # benchmarks/compiled_host_per_launch.py: the four host-bound compiled transformers measured on the
+    # reference host took 0.102-0.118 ms per launch and 0.025-0.029 ms per eager op; compiled Mistral
+    # at batch 8 (its step the host's; 1,751 eager ops, op-by-op RMSNorm and rotary) 0.107 ms per launch
+    # but 0.016 per eager op at the reference host's speed. Microseconds; fit on the compiled fit rows
+    # (both kinds have some).
     compile_step_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 4000.0, "transformer": 3000.0})
     compile_call_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 135.0, "transformer": 90.0})
     # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.

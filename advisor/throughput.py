@@ -189,8 +189,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         other *= cal.compile_traffic.get(compile_family(work), cal.compile_traffic_factor)
         kernels *= COMPILED_KERNELS
     else:  # eager: LayerNorm's kernels and PyTorch's strided kernel run slower than the rest
-        other = work.bytes / (bw * e["bytes"]) + work.norm_bytes / (bw * e.get("norm", e["bytes"])) \
-            + work.permuted_bytes / (bw * e.get("permuted", e["bytes"]))
+        other = (work.bytes / e["bytes"] + work.norm_bytes / e["norm"] + work.permuted_bytes / e["permuted"]) / bw
     other += work.attn_bytes / (bw * e["bytes"])
     if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
         # bf16 (autocast or pure) runs PyTorch's own kernels, fp32 and fp16 (fp32 weights) cuDNN's
@@ -246,8 +245,9 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
     per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
     step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/results/h200-hostbound.jsonl,
     cuda_kernels). The fused groups sit between the GEMMs, so the GEMM launches count them; the eager
-    op count does not (a factor on it had compiled Mistral 24% too slow and compiled HF BERT 13% too
-    fast, both host-bound: benchmarks/results/h200-estimator.md at f9d7111).
+    op count does not: a factor on it had compiled Mistral at batch 8 (host-bound) 24% too slow
+    (u8-mistral-bf16-compile-8-s512 in benchmarks/results/h200-estimator.md at f9d7111; -2% with
+    launches at e12a4b3; the figures per launch: benchmarks/compiled_host_per_launch.py).
     """
     work = work or step_work(model, config, cal)
     family = compile_family(work)
@@ -257,7 +257,7 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
         # inductor's wrapper launches each GEMM/convolution and the fused kernels between them; the
         # eager op count does not predict it (a Llama layer's op-by-op RMSNorm and rotary fuse away)
         calls = work.matmul_calls + work.conv_calls + work.dwconv_calls
-        return (cal.compile_step_us.get(family, 0.0) + calls * cal.compile_call_us.get(family, 0.0)
+        return (cal.compile_step_us[family] + calls * cal.compile_call_us[family]
                 + optimizer) * 1e-6 * cal.host_factor
     # A light op (pointwise, cast, reduction) dispatches faster than the others (GEMMs, convolutions,
     # norms, attention: autocast's weight casts, library heuristics, more Python): light_launch_us.
