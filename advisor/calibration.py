@@ -39,9 +39,9 @@ class Calibration(BaseModel):
         "conv": 0.5, "conv_unaligned": 0.1,
         "conv_bytes|nchw": 0.5, "conv_bytes|nhwc": 0.9, "dwconv|nchw": 0.5, "dwconv|nhwc": 0.5, "bytes": 0.75,
         "bn_nchw|native": 0.8, "bn_nchw|cudnn": 1.1,
-        # traced eager steps: LayerNorm's kernels and elementwise ops on transposed tensors, ~0.27 and
-        # ~0.32 of the bandwidth in the H200 profile of the encoder classifier (bf16, batch 128:
-        # benchmarks/results/h200-profiles-2026-12-04.json, enc-bf16-128; advisor.trace_counters)
+        # traced eager steps: LayerNorm's kernels and ops on operands in mixed memory orders, 0.27 and
+        # 0.26 of the bandwidth in the H200 profile of the encoder classifier (bf16, batch 128:
+        # benchmarks/census_vs_profile.py --only enc-bf16-128; advisor.trace_counters)
         "norm": 0.3, "permuted": 0.3})
     # GPU time per GEMM launch beyond its FLOPs at the class's rate, by class ("fp32": CUDA cores,
     # "tensor"), and per convolution launch (forward, input or weight gradient), microseconds: the

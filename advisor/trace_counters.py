@@ -172,10 +172,9 @@ def _misaligned(dims) -> bool:
 _HEAVY_WORDS = ("norm", "softmax", "dropout", "loss", "nll", "attention", "embedding")
 
 
-# LayerNorm's kernels, forward and backward: on the H200 they run at about a quarter to 40% of the
-# bandwidth the other memory-bound kernels reach (vectorized_layer_norm_kernel 1.8-1.9 TB/s in fp32,
-# the backward's GammaBetaBackward reduction over tens of thousands of rows ~1 TB/s: the profiles of
-# the encoder classifier and HF BERT in benchmarks/results/h200-profiles-2026-12-04*.json), so their
+# LayerNorm's kernels, forward and backward: in the H200 profiles of the encoder classifier and HF BERT
+# they moved the census's bytes at 0.26-0.34 of the datasheet bandwidth (1.2-1.6 TB/s), ConvNeXt's at
+# 0.10-0.19, where the elementwise kernels reach 0.87 (benchmarks/census_vs_profile.py), so their
 # bytes are a kind of their own (``norm_bytes``).
 _NORM_OPS = {"native_layer_norm", "native_layer_norm_backward"}
 
@@ -191,8 +190,9 @@ def mixed_layouts(args, out) -> bool:
     to a contiguous one (``.contiguous()``, a reshape that cannot view), an add of a transposed tensor
     and a contiguous one. PyTorch's TensorIterator cannot reorder such an iteration into a contiguous
     one, so it runs its legacy strided kernel (CUDALoops.cuh, launch_legacy_kernel with an
-    OffsetCalculator: an offset computed per element through every dimension), at about a third of
-    the bandwidth on the H200 (nn.MultiheadAttention's head permutes: ``permuted_bytes``). Operands
+    OffsetCalculator: an offset computed per element through every dimension), at 0.26-0.27 of the
+    bandwidth in the H200 profiles of the encoder classifier (nn.MultiheadAttention's head permutes:
+    ``permuted_bytes``; benchmarks/census_vs_profile.py). Operands
     that share one permuted order (an elementwise op on a transposed tensor, whose output follows its
     input's layout) iterate contiguously and are not counted; broadcast operands are not compared."""
     outs = list(_tensors(out))
