@@ -63,6 +63,37 @@ def test_depthwise_convolutions_are_bytes_and_stems_are_misaligned():
     assert w["conv_flops"] > 0 and w["conv_bytes"] > 0 and w["dwconv_flops"] == 0
 
 
+def test_layer_norm_and_mixed_memory_orders_are_kinds_of_their_own():
+    """LayerNorm's bytes go to norm_bytes; a copy from a transposed tensor to a contiguous one, or an
+    add of the two, to permuted_bytes; an op whose operands share one permuted order (its output follows
+    its input's layout) and a broadcast operand stay in bytes."""
+    x = torch.randn(4, 8, 16, requires_grad=True)
+    w = _census(nn.LayerNorm(16), x)
+    assert w["norm_bytes"] > 0 and w["permuted_bytes"] == 0
+    t = torch.randn(4, 8, 16)
+
+    def forward(fn):
+        census = OpCensus()
+        with census:
+            fn(t)
+        return census.work
+
+    w = forward(lambda a: a.transpose(1, 2).contiguous())
+    assert w["permuted_bytes"] == 2 * t.numel() * 4  # read and written once
+    w = forward(lambda a: a.transpose(1, 2) * 2.0 + torch.ones(8))
+    assert w["permuted_bytes"] == 0 and w["bytes"] > 0 and w["norm_bytes"] == 0
+    w = forward(lambda a: a.transpose(1, 2) + a.transpose(1, 2).contiguous())
+    assert w["permuted_bytes"] == 2 * (2 * t.numel() * 4) + t.numel() * 4  # the copy, the add's 3 tensors
+
+
+def test_depthwise_convolutions_count_their_launches():
+    dw = nn.Conv2d(32, 32, 7, padding=3, groups=32)
+    w = _census(dw, torch.randn(2, 32, 16, 16, requires_grad=True))
+    assert w["dwconv_calls"] == 3 and w["conv_calls"] == 0  # forward, input and weight gradients
+    w = _census(dw, torch.randn(2, 32, 16, 16))  # no input gradient
+    assert w["dwconv_calls"] == 2
+
+
 def _mlp():
     return nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
 
