@@ -102,6 +102,8 @@ def main() -> None:
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--compiled", type=int, default=3, help="at most this many compiled rows")
     ap.add_argument("--write", metavar="ABOUT", help="add the set to unseen_sets.json, with this description")
+    ap.add_argument("--name", help='with --write: how reports name the set ("twelfth": "twelfth set"); '
+                                   'default "set <prefix>"')
     args = ap.parse_args()
     from measure_unseen import SETS_FILE
 
@@ -112,11 +114,11 @@ def main() -> None:
     for row in rows:
         print(json.dumps(list(row)))
     if args.write:
-        about = f"{args.write} Drawn: `python benchmarks/draw_unseen.py --seed {args.seed} --rows {args.rows} " \
+        about = f"{args.write.rstrip('.')}. Drawn: `python benchmarks/draw_unseen.py --seed {args.seed} --rows {args.rows} " \
                 f"--prefix {args.prefix}`."
         n = args.prefix.lstrip("u")
         # a new set: judged before it is measured, and none of its rows in the fit until that is recorded
-        sets[args.prefix] = {"name": f"set {args.prefix}", "about": about,
+        sets[args.prefix] = {"name": args.name or f"set {args.prefix}", "about": about,
                              "predicted": f"h200-users-unseen{n}-predicted.json",
                              "measured": [f"h200-users-unseen{n}.jsonl"], "half_in_fit": False,
                              "rows": [list(r) for r in rows]}
