@@ -1,0 +1,207 @@
+"""Why a compiled users' row runs slower than max(host, GPU): the host's time for one step, the GPU's,
+the step's, and what the host waits on (issue 16: compiled HF BERT at 256 tokens, +42..54%).
+
+For each row (``measure_users_models.py``'s build, data and loop), after the warm-up:
+
+- ``step_ms``: steady state, 20 steps back to back (CUDA events), what ``measure_unseen.py`` measures;
+- ``host_ms``: the host's time to issue one step that starts on an idle GPU (synchronise, then time
+  ``step()`` without synchronising; median of 7). The step's kernels fit the launch queue, so the
+  host never waits on the GPU here unless the step itself synchronises;
+- ``host_sync_ms``: the same step timed to the end of its GPU work (the host's issue and the GPU's
+  tail, one step alone);
+- ``syncs``: host-device synchronisations in one step (``torch.cuda.set_sync_debug_mode``), each with
+  the innermost frames of the Python stack that caused it;
+- ``dynamo``: graphs compiled and graph breaks with their reasons (``torch._dynamo.utils.counters``);
+- ``profile``: three profiled steps: GPU busy per step, GPU idle gaps (total, the five longest with the
+  kernels on either side) and the CUDA runtime calls that took the host longest (a synchronising call
+  shows up here).
+
+    PYTHONPATH=. python3 benchmarks/compiled_overlap.py --only u10-hfbertcls-bf16-compile-64-s256 --out o.json
+    python benchmarks/compiled_overlap.py --smoke       # CPU: checks the script runs
+``--nodrop ID`` adds the row again with every dropout probability of its HF config set to 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import measure_unseen  # noqa: E402
+import measure_users_models as mum  # noqa: E402
+import torch  # noqa: E402
+from steploop import free_device, timed, warm_up  # noqa: E402
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def host_times(step, device: str, n: int = 7) -> dict:
+    issue, whole = [], []
+    for _ in range(n):
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        t1 = time.perf_counter()
+        _sync(device)
+        t2 = time.perf_counter()
+        issue.append(t1 - t0)
+        whole.append(t2 - t0)
+    return {"host_ms": statistics.median(issue) * 1e3, "host_sync_ms": statistics.median(whole) * 1e3}
+
+
+def syncs_of(step, device: str) -> list[dict]:
+    if device != "cuda":
+        return []
+    seen = []
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        frames = [f for f in traceback.extract_stack()[:-1] if "warnings.py" not in f.filename]
+        seen.append({"message": str(message)[:120],
+                     "stack": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-8:]]})
+
+    _sync(device)
+    old = warnings.showwarning
+    warnings.showwarning = record
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = record
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    finally:
+        warnings.showwarning = old
+    _sync(device)
+    return seen
+
+
+def dynamo_counters() -> dict:
+    from torch._dynamo.utils import counters
+
+    breaks = {str(k)[:200]: v for k, v in counters["graph_break"].items()}
+    return {"unique_graphs": counters["stats"].get("unique_graphs", 0),
+            "calls_captured": counters["stats"].get("calls_captured", 0),
+            "graph_breaks": sum(breaks.values()), "break_reasons": breaks}
+
+
+def profile_gaps(step, device: str, steps: int = 3) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    if device != "cuda":
+        return {}
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    kernels, runtime = [], {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            start = ev.time_range.start
+            kernels.append((start, start + ev.device_time, ev.name))
+        elif ev.name.startswith("cuda") or ev.name.startswith("cu"):
+            r = runtime.setdefault(ev.name, [0, 0.0, 0.0])
+            r[0] += 1
+            r[1] += ev.cpu_time_total
+            r[2] = max(r[2], ev.cpu_time_total)
+    kernels.sort()
+    gaps, busy, end_prev, name_prev = [], 0.0, None, ""
+    for start, end, name in kernels:
+        busy += end - start
+        if end_prev is not None and start > end_prev:
+            gaps.append((start - end_prev, name_prev[:80], name[:80]))
+        if end_prev is None or end > end_prev:
+            end_prev, name_prev = end, name
+    span = (kernels[-1][1] - kernels[0][0]) if kernels else 0.0
+    gaps.sort(reverse=True)
+    return {"span_ms_per_step": span / steps / 1e3, "busy_ms_per_step": busy / steps / 1e3,
+            "idle_ms_per_step": sum(g for g, _, _ in gaps) / steps / 1e3,
+            "idle_over_50us_ms_per_step": sum(g for g, _, _ in gaps if g > 50) / steps / 1e3,
+            "longest_gaps": [{"us": round(g, 1), "after": a, "before": b} for g, a, b in gaps[:6]],
+            "runtime_calls": {k: {"calls_per_step": n / steps, "ms_per_step": t / steps / 1e3, "max_ms": m / 1e3}
+                              for k, (n, t, m) in sorted(runtime.items(), key=lambda kv: -kv[1][1])[:10]}}
+
+
+def nodrop_row(row: dict, tmp: Path) -> dict:
+    """The row again, with its HF config's dropout probabilities set to 0 (a model of its own)."""
+    src = dict(mum.MODEL_SOURCES[row["model"]])
+    cfg = json.loads((mum.MODELS / src["config"]).read_text())
+    for k in list(cfg):
+        if "dropout" in k and isinstance(cfg[k], (int, float)):
+            cfg[k] = 0.0
+    d = tmp / f"{row['model']}-nodrop"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    name = row["model"] + "-nodrop"
+    mum.MODEL_SOURCES[name] = dict(src, config=str(d / "config.json"))
+    return dict(row, id=row["id"] + "-nodrop", model=name)
+
+
+def measure(row: dict, device: str, smoke: bool) -> dict:
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    step, net, info = mum.build_step(row, device, smoke)
+    warm_up(step, 3, device)
+    out = {"id": row["id"], **info, "dynamo": dynamo_counters()}
+    run = timed(step, 20, device)
+    out["step_ms"] = run["elapsed_s"] / 20 * 1e3
+    out.update(host_times(step, device))
+    out["syncs"] = syncs_of(step, device)
+    out["profile"] = profile_gaps(step, device)
+    del step, net
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated row ids (measure_users_models' or measure_unseen's)")
+    ap.add_argument("--nodrop", default="", help="comma-separated row ids to add again without dropout (HF rows)")
+    ap.add_argument("--out", type=Path, default=Path("overlap.json"))
+    ap.add_argument("--budget-s", type=float, default=400.0, help="start no row after this many seconds")
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny models")
+    args = ap.parse_args()
+    table = mum.SMOKE if args.smoke else mum.CONFIGS + [r for t in measure_unseen.SETS.values() for r in t]
+    rows = {c[0]: dict(zip(mum.KEYS, c)) for c in table}
+    wanted = [s for s in args.only.split(",") if s] or list(rows)[:1]
+    nodrop = [s for s in args.nodrop.split(",") if s]
+    unknown = [w for w in wanted + nodrop if w not in rows]
+    if unknown:
+        raise SystemExit(f"unknown row ids: {', '.join(unknown)}")
+    device = "cpu" if args.smoke else "cuda"
+    tmp = Path(tempfile.mkdtemp(prefix="cardwise-overlap-"))
+    todo = [rows[w] for w in wanted] + [nodrop_row(rows[w], tmp) for w in nodrop]
+    t0, out = time.perf_counter(), []
+    for row in todo:
+        if time.perf_counter() - t0 > args.budget_s:
+            out.append({"id": row["id"], "skipped": "budget"})
+            continue
+        try:
+            res = measure(row, device, args.smoke)
+        except Exception as exc:  # one broken row must not cost the call
+            res = {"id": row["id"], "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        res["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        free_device(device)
+        out.append(res)
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print(json.dumps({k: res.get(k) for k in ("id", "step_ms", "host_ms", "host_sync_ms", "error")}
+                         | {"syncs": len(res.get("syncs", [])), "breaks": res.get("dynamo", {}).get("graph_breaks"),
+                            "busy": res.get("profile", {}).get("busy_ms_per_step"),
+                            "idle": res.get("profile", {}).get("idle_ms_per_step")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
