@@ -9,6 +9,10 @@ For each row (``measure_users_models.py``'s build, data and loop), after the war
   host never waits on the GPU here unless the step itself synchronises;
 - ``host_sync_ms``: the same step timed to the end of its GPU work (the host's issue and the GPU's
   tail, one step alone);
+- ``phases_ms``: that host time split into forward (with the loss), backward, ``opt.step()`` and
+  ``zero_grad`` (medians of the same 7 steps);
+- ``gc``: Python's garbage-collector pauses during the 20 steady steps (ms per step, by generation):
+  a collection pauses the host, and a host-bound step waits for it;
 - ``syncs``: host-device synchronisations in one step (``torch.cuda.set_sync_debug_mode``), each with
   the innermost frames of the Python stack that caused it;
 - ``dynamo``: graphs compiled and graph breaks with their reasons (``torch._dynamo.utils.counters``);
@@ -19,13 +23,17 @@ For each row (``measure_users_models.py``'s build, data and loop), after the war
     PYTHONPATH=. python3 benchmarks/compiled_overlap.py --only u10-hfbertcls-bf16-compile-64-s256 --out o.json
     python benchmarks/compiled_overlap.py --smoke       # CPU: checks the script runs
 ``--nodrop ID`` adds the row again with every dropout probability of its HF config set to 0.
+``--fresh`` measures each row in a process of its own (a user's script trains one model per process;
+the measurement scripts run every row of a set in one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import gc
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,8 +54,58 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+PHASES: dict[str, list[float]] = {}  # host seconds of each phase of the steps run while it is not None
+_RECORD = [False]
+
+
+def timed_make_step(loss_fn, opt, autocast):
+    """steploop.make_step's step, phase by phase on the host clock when ``_RECORD[0]``."""
+
+    def step() -> torch.Tensor:
+        t0 = time.perf_counter()
+        with autocast:
+            loss = loss_fn()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        t4 = time.perf_counter()
+        if _RECORD[0]:
+            for name, dt in zip(("forward", "backward", "opt_step", "zero_grad"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                PHASES.setdefault(name, []).append(dt)
+        return loss.detach()
+
+    return step
+
+
+mum.make_step = timed_make_step  # build_step makes its step with this (same order of calls as steploop's)
+
+
+def gc_pauses(run) -> dict:
+    """``run()`` with the collector's pauses timed (gc.callbacks): total ms, and collections, by generation."""
+    pauses: dict[int, list[float]] = {}
+    started = [0.0]
+
+    def on_gc(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.setdefault(info["generation"], []).append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(on_gc)
+    try:
+        result = run()
+    finally:
+        gc.callbacks.remove(on_gc)
+    return result, {f"gen{g}": {"collections": len(v), "ms": sum(v) * 1e3} for g, v in sorted(pauses.items())}
+
+
 def host_times(step, device: str, n: int = 7) -> dict:
     issue, whole = [], []
+    PHASES.clear()
+    _RECORD[0] = True
     for _ in range(n):
         _sync(device)
         t0 = time.perf_counter()
@@ -57,7 +115,9 @@ def host_times(step, device: str, n: int = 7) -> dict:
         t2 = time.perf_counter()
         issue.append(t1 - t0)
         whole.append(t2 - t0)
-    return {"host_ms": statistics.median(issue) * 1e3, "host_sync_ms": statistics.median(whole) * 1e3}
+    _RECORD[0] = False
+    return {"host_ms": statistics.median(issue) * 1e3, "host_sync_ms": statistics.median(whole) * 1e3,
+            "phases_ms": {k: statistics.median(v) * 1e3 for k, v in PHASES.items()}}
 
 
 def syncs_of(step, device: str) -> list[dict]:
@@ -157,13 +217,28 @@ def measure(row: dict, device: str, smoke: bool) -> dict:
     step, net, info = mum.build_step(row, device, smoke)
     warm_up(step, 3, device)
     out = {"id": row["id"], **info, "dynamo": dynamo_counters()}
-    run = timed(step, 20, device)
+    run, pauses = gc_pauses(lambda: timed(step, 20, device))
     out["step_ms"] = run["elapsed_s"] / 20 * 1e3
+    out["gc"] = {k: {"collections": v["collections"] / 20, "ms_per_step": v["ms"] / 20} for k, v in pauses.items()}
     out.update(host_times(step, device))
     out["syncs"] = syncs_of(step, device)
     out["profile"] = profile_gaps(step, device)
     del step, net
     return out
+
+
+def fresh(row: dict, nodrop: list[str], args) -> dict:
+    """The row measured by this script in a new process (its own torch, dynamo and heap)."""
+    base = row["id"].removesuffix("-nodrop")
+    out = Path(tempfile.mkdtemp(prefix="cardwise-fresh-")) / "row.json"
+    cmd = [sys.executable, __file__, "--out", str(out), "--budget-s", "1e9"]
+    cmd += ["--only", "", "--nodrop", base] if row["id"].endswith("-nodrop") else ["--only", base]
+    if args.smoke:
+        cmd.append("--smoke")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    res = json.loads(out.read_text())[-1]
+    res["fresh_process"] = True
+    return res
 
 
 def main() -> None:
@@ -173,11 +248,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("overlap.json"))
     ap.add_argument("--budget-s", type=float, default=400.0, help="start no row after this many seconds")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny models")
+    ap.add_argument("--fresh", action="store_true", help="each row in a process of its own")
     args = ap.parse_args()
     table = mum.SMOKE if args.smoke else mum.CONFIGS + [r for t in measure_unseen.SETS.values() for r in t]
     rows = {c[0]: dict(zip(mum.KEYS, c)) for c in table}
-    wanted = [s for s in args.only.split(",") if s] or list(rows)[:1]
     nodrop = [s for s in args.nodrop.split(",") if s]
+    wanted = [s for s in args.only.split(",") if s] or ([] if nodrop else list(rows)[:1])
     unknown = [w for w in wanted + nodrop if w not in rows]
     if unknown:
         raise SystemExit(f"unknown row ids: {', '.join(unknown)}")
@@ -190,7 +266,7 @@ def main() -> None:
             out.append({"id": row["id"], "skipped": "budget"})
             continue
         try:
-            res = measure(row, device, args.smoke)
+            res = fresh(row, nodrop, args) if args.fresh else measure(row, device, args.smoke)
         except Exception as exc:  # one broken row must not cost the call
             res = {"id": row["id"], "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         res["elapsed_s"] = round(time.perf_counter() - t0, 1)
