@@ -61,6 +61,10 @@ LIGHT_KERNELS_BASE = 30  # 12 (GPT-2) to 38 (Llama) counted
 # embedding is one convolution forward and its weight gradient.
 GEMMS_PER_LAYER = {("gelu", "layernorm"): 18, ("swiglu", "rmsnorm"): 21}
 GEMMS_HEAD = {"mlm": 6, "cls": 6}
+# A math-path attention's GEMMs per layer (torch's SDPA math decomposition, compiled): forward QK^T and
+# PV, backward dV, dP, dQ and dK (the compiled HF BERT profile's 294 GEMMs per step: 222 of its linear
+# layers and 72 = 6 x 12 layers of attention; benchmarks/results/h200-profiles-2026-12-04d.json).
+MATH_ATTENTION_GEMMS = 6
 # peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
 # the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
 #   x = self._cast_input_dtype(x, lora_A.weight.dtype)   bf16 -> fp32 copy of the input: read 2, write 4 per in
@@ -99,6 +103,7 @@ class StepWork(BaseModel):
     norm_bytes: float = 0.0  # LayerNorm's kernels (traced): slower than other memory-bound ones
     permuted_bytes: float = 0.0  # elementwise work on transposed tensors (traced): PyTorch's strided kernel
     attn_bytes: float = 0.0  # compiled math-path attention: already fused, not scaled by compile
+    matmul_fp32_flops: float = 0.0  # GEMMs on CUDA cores in fp32 whatever the precision (below)
     bn_block_elems: dict[int, float] = {}  # channels -> element passes of a channel's block (NCHW)
     kernels: float = 0.0
     light_kernels: float = 0.0  # of kernels: pointwise ops and reductions (cheaper to dispatch)
@@ -172,13 +177,22 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
     if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch, model.is_transformers):
         # Compiled, this attention runs the math path (advisor.activations): its FLOPs are GEMMs
-        # (forward 2, backward 4 per score: no recompute) and its s x s tensors move bytes.
+        # (forward QK^T and PV, backward dV, dP, dQ and dK: no recompute) and its s x s tensors move
+        # bytes. Under autocast the softmax's gradient dS is fp32, so the two GEMMs that read it (dQ, dK:
+        # a third of the FLOPs) run fp32 on CUDA cores: the H200 profile of compiled HF BERT (bf16
+        # autocast, 64 x 256 tokens) shows 24 sm80_xmma_gemm_f32f32_..._ffma kernels per step, two per
+        # layer, at 0.19 ms each, 33 TFLOP/s (benchmarks/results/h200-profiles-2026-12-04d.json,
+        # u10-hfbertcls-bf16-compile-64-s256). Six GEMM launches per layer, which the eager trace counted
+        # as one attention call.
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         probs = a.n_layers * a.n_heads * tokens * tokens * mb
-        work.matmul_flops += work.attn_flops * 3.0 / 3.5
+        fp32_share = 1.0 / 3.0 if config.precision in (Precision.bf16, Precision.fp16) else 0.0
+        work.matmul_flops += work.attn_flops * 3.0 / 3.5 * (1.0 - fp32_share)
+        work.matmul_fp32_flops += work.attn_flops * 3.0 / 3.5 * fp32_share
         work.attn_flops = 0.0
         work.attn_bytes = probs * math_attention_bytes(config.precision)
+        work.matmul_calls += MATH_ATTENTION_GEMMS * a.n_layers
     lora = config.lora_rank is not None
     if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
         _scale(work, _GEMM_WORK, 2.0 / 3.0)

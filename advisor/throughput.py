@@ -167,6 +167,9 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
+    if work.matmul_fp32_flops:  # fp32 GEMMs inside a half-precision step (advisor.step_work): CUDA cores
+        fp32_peak = gpu.matmul_flops("fp32") * gpu.fraction_vs_h200(work_kind(gpu, "fp32", conv=False))
+        mm += work.matmul_fp32_flops / (fp32_peak * e["matmul|fp32"])
     conv = work.conv_flops / (conv_peak * e["conv"]) + conv_bytes / conv_traffic_rate(gpu, e, conv_layout) + transposes
     conv += work.conv_unaligned_flops / (conv_peak * e["conv_unaligned"])
     # Depthwise convolutions are direct stencils on CUDA cores with fp32 accumulation whatever the

@@ -212,15 +212,36 @@ def test_fp16_nchw_convolutions_run_channels_last_kernels_plus_layout_copies():
         gpu_seconds(work, fp16.model_copy(update={"channels_last": True}), H200.gpu, CAL)[0])
 
 def test_compiled_bidirectional_attention_with_dropout_moves_its_probabilities():
-    bert = catalog_model("bert-base")
+    bert = catalog_model("bert-base")  # the catalog's has no dropout: with it, compiled, the math path
+    assert step_work(bert, TrainConfig(micro_batch=4, seq_len=512, compile=True), CAL).attn_bytes == 0
+    bert = bert.model_copy(update={"arch": bert.arch.model_copy(update={"attn_dropout": 0.1})})
     cfg = TrainConfig(micro_batch=4, seq_len=512, precision="bf16")
     eager, compiled = step_work(bert, cfg, CAL), step_work(bert, cfg.model_copy(update={"compile": True}), CAL)
     a = bert.arch
-    if a.attn_dropout > 0:
-        assert compiled.attn_bytes == pytest.approx(a.n_layers * a.n_heads * 512**2 * 4 * math_attention_bytes(cfg.precision))
-        assert compiled.attn_flops == 0 and compiled.matmul_flops > eager.matmul_flops
+    assert compiled.attn_bytes == pytest.approx(a.n_layers * a.n_heads * 512**2 * 4 * math_attention_bytes(cfg.precision))
+    assert compiled.attn_flops == 0 and compiled.matmul_flops > eager.matmul_flops
     gpt2 = catalog_model("gpt2")  # causal: fused attention compiled too
     assert step_work(gpt2, TrainConfig(micro_batch=4, seq_len=512, compile=True), CAL).attn_bytes == 0
+
+
+def test_compiled_math_attention_runs_six_gemms_per_layer_and_its_autocast_gradients_in_fp32():
+    """The math path's GEMMs: forward QK^T and PV, backward dV, dP, dQ, dK (six launches per layer).
+    Under autocast dS is fp32, so dQ and dK (a third of the FLOPs) run on CUDA cores; in pure bf16 none."""
+    bert = catalog_model("bert-base")
+    bert = bert.model_copy(update={"arch": bert.arch.model_copy(update={"attn_dropout": 0.1})})
+    a = bert.arch
+    for precision, fp32_share in (("bf16", 1 / 3), ("fp16", 1 / 3), ("pure-bf16", 0.0)):
+        cfg = TrainConfig(micro_batch=4, seq_len=512, precision=precision)
+        eager, compiled = step_work(bert, cfg, CAL), step_work(bert, cfg.model_copy(update={"compile": True}), CAL)
+        math_flops = eager.attn_flops * 3.0 / 3.5  # no recompute: forward 4 s^2 d, backward 8 s^2 d
+        assert compiled.matmul_fp32_flops == pytest.approx(math_flops * fp32_share), precision
+        assert compiled.matmul_flops - eager.matmul_flops == pytest.approx(math_flops * (1 - fp32_share)), precision
+        assert compiled.matmul_calls - eager.matmul_calls == 6 * a.n_layers, precision
+    # On CUDA cores the fp32 third costs more than the tensor-core rest of the attention
+    bf16 = TrainConfig(micro_batch=4, seq_len=512, precision="bf16", compile=True)
+    fp32_part = StepWork(matmul_fp32_flops=1e12)
+    tensor_part = StepWork(matmul_flops=1e12)
+    assert gpu_seconds(fp32_part, bf16, H200.gpu, CAL)[0] > 5 * gpu_seconds(tensor_part, bf16, H200.gpu, CAL)[0]
 
 
 def test_small_batches_are_host_bound_for_a_traced_cnn_too():
