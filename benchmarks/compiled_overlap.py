@@ -80,8 +80,6 @@ def timed_make_step(loss_fn, opt, autocast):
     return step
 
 
-mum.make_step = timed_make_step  # build_step makes its step with this (same order of calls as steploop's)
-
 
 def gc_pauses(run) -> dict:
     """``run()`` with the collector's pauses timed (gc.callbacks): total ms, and collections, by generation."""
@@ -214,7 +212,11 @@ def measure(row: dict, device: str, smoke: bool) -> dict:
     from torch._dynamo.utils import counters
 
     counters.clear()
-    step, net, info = mum.build_step(row, device, smoke)
+    plain, mum.make_step = mum.make_step, timed_make_step  # build_step makes its step with it (same calls)
+    try:
+        step, net, info = mum.build_step(row, device, smoke)
+    finally:
+        mum.make_step = plain
     warm_up(step, 3, device)
     out = {"id": row["id"], **info, "dynamo": dynamo_counters()}
     run, pauses = gc_pauses(lambda: timed(step, 20, device))
