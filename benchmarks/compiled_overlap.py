@@ -18,7 +18,8 @@ For each row (``measure_users_models.py``'s build, data and loop), after the war
 - ``dynamo``: graphs compiled and graph breaks with their reasons (``torch._dynamo.utils.counters``);
 - ``profile``: three profiled steps: GPU busy per step, GPU idle gaps (total, the five longest with the
   kernels on either side) and the CUDA runtime calls that took the host longest (a synchronising call
-  shows up here).
+  shows up here). The first of them starts on an idle GPU and the profiler slows the host, so the gaps
+  are an upper bound on a steady step's, not a measure of it (``step_ms`` against ``busy`` is).
 
     PYTHONPATH=. python3 benchmarks/compiled_overlap.py --only u10-hfbertcls-bf16-compile-64-s256 --out o.json
     python benchmarks/compiled_overlap.py --smoke       # CPU: checks the script runs
@@ -129,19 +130,14 @@ def syncs_of(step, device: str) -> list[dict]:
                      "stack": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-8:]]})
 
     _sync(device)
-    old = warnings.showwarning
-    warnings.showwarning = record
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.showwarning = record
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                step()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-    finally:
-        warnings.showwarning = old
+    with warnings.catch_warnings():  # restores showwarning and the filters on the way out
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
     _sync(device)
     return seen
 
