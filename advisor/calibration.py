@@ -76,7 +76,7 @@ class Calibration(BaseModel):
     host_dispatch_ref_us: float | None = None
     # Host time of a compiled step (inductor, default mode), per kind ("cnn", "transformer"): a fixed
     # part (guards, the AOT runtime wrapper) plus a time per GEMM or convolution launch (each is an
-    # extern kernel its Python wrapper launches, with the fused Triton kernels between it and the next.
+    # extern kernel its Python wrapper launches, with the fused Triton kernels between it and the next).
     # benchmarks/compiled_host_per_launch.py: the four host-bound compiled transformers measured on the
     # reference host took 0.102-0.118 ms per launch and 0.025-0.029 ms per eager op; compiled Mistral
     # at batch 8 (its step the host's; 1,751 eager ops, op-by-op RMSNorm and rotary) 0.107 ms per launch

@@ -115,7 +115,7 @@ class StepWork(BaseModel):
 
 def trace_key(p: Precision) -> str:
     """The traced precision a configuration runs as (fp16 autocast casts like bf16)."""
-    if p in (Precision.bf16, Precision.fp16):
+    if p.autocast:
         return "bf16"
     return "pure-bf16" if p is Precision.pure_bf16 else "fp32"
 
@@ -175,24 +175,13 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
                         conv_calls=2.0 if a.patch_size else 0.0)
     else:
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")
-    if config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch, model.is_transformers):
-        # Compiled, this attention runs the math path (advisor.activations): its FLOPs are GEMMs
-        # (forward QK^T and PV, backward dV, dP, dQ and dK: no recompute) and its s x s tensors move
-        # bytes. Under autocast the softmax's gradient dS is fp32, so the two GEMMs that read it (dQ, dK:
-        # a third of the FLOPs) run fp32 on CUDA cores: the H200 profile of compiled HF BERT (bf16
-        # autocast, 64 x 256 tokens) shows 24 sm80_xmma_gemm_f32f32_..._ffma kernels per step, two per
-        # layer, at 0.19 ms each, 33 TFLOP/s (benchmarks/results/h200-profiles-2026-12-04d.json,
-        # u10-hfbertcls-bf16-compile-64-s256). Six GEMM launches per layer, which the eager trace counted
-        # as one attention call.
-        a = model.arch
-        tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-        probs = a.n_layers * a.n_heads * tokens * tokens * mb
-        fp32_share = 1.0 / 3.0 if config.precision in (Precision.bf16, Precision.fp16) else 0.0
-        work.matmul_flops += work.attn_flops * 3.0 / 3.5 * (1.0 - fp32_share)
-        work.matmul_fp32_flops += work.attn_flops * 3.0 / 3.5 * fp32_share
+    # Compiled, this attention runs the math path (advisor.activations): its work is GEMMs and s x s
+    # tensors, added after LoRA's and checkpointing's scalings below, which are for weight GEMMs.
+    math_path = config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch,
+                                                                                             model.is_transformers)
+    attn_forward = work.attn_flops / 3.5 if math_path else 0.0  # QK^T and PV: 1 of flash's 3.5 passes
+    if math_path:
         work.attn_flops = 0.0
-        work.attn_bytes = probs * math_attention_bytes(config.precision)
-        work.matmul_calls += MATH_ATTENTION_GEMMS * a.n_layers
     lora = config.lora_rank is not None
     if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
         _scale(work, _GEMM_WORK, 2.0 / 3.0)
@@ -215,7 +204,30 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.bytes += a.n_layers * per_tok * tokens
         work.kernels += a.n_layers * len(shapes) * (fwds * LORA_FWD_KERNELS + LORA_BWD_KERNELS)
         work.light_kernels += a.n_layers * len(shapes) * LORA_LIGHT_KERNELS * (fwds + 1) / 2
+    if math_path:
+        _add_math_attention(work, model, config, attn_forward)
     return work
+
+
+def _add_math_attention(work: StepWork, model: ModelSpec, config: TrainConfig, forward_flops: float) -> None:
+    """A compiled math-path attention's work: its GEMMs (forward QK^T and PV, backward dV, dP, dQ and
+    dK, no recompute; checkpointing runs the forward's two again) and its s x s tensors' bytes.
+
+    Under autocast the softmax's gradient dS is fp32, so the two GEMMs that read it (dQ, dK: as many
+    FLOPs as the forward's two) run fp32 on CUDA cores: the H200 profile of compiled HF BERT (bf16
+    autocast, 64 x 256 tokens) shows 24 sm80_xmma_gemm_f32f32_..._ffma kernels per step, two per layer,
+    at 0.19 ms each, 33 TFLOP/s (benchmarks/results/h200-profiles-2026-12-04d.json,
+    u10-hfbertcls-bf16-compile-64-s256). The eager trace counted the attention as one call; compiled, it
+    is MATH_ATTENTION_GEMMS launches per layer."""
+    a = model.arch
+    tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
+    probs = a.n_layers * a.n_heads * tokens * tokens * config.micro_batch
+    forwards = 2.0 if config.grad_ckpt else 1.0
+    fp32 = config.precision.autocast
+    work.matmul_flops += forward_flops * (forwards + (1.0 if fp32 else 2.0))  # forward(s), dV + dP (+ dQ + dK)
+    work.matmul_fp32_flops += forward_flops if fp32 else 0.0  # dQ + dK
+    work.matmul_calls += (MATH_ATTENTION_GEMMS + 2 * (forwards - 1)) * a.n_layers
+    work.attn_bytes += probs * math_attention_bytes(config.precision, forwards)
 
 
 # GEMM work (LoRA drops a third of it; checkpointing adds the recomputed forward's share), and the other
@@ -240,13 +252,14 @@ def _attention_flops(model: ModelSpec, config: TrainConfig) -> float:
     return 3.5 * 4.0 * a.n_layers * a.d_model * tokens * tokens * (0.5 if a.causal else 1.0)
 
 
-def math_attention_bytes(p: Precision) -> float:
+def math_attention_bytes(p: Precision, forwards: float = 1.0) -> float:
     """Bytes a compiled math-path attention moves per probability element (per head, query, key),
-    kernel by kernel as inductor fuses them: forward, the QK^T GEMM writes the scores (c), one fused
-    scale-mask-softmax-dropout kernel reads them (c) and writes the probabilities (c), the dropped
-    ones (c) and the bool mask (1), the PV GEMM reads the dropped ones (c); backward, the dV GEMM
-    reads them again (c), the dP GEMM writes dP (c), one fused dropout-softmax backward reads dP,
-    the mask and the probabilities (2c + 1) and writes dS (c), and the dQ and dK GEMMs read dS (2c).
-    Softmax runs in fp32 under autocast (torch.amp's fp32 list), so c = 4 there; 2 in pure-bf16."""
+    kernel by kernel as inductor fuses them: forward (5c + 1, ``forwards`` times: checkpointing runs it
+    twice), the QK^T GEMM writes the scores (c), one fused scale-mask-softmax-dropout kernel reads them
+    (c) and writes the probabilities (c), the dropped ones (c) and the bool mask (1), the PV GEMM reads
+    the dropped ones (c); backward (7c + 1), the dV GEMM reads them again (c), the dP GEMM writes dP
+    (c), one fused dropout-softmax backward reads dP, the mask and the probabilities (2c + 1) and
+    writes dS (c), and the dQ and dK GEMMs read dS (2c). Softmax runs in fp32 under autocast
+    (torch.amp's fp32 list), so c = 4 there; 2 in pure-bf16."""
     c = 2 if p is Precision.pure_bf16 else 4
-    return 12 * c + 2
+    return forwards * (5 * c + 1) + 7 * c + 1

@@ -65,12 +65,12 @@ COMPILED_KERNELS = 0.85
 # Functions, Data and Filter Formats; NVIDIA's Convolutional Layers User's Guide, "Tensor Layouts In
 # Memory: NCHW vs NHWC": NHWC avoids the transposes).
 NCHW_HALF_TRANSPOSES = 2.0
-# Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
-# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
-# not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
 # The GPU the packaged calibration was fit on (benchmarks/fit_calibration.py): rates that are not
 # fractions of a datasheet figure (convolution traffic, per-launch tails) carry to another GPU from it.
 REFERENCE_GPU = get_gpu("H200")
+# Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
+# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
+# not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
 _OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
 
 
@@ -228,9 +228,8 @@ def conv_traffic_rate(gpu: GpuSpec, e: dict[str, float], layout: str) -> float:
     GPU runs it at the H200's rate scaled by its SM cycles, up to its own DRAM ceiling (the
     elementwise rate on its bandwidth); both at its architecture's bandwidth fraction. On the H200
     it is the fit's rate whatever the fit tries (the ceiling is never below it there)."""
-    ref = REFERENCE_GPU
     fraction = e[f"conv_bytes|{layout}"]
-    sm_rate = fraction * ref.mem_bw * gpu.sm_cycles / ref.sm_cycles
+    sm_rate = fraction * REFERENCE_GPU.mem_bw * gpu.sm_cycles / REFERENCE_GPU.sm_cycles
     return min(sm_rate, max(e["bytes"], fraction) * gpu.mem_bw) * gpu.fraction_vs_h200("bandwidth")
 
 

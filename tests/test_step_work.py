@@ -237,6 +237,18 @@ def test_compiled_math_attention_runs_six_gemms_per_layer_and_its_autocast_gradi
         assert compiled.matmul_fp32_flops == pytest.approx(math_flops * fp32_share), precision
         assert compiled.matmul_flops - eager.matmul_flops == pytest.approx(math_flops * (1 - fp32_share)), precision
         assert compiled.matmul_calls - eager.matmul_calls == 6 * a.n_layers, precision
+    # LoRA's cut is for weight GEMMs, not attention's; checkpointing runs the forward's QK^T and PV again
+    bf16 = TrainConfig(micro_batch=4, seq_len=512, precision="bf16")
+    for update, forwards in (({"lora_rank": 16}, 1), ({"grad_ckpt": True}, 2), ({"lora_rank": 16, "grad_ckpt": True}, 2)):
+        cfg = bf16.model_copy(update=update)
+        eager, compiled = step_work(bert, cfg, CAL), step_work(bert, cfg.model_copy(update={"compile": True}), CAL)
+        forward = step_work(bert, bf16, CAL).attn_flops / 3.5
+        assert compiled.matmul_fp32_flops == pytest.approx(forward), update
+        assert compiled.matmul_flops - eager.matmul_flops == pytest.approx(forward * (forwards + 1)), update
+        assert compiled.matmul_calls - eager.matmul_calls == pytest.approx((6 + 2 * (forwards - 1)) * a.n_layers), update
+        assert compiled.attn_bytes == pytest.approx(
+            a.n_layers * a.n_heads * 512**2 * 4 * math_attention_bytes(cfg.precision, forwards)), update
+    assert math_attention_bytes(bf16.precision, 2) - math_attention_bytes(bf16.precision) == 5 * 4 + 1
     # On CUDA cores the fp32 third costs more than the tensor-core rest of the attention
     bf16 = TrainConfig(micro_batch=4, seq_len=512, precision="bf16", compile=True)
     fp32_part = StepWork(matmul_fp32_flops=1e12)
