@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fit_calibration as fc  # noqa: E402  (puts the checkout on sys.path)
-from advisor.calibration import PACKAGED, Calibration  # noqa: E402
+from advisor.calibration import default_calibration  # noqa: E402
 from advisor.gpus import get_gpu  # noqa: E402
 from advisor.step_work import step_work  # noqa: E402
 
@@ -46,7 +46,7 @@ def main() -> None:
     profiles = {p["id"]: (f.name, p) for f in sorted(RESULTS.glob("h200-profiles-2026-12-04*.json"))
                 for p in json.loads(f.read_text())}
     _, rows = fc.all_rows()
-    cal = Calibration.model_validate_json(PACKAGED.read_text())
+    cal = default_calibration()
     bw = get_gpu("H200").mem_bw
     print("| row | profile | kind | census GB | kernels ms | TB/s | of bandwidth |")
     print("|---|---|---|---:|---:|---:|---:|")

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fit_calibration as fc  # noqa: E402  (puts the checkout on sys.path)
-from advisor.calibration import PACKAGED, Calibration  # noqa: E402
+from advisor.calibration import default_calibration  # noqa: E402
 from advisor.gpus import get_gpu  # noqa: E402
 from advisor.hardware import HardwareSpec  # noqa: E402
 from advisor.step_work import step_work  # noqa: E402
@@ -33,7 +33,7 @@ HOST_BOUND = 0.7  # GPU term under this share of the measured step: the host set
 
 def main() -> None:
     _, rows = fc.all_rows()
-    cal = Calibration.model_validate_json(PACKAGED.read_text())
+    cal = default_calibration()
     hw = HardwareSpec(gpu=get_gpu("H200"))
     print("| id | split | measured ms | at reference host ms | host term ms | GPU term ms | launches | "
           "eager ops | ms per launch | ms per eager op | |")

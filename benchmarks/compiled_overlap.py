@@ -47,12 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure_unseen  # noqa: E402
 import measure_users_models as mum  # noqa: E402
 import torch  # noqa: E402
-from steploop import free_device, timed, warm_up  # noqa: E402
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+from steploop import free_device, sync, timed, warm_up  # noqa: E402
 
 
 PHASES: dict[str, list[float]] = {}  # host seconds of each phase of the steps run while it is not None
@@ -106,11 +101,11 @@ def host_times(step, device: str, n: int = 7) -> dict:
     PHASES.clear()
     _RECORD[0] = True
     for _ in range(n):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         step()
         t1 = time.perf_counter()
-        _sync(device)
+        sync(device)
         t2 = time.perf_counter()
         issue.append(t1 - t0)
         whole.append(t2 - t0)
@@ -129,7 +124,7 @@ def syncs_of(step, device: str) -> list[dict]:
         seen.append({"message": str(message)[:120],
                      "stack": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-8:]]})
 
-    _sync(device)
+    sync(device)
     with warnings.catch_warnings():  # restores showwarning and the filters on the way out
         warnings.simplefilter("always")
         warnings.showwarning = record
@@ -138,7 +133,7 @@ def syncs_of(step, device: str) -> list[dict]:
             step()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    _sync(device)
+    sync(device)
     return seen
 
 
@@ -156,11 +151,11 @@ def profile_gaps(step, device: str, steps: int = 3) -> dict:
 
     if device != "cuda":
         return {}
-    _sync(device)
+    sync(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
-        _sync(device)
+        sync(device)
     kernels, runtime = [], {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
@@ -248,16 +243,11 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny models")
     ap.add_argument("--fresh", action="store_true", help="each row in a process of its own")
     args = ap.parse_args()
-    table = mum.SMOKE if args.smoke else mum.CONFIGS + [r for t in measure_unseen.SETS.values() for r in t]
-    rows = {c[0]: dict(zip(mum.KEYS, c)) for c in table}
     nodrop = [s for s in args.nodrop.split(",") if s]
-    wanted = [s for s in args.only.split(",") if s] or ([] if nodrop else list(rows)[:1])
-    unknown = [w for w in wanted + nodrop if w not in rows]
-    if unknown:
-        raise SystemExit(f"unknown row ids: {', '.join(unknown)}")
+    wanted = [s for s in args.only.split(",") if s] or ([] if nodrop else list(measure_unseen.rows_by_id(args.smoke))[:1])
     device = "cpu" if args.smoke else "cuda"
     tmp = Path(tempfile.mkdtemp(prefix="cardwise-overlap-"))
-    todo = [rows[w] for w in wanted] + [nodrop_row(rows[w], tmp) for w in nodrop]
+    todo = measure_unseen.pick(wanted, args.smoke) + [nodrop_row(r, tmp) for r in measure_unseen.pick(nodrop, args.smoke)]
     t0, out = time.perf_counter(), []
     for row in todo:
         if time.perf_counter() - t0 > args.budget_s:

@@ -41,8 +41,7 @@ def main() -> None:
     from launcher import host_dispatch
 
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
-    by_id = {r[0]: dict(zip(mum.KEYS, r)) for t in measure_unseen.SETS.values() for r in t}
-    rows = [by_id[i] for i in ROWS]
+    rows = measure_unseen.pick(list(ROWS))
     began = time.perf_counter()
     with args.out.open("w") as f:
         f.write(json.dumps(mum.header(device)) + "\n")

@@ -41,6 +41,22 @@ def load_sets(path: Path = SETS_FILE) -> dict[str, list[tuple]]:
 SETS = load_sets()
 
 
+def rows_by_id(smoke: bool = False) -> dict[str, dict]:
+    """Every row a measurement script can name, by id: measure_users_models' table (its tiny SMOKE rows
+    with ``smoke``) and every unseen set's."""
+    table = mum.SMOKE if smoke else mum.CONFIGS + [r for t in SETS.values() for r in t]
+    return {c[0]: dict(zip(mum.KEYS, c)) for c in table}
+
+
+def pick(ids: list[str], smoke: bool = False) -> list[dict]:
+    """The rows of these ids (rows_by_id), in this order; an unknown id stops the script, naming it."""
+    rows = rows_by_id(smoke)
+    unknown = [i for i in ids if i not in rows]
+    if unknown:
+        raise SystemExit(f"unknown row ids: {', '.join(unknown)}")
+    return [rows[i] for i in ids]
+
+
 
 def predict(path: Path, table: list[tuple]) -> None:
     """``advise estimate FLAGS --gpu H200`` for every row, written before the rows are measured."""

@@ -89,19 +89,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny models")
     args = ap.parse_args()
-    table = mum.SMOKE if args.smoke else mum.CONFIGS + [r for t in measure_unseen.SETS.values() for r in t]
-    rows = {c[0]: dict(zip(mum.KEYS, c)) for c in table}
-    wanted = [s for s in args.only.split(",") if s] or list(rows)[:1]
-    unknown = [w for w in wanted if w not in rows]
-    if unknown:
-        raise SystemExit(f"unknown row ids: {', '.join(unknown)}")
+    wanted = [s for s in args.only.split(",") if s] or list(measure_unseen.rows_by_id(args.smoke))[:1]
     device = "cpu" if args.smoke else "cuda"
     out = []
-    for rid in wanted:
+    for row in measure_unseen.pick(wanted, args.smoke):
         try:
-            res = profile_row(rows[rid], device, args.steps, args.smoke)
+            res = profile_row(row, device, args.steps, args.smoke)
         except Exception as exc:  # one broken row must not cost the call
-            res = dict(id=rid, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+            res = dict(id=row["id"], error=f"{type(exc).__name__}: {str(exc)[:300]}")
         free_device(device)
         out.append(res)
         args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -14,7 +14,7 @@ scripts without cardwise's dependencies):
 - ``memory``: peak allocated and reserved over the timed steps and the device memory in use
   (DESIGN.md's ``peak_gib`` and ``device_gib``), in GiB.
 - ``ceilings``: the two roofs of the device (bf16 matmul rate, copy bandwidth), device/METHOD.md.
-- ``free_device`` and ``is_oom``: what runs between two rows.
+- ``free_device`` and ``is_oom``: what runs between two rows; ``sync``: wait for the device's queue.
 
 Used as ``import steploop`` from the scripts in this directory (Python puts a script's directory
 first on ``sys.path``).
@@ -43,7 +43,8 @@ def make_step(loss_fn: Callable[[], torch.Tensor], opt: torch.optim.Optimizer, a
     return step
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
+    """Wait for the device's queued work (CUDA); nothing elsewhere."""
     if device == "cuda":
         torch.cuda.synchronize()
 
@@ -55,11 +56,11 @@ def warm_up(step: Callable[[], torch.Tensor], warmup: int, device: str) -> dict:
     first_loss = float(step())  # first optimizer step: compilation happens here, states now exist
     for _ in range(max(0, warmup - 2)):
         step()
-    _sync(device)
+    sync(device)
     t_last = time.perf_counter()
     if warmup >= 2:
         step()
-        _sync(device)
+        sync(device)
     now = time.perf_counter()
     return {"first_loss": first_loss, "warmup_s": now - t0,
             "last_warm_s": now - t_last if warmup >= 2 else now - t0}
@@ -79,7 +80,7 @@ def timed(step: Callable[[], torch.Tensor], steps: int, device: str) -> dict:
         loss = step()
     if cuda:
         end.record()
-    _sync(device)
+    sync(device)
     host_s = time.perf_counter() - t1
     elapsed = start.elapsed_time(end) / 1e3 if cuda else host_s
     return {"elapsed_s": elapsed, "host_s": host_s, "last_loss": float(loss) if loss is not None else None}
