@@ -62,8 +62,10 @@ LIGHT_KERNELS_BASE = 30  # 12 (GPT-2) to 38 (Llama) counted
 GEMMS_PER_LAYER = {("gelu", "layernorm"): 18, ("swiglu", "rmsnorm"): 21}
 GEMMS_HEAD = {"mlm": 6, "cls": 6}
 # A math-path attention's GEMMs per layer (torch's SDPA math decomposition, compiled): forward QK^T and
-# PV, backward dV, dP, dQ and dK (the compiled HF BERT profile's 294 GEMMs per step: 222 of its linear
-# layers and 72 = 6 x 12 layers of attention; benchmarks/results/h200-profiles-2026-12-04d.json).
+# PV, backward dV, dP, dQ and dK. The compiled HF BERT profile (benchmarks/results/h200-profiles-2026-12-04d.json,
+# u10-hfbertcls-bf16-compile-64-s256) has 294 GEMMs per step: 342 in its "gemm" group and the 24 fp32
+# ones profile_users_rows.py groups as "conv", less 72 cuBLAS splitKreduce kernels; 222 are its linear
+# layers' (12 x 6 x 3, pooler and classifier 3 each), 72 = 6 x 12 layers of attention.
 MATH_ATTENTION_GEMMS = 6
 # peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
 # the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
@@ -216,7 +218,7 @@ def _add_math_attention(work: StepWork, model: ModelSpec, config: TrainConfig, f
     Under autocast the softmax's gradient dS is fp32, so the two GEMMs that read it (dQ, dK: as many
     FLOPs as the forward's two) run fp32 on CUDA cores: the H200 profile of compiled HF BERT (bf16
     autocast, 64 x 256 tokens) shows 24 sm80_xmma_gemm_f32f32_..._ffma kernels per step, two per layer,
-    at 0.19 ms each, 33 TFLOP/s (benchmarks/results/h200-profiles-2026-12-04d.json,
+    4.63 ms for 24 GEMMs of 2 x 256^2 x 768 x 64 FLOPs, 33 TFLOP/s (benchmarks/results/h200-profiles-2026-12-04d.json,
     u10-hfbertcls-bf16-compile-64-s256). The eager trace counted the attention as one call; compiled, it
     is MATH_ATTENTION_GEMMS launches per layer."""
     a = model.arch
