@@ -223,13 +223,14 @@ def measure(row: dict, device: str, smoke: bool) -> dict:
 def fresh(row: dict, nodrop: list[str], args) -> dict:
     """The row measured by this script in a new process (its own torch, dynamo and heap)."""
     base = row["id"].removesuffix("-nodrop")
-    out = Path(tempfile.mkdtemp(prefix="cardwise-fresh-")) / "row.json"
-    cmd = [sys.executable, __file__, "--out", str(out), "--budget-s", "1e9"]
-    cmd += ["--only", "", "--nodrop", base] if row["id"].endswith("-nodrop") else ["--only", base]
-    if args.smoke:
-        cmd.append("--smoke")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    res = json.loads(out.read_text())[-1]
+    with tempfile.TemporaryDirectory(prefix="cardwise-fresh-") as tmp:
+        out = Path(tmp) / "row.json"
+        cmd = [sys.executable, __file__, "--out", str(out), "--budget-s", "1e9"]
+        cmd += ["--only", "", "--nodrop", base] if row["id"].endswith("-nodrop") else ["--only", base]
+        if args.smoke:
+            cmd.append("--smoke")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        res = json.loads(out.read_text())[-1]
     res["fresh_process"] = True
     return res
 
@@ -246,7 +247,7 @@ def main() -> None:
     nodrop = [s for s in args.nodrop.split(",") if s]
     wanted = [s for s in args.only.split(",") if s] or ([] if nodrop else list(measure_unseen.rows_by_id(args.smoke))[:1])
     device = "cpu" if args.smoke else "cuda"
-    tmp = Path(tempfile.mkdtemp(prefix="cardwise-overlap-"))
+    tmp = Path(tempfile.mkdtemp(prefix="cardwise-overlap-"))  # the no-dropout configs, read as rows are built
     todo = measure_unseen.pick(wanted, args.smoke) + [nodrop_row(r, tmp) for r in measure_unseen.pick(nodrop, args.smoke)]
     t0, out = time.perf_counter(), []
     for row in todo:
