@@ -67,6 +67,9 @@ GEMMS_HEAD = {"mlm": 6, "cls": 6}
 # ones profile_users_rows.py groups as "conv", less 72 cuBLAS splitKreduce kernels; 222 are its linear
 # layers' (12 x 6 x 3, pooler and classifier 3 each), 72 = 6 x 12 layers of attention.
 MATH_ATTENTION_GEMMS = 6
+# Fused attention's training FLOPs in forwards' worth: the forward, and a backward that recomputes the
+# scores, 2.5x the forward (FlashAttention, Dao 2022).
+FLASH_PASSES = 3.5
 # peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
 # the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
 #   x = self._cast_input_dtype(x, lora_A.weight.dtype)   bf16 -> fp32 copy of the input: read 2, write 4 per in
@@ -181,7 +184,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     # tensors, added after LoRA's and checkpointing's scalings below, which are for weight GEMMs.
     math_path = config.compile and model.arch is not None and compiled_attention_keeps_probs(model.arch,
                                                                                              model.is_transformers)
-    attn_forward = work.attn_flops / 3.5 if math_path else 0.0  # QK^T and PV: 1 of flash's 3.5 passes
+    attn_forward = work.attn_flops / FLASH_PASSES if math_path else 0.0  # the forward's QK^T and PV
     if math_path:
         work.attn_flops = 0.0
     lora = config.lora_rank is not None
@@ -193,7 +196,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         # recomputed forward is half of what is left, not a third.
         _scale(work, _GEMM_WORK, 1 + (1.0 / 2.0 if lora else fwd))
         _scale(work, _FORWARD_SHARE_WORK, 1 + fwd)
-        work.attn_flops *= 1 + 1 / 3.5
+        work.attn_flops *= 1 + 1 / FLASH_PASSES  # its forward once more
         # the statistics' pass again: one of the four passes a block makes (1 forward, 3 backward)
         work.bn_block_elems = {c: v * 1.25 for c, v in work.bn_block_elems.items()}
     if lora and model.arch is not None:
@@ -251,7 +254,7 @@ def _attention_flops(model: ModelSpec, config: TrainConfig) -> float:
     causal; backward recomputes the scores, 2.5x the forward (FlashAttention, Dao 2022)."""
     a = model.arch
     tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-    return 3.5 * 4.0 * a.n_layers * a.d_model * tokens * tokens * (0.5 if a.causal else 1.0)
+    return FLASH_PASSES * 4.0 * a.n_layers * a.d_model * tokens * tokens * (0.5 if a.causal else 1.0)
 
 
 def math_attention_bytes(p: Precision, forwards: float = 1.0) -> float:
