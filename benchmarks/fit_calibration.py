@@ -106,14 +106,19 @@ def dispatch_us(path: Path) -> float | None:
 
 
 def host_factor_of(path: Path, row: dict | None = None) -> float:
-    """The host that measured the file over the reference host (HOSTBOUND's): the dispatch speed in
-    the file's header (launcher.host_dispatch at the call's start, as `advise probe` measures a user's
-    machine once), else the row's own (measure_users_models.py measures it after every row); 1.0 when
-    neither or the reference was not measured. The header comes first because the per-row readings
-    run right after a row's teardown and read 1.06-1.37x the header in the third unseen set (header
-    0.96x the reference): with them its rows are predicted worse (13.0% median, 31.9% worst) than
-    with the header (11.7%, 27.7%)."""
-    here = (dispatch_us(path) if path.exists() else None) or (row or {}).get("host_dispatch_us")
+    """The host that measured the row over the reference host (HOSTBOUND's header), by the first of:
+    the probes taken inside the row, between its timed rounds (``host_dispatch_in_row_us``,
+    measure_users_models.py --rounds; from the thirteenth set); the dispatch speed in the file's
+    header (launcher.host_dispatch at the call's start, as `advise probe` measures a user's machine
+    once); the row's reading after its teardown. 1.0 when none or the reference was not measured.
+    The header comes before the after-teardown reading because those ran right after a row's
+    teardown and read 1.06-1.37x the header in the third unseen set (header 0.96x the reference):
+    with them its rows are predicted worse (13.0% median, 31.9% worst) than with the header (11.7%,
+    27.7%). The in-row probes run with the model alive and the device idle, in the seconds the row
+    is timed: the host drifts within a call (1.6x across the twelfth call's after-row readings)."""
+    row = row or {}
+    here = row.get("host_dispatch_in_row_us") or (dispatch_us(path) if path.exists() else None) \
+        or row.get("host_dispatch_us")
     ref = dispatch_us(HOSTBOUND) if HOSTBOUND.exists() else None
     return here / ref if here and ref else 1.0
 

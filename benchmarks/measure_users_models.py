@@ -37,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -286,7 +287,13 @@ def build_step(row: dict, device: str, smoke: bool):
 
 
 def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: int, max_steps: int,
-               smoke: bool) -> dict:
+               smoke: bool, rounds: int = 1) -> dict:
+    """Build, warm up and time one row. With ``rounds`` > 1 the timed steps run that many times, each
+    round after a host probe of its own (launcher.host_dispatch, the model alive and the device idle):
+    ``step_s`` is the median round's and ``host_dispatch_in_row_us`` the median probe, so that a row is
+    judged against the host speed of the seconds it ran in (a host-bound row and the probe moved
+    7-17% within 45 s on one machine: "The host probe and the host-bound rows in one call" in
+    benchmarks/results/h200-users.md)."""
     model = row["model"]
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -297,13 +304,21 @@ def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: 
     out = dict(row)
     if cuda:
         out["warmup_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
-    elapsed = run["elapsed_s"]
+    timings = []
+    for _ in range(max(1, rounds)):
+        probe = host_dispatch_of(device, windows=3) if rounds > 1 else None
+        run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
+        timings.append({"step_s": run["elapsed_s"] / steps, "host_step_s": run["host_s"] / steps,
+                        "host_dispatch_us": probe, "last_loss": run["last_loss"]})
+    middle = sorted(timings, key=lambda t: t["step_s"])[len(timings) // 2]
     out.update(source=source_of(model), cardwise_flags=cardwise_flags(row), oom=False, steps=steps,
-               step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed,
-               host_step_s=run["host_s"] / steps, warmup_s=warm["warmup_s"], first_loss=warm["first_loss"],
-               last_loss=run["last_loss"], params=sum(p.numel() for p in net.parameters()),
+               step_s=middle["step_s"], samples_per_s=row["micro_batch"] / middle["step_s"],
+               host_step_s=middle["host_step_s"], warmup_s=warm["warmup_s"], first_loss=warm["first_loss"],
+               last_loss=timings[-1]["last_loss"], params=sum(p.numel() for p in net.parameters()),
                param_dtype=str(next(net.parameters()).dtype).replace("torch.", ""), **info)
+    if rounds > 1:
+        out["rounds"] = timings
+        out["host_dispatch_in_row_us"] = statistics.median(t["host_dispatch_us"] for t in timings)
     # This host's dispatch speed right after the row (launcher.host_dispatch; the header has it at the
     # call's start): a host-bound row is predicted for the host it ran on, which can drift within a call.
     out["host_dispatch_us"] = host_dispatch_of(device)
@@ -323,6 +338,18 @@ def host_dispatch_of(device: str, windows: int = 5) -> float:
     return host_dispatch.measure(device, windows=2 if device == "cpu" else windows)["us_per_step"]
 
 
+def cpu_model() -> str | None:
+    """The host CPU's model name (/proc/cpuinfo): host-bound rows moved differently between calls'
+    machines (benchmarks/results/h200-users.md, "The host probe and the host-bound rows in one call")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def header(device: str) -> dict:
     try:
         import transformers
@@ -337,7 +364,7 @@ def header(device: str) -> dict:
          "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
          "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
          "float32_matmul_precision": torch.get_float32_matmul_precision(),
-         "cudnn_benchmark": torch.backends.cudnn.benchmark}
+         "cudnn_benchmark": torch.backends.cudnn.benchmark, "cpu": cpu_model()}
     if device == "cuda":
         h.update(ceilings(device))
         free, total = torch.cuda.mem_get_info()
@@ -379,6 +406,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated config ids to run, in this order")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up steps (compile happens in the first)")
     ap.add_argument("--target-s", type=float, default=1.5, help="timed region length that sets the step count")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time each row this many times, a host probe before each; report the median round")
     ap.add_argument("--min-steps", type=int, default=5)
     ap.add_argument("--max-steps", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=540,
@@ -411,13 +440,14 @@ def main() -> None:
         f.write(json.dumps(head) + "\n")
         for row in rows:
             spent = time.perf_counter() - began
-            if spent + EXPECTED_S[row["compile"]] > args.budget_s:
+            expected = EXPECTED_S[row["compile"]] + (args.rounds - 1) * (args.target_s + 0.3)  # + rounds, probes
+            if spent + expected > args.budget_s:
                 print(f"budget: skipping {row['id']} ({spent:.0f} s spent of {args.budget_s:.0f})", flush=True)
                 continue
             res, failure = None, None
             try:
                 res = run_config(row, device, args.warmup, args.target_s, args.min_steps, args.max_steps,
-                                 args.smoke)
+                                 args.smoke, args.rounds)
             except Exception as exc:  # one broken row must not cost the whole call
                 failure = (is_oom(exc), f"{type(exc).__name__}: {str(exc)[:300]}")
                 del exc

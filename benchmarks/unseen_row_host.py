@@ -1,7 +1,8 @@
-"""The unseen sets' throughput errors with two host corrections: the call's (the dispatch probe in the
-file's header, measured at the call's start: what ``advise probe`` gives a user, and what
-fit_calibration.py reports) and each row's own (the probe measured right after that row,
-``host_dispatch_us``). The gap between the two is the host's drift within one call.
+"""The unseen sets' throughput errors with three host corrections: the call's (the dispatch probe in the
+file's header, measured at the call's start: what ``advise probe`` gives a user), each row's after its
+teardown (``host_dispatch_us``), and from the thirteenth set each row's own, the median of the probes
+between its timed rounds (``host_dispatch_in_row_us``, which fit_calibration.py uses where a row has it).
+The gaps between them are the host's drift within one call.
 
     python benchmarks/unseen_row_host.py            # u9 to the last set: median / worst, worst row
 """
@@ -24,17 +25,20 @@ def main() -> None:
     hw = HardwareSpec(gpu=get_gpu("H200"))
     sets = [prefix for prefix, *_ in fc.UNSEEN_SETS if prefix[1:-1].isdigit() and int(prefix[1:-1]) >= 9]
     for pre in sets:
-        eh, er = [], []
+        errs: dict[str, list[tuple[float, str]]] = {"header": [], "after-row": [], "in-row": []}
         for r in rows:
-            if not r["id"].startswith(pre) or r["split"]!="holdout": continue
+            if not r["id"].startswith(pre) or r["split"] != "holdout":
+                continue
             m = r["samples_per_s"]
-            ph = fc.predict(r, cal, hw).throughput.samples_per_s
-            f = r["host_dispatch_us"]/cal.host_dispatch_ref_us
-            pr = fc.predict(dict(r, host_factor=f), cal, hw).throughput.samples_per_s
-            eh.append((abs(ph/m-1)*100, r["id"])); er.append((abs(pr/m-1)*100, r["id"]))
-        print(pre, "header factor: %.1f / %.1f %s" % (statistics.median([e for e,_ in eh]), max(eh)[0], max(eh)[1]),
-              "| row factor: %.1f / %.1f %s" % (statistics.median([e for e,_ in er]), max(er)[0], max(er)[1]))
-
+            readings = {"header": fc.dispatch_us(fc.RESULTS / r["source"]), "after-row": r.get("host_dispatch_us"),
+                        "in-row": r.get("host_dispatch_in_row_us")}
+            for name, us in readings.items():
+                if us:
+                    f = us / cal.host_dispatch_ref_us
+                    pred = fc.predict(dict(r, host_factor=f), cal, hw).throughput.samples_per_s
+                    errs[name].append((abs(pred / m - 1) * 100, r["id"]))
+        print(pre, " | ".join(f"{name}: {statistics.median(e for e, _ in got):.1f} / {max(got)[0]:.1f} {max(got)[1]}"
+                              for name, got in errs.items() if got))
 
 if __name__ == "__main__":
     main()
