@@ -19,7 +19,11 @@ For each row (``measure_users_models.py``'s build, data and loop), after the war
 - ``profile``: three profiled steps: GPU busy per step, GPU idle gaps (total, the five longest with the
   kernels on either side) and the CUDA runtime calls that took the host longest (a synchronising call
   shows up here). The first of them starts on an idle GPU and the profiler slows the host, so the gaps
-  are an upper bound on a steady step's, not a measure of it (``step_ms`` against ``busy`` is).
+  are an upper bound on a steady step's, not a measure of it (``step_ms`` against ``busy`` is);
+  ``kernel_groups``: the kernels of a step by what their names say (profile_users_rows.group_of:
+  triton, gemm, conv, copy incl. memsets, ...), what inductor launched in place of the eager ops;
+- ``host_dispatch_us``: the host probe (launcher.host_dispatch, 3 windows) before the steady steps and
+  after the host times, median of the two: the row's host speed against the reference host.
 
     PYTHONPATH=. python3 benchmarks/compiled_overlap.py --only u10-hfbertcls-bf16-compile-64-s256 --out o.json
     python benchmarks/compiled_overlap.py --smoke       # CPU: checks the script runs
@@ -156,11 +160,14 @@ def profile_gaps(step, device: str, steps: int = 3) -> dict:
         for _ in range(steps):
             step()
         sync(device)
-    kernels, runtime = [], {}
+    from profile_users_rows import group_of
+
+    kernels, runtime, groups = [], {}, {}
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             start = ev.time_range.start
             kernels.append((start, start + ev.device_time, ev.name))
+            groups[group_of(ev.name)] = groups.get(group_of(ev.name), 0) + 1
         elif ev.name.startswith("cuda") or ev.name.startswith("cu"):
             r = runtime.setdefault(ev.name, [0, 0.0, 0.0])
             r[0] += 1
@@ -180,6 +187,7 @@ def profile_gaps(step, device: str, steps: int = 3) -> dict:
             "idle_ms_per_step": sum(g for g, _, _ in gaps) / steps / 1e3,
             "idle_over_50us_ms_per_step": sum(g for g, _, _ in gaps if g > 50) / steps / 1e3,
             "longest_gaps": [{"us": round(g, 1), "after": a, "before": b} for g, a, b in gaps[:6]],
+            "kernel_groups": {g: n / steps for g, n in sorted(groups.items())},
             "runtime_calls": {k: {"calls_per_step": n / steps, "ms_per_step": t / steps / 1e3, "max_ms": m / 1e3}
                               for k, (n, t, m) in sorted(runtime.items(), key=lambda kv: -kv[1][1])[:10]}}
 
@@ -210,10 +218,13 @@ def measure(row: dict, device: str, smoke: bool) -> dict:
         mum.make_step = plain
     warm_up(step, 3, device)
     out = {"id": row["id"], **info, "dynamo": dynamo_counters()}
+    probes = [mum.host_dispatch_of(device, windows=3)]
     run, pauses = gc_pauses(lambda: timed(step, 20, device))
     out["step_ms"] = run["elapsed_s"] / 20 * 1e3
     out["gc"] = {k: {"collections": v["collections"] / 20, "ms_per_step": v["ms"] / 20} for k, v in pauses.items()}
     out.update(host_times(step, device))
+    probes.append(mum.host_dispatch_of(device, windows=3))
+    out["host_dispatch_us"], out["host_probes_us"] = statistics.median(probes), probes
     out["syncs"] = syncs_of(step, device)
     out["profile"] = profile_gaps(step, device)
     del step, net

@@ -380,6 +380,34 @@ def header(device: str) -> dict:
     return h
 
 
+def in_own_process(row_id: str) -> dict:
+    """The row measured by this very command line in a new Python process (``--only ROW``, the rest of
+    the arguments as given, ``--set`` included when measure_unseen.py runs it): a compiled row gets a
+    process of its own, its own dynamo, inductor and heap, as a user's training script has. Returns
+    the child's row, its header's host probe as ``process_host_dispatch_us``."""
+    import subprocess
+    import sys
+    import tempfile
+
+    argv, skip = [], False
+    for a in sys.orig_argv:  # the interpreter, its flags, the script, its arguments
+        if skip:
+            skip = False
+        elif a in ("--only", "--out", "--budget-s"):
+            skip = True
+        elif a != "--fresh-compiled":
+            argv.append(a)
+    with tempfile.TemporaryDirectory(prefix="cardwise-row-") as tmp:
+        out = Path(tmp) / "row.jsonl"
+        subprocess.run(argv + ["--only", row_id, "--out", str(out), "--budget-s", "1e9"], check=True,
+                       stdout=subprocess.DEVNULL)
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+    head = next(r for r in lines if r.get("kind") == "header")
+    res = next(r for r in lines if r.get("id") == row_id)
+    res.pop("elapsed_s", None)
+    return dict(res, fresh_process=True, process_host_dispatch_us=head["host_dispatch"]["us_per_step"])
+
+
 def fmt(v, nd=3):
     if v is None:
         return "-"
@@ -413,6 +441,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=540,
                     help="start no row whose expected cost would end past this many seconds")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny versions of every model")
+    ap.add_argument("--fresh-compiled", action="store_true",
+                    help="measure each compiled row in a process of its own (as a user's script runs it)")
     ap.add_argument("--list", action="store_true", help="print the configurations and their flags, run nothing")
     args = ap.parse_args()
     began = time.perf_counter()
@@ -446,8 +476,11 @@ def main() -> None:
                 continue
             res, failure = None, None
             try:
-                res = run_config(row, device, args.warmup, args.target_s, args.min_steps, args.max_steps,
-                                 args.smoke, args.rounds)
+                if args.fresh_compiled and row["compile"]:
+                    res = in_own_process(row["id"])
+                else:
+                    res = run_config(row, device, args.warmup, args.target_s, args.min_steps, args.max_steps,
+                                     args.smoke, args.rounds)
             except Exception as exc:  # one broken row must not cost the whole call
                 failure = (is_oom(exc), f"{type(exc).__name__}: {str(exc)[:300]}")
                 del exc

@@ -46,3 +46,14 @@ def test_host_factor_prefers_the_in_row_probe_then_the_header(tmp_path):
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"kind": "header"}) + "\n")
     assert fc.host_factor_of(bare, {"host_dispatch_us": 3 * ref}) == pytest.approx(3.0)
+
+
+def test_a_row_in_its_own_process_comes_back_with_that_process_host_probe(monkeypatch, tmp_path):
+    script = str(Path(mum.__file__))
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, script, "--smoke", "--rounds", "2", "--fresh-compiled",
+                                           "--out", str(tmp_path / "parent.jsonl"), "--only", "smoke-vgg"])
+    res = mum.in_own_process("smoke-enc")
+    assert res["id"] == "smoke-enc" and res["fresh_process"] is True
+    assert len(res["rounds"]) == 2  # the parent's other arguments reach the child
+    assert res["process_host_dispatch_us"] > 0 and res["samples_per_s"] > 0
+    assert not (tmp_path / "parent.jsonl").exists()  # the child wrote its own file, not the parent's
