@@ -84,6 +84,13 @@ class Calibration(BaseModel):
     # (both kinds have some).
     compile_step_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 4000.0, "transformer": 3000.0})
     compile_call_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 135.0, "transformer": 90.0})
+    # And a time per kernel inductor writes between those launches (StepWork.fused_kernels), for every
+    # kind: host time followed the Triton kernels more than the GEMM launches. On the H200
+    # (benchmarks/results/h200-compiled-kernels-2026-12-04/, seven compiled users' models each in a
+    # process of its own) the forward and backward's host time per GEMM launch ranged 34-190 us at the
+    # reference host's speed (VGG-BN 190, Mistral 68), per kernel inductor launched 21-32 us.
+    # Microseconds; fit on the compiled fit rows; 0 leaves the GEMM launches alone.
+    compile_kernel_us: float = 0.0
     # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.
     host_combine_p: float = 0.0
     # Compiled GELU MLPs: how many f-wide tensors inductor keeps per token (1 = recomputes GELU,

@@ -60,6 +60,16 @@ LIGHT_KERNELS_BASE = 30  # 12 (GPT-2) to 38 (Llama) counted
 # tracer on the zoo's layers (tests/test_estimator.py::test_gemm_counts_match_the_tracer); a ViT's patch
 # embedding is one convolution forward and its weight gradient.
 GEMMS_PER_LAYER = {("gelu", "layernorm"): 18, ("swiglu", "rmsnorm"): 21}
+# The kernels inductor would write between those GEMMs (advisor.trace_counters, _REDUCTION_KERNELS:
+# a run of ops between two extern kernels fuses into max(1, its reductions' kernels)), per layer by
+# traced precision, and for the embeddings, head and loss (9-13 counted): the tracer on the zoo's
+# layers (tests/test_estimator.py::test_fused_kernel_counts_match_the_tracer). Under bf16 autocast
+# each weight's cast sits between two GEMMs, a run of its own. On the H200, inductor launched 2.0-2.5x
+# these counts in Triton kernels (split reductions, separate weight-gradient reductions), the same
+# ratio for CNNs and transformers (benchmarks/results/h200-compiled-kernels-2026-12-04/).
+FUSED_KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 16, "fp32": 13, "pure-bf16": 13},
+                           ("swiglu", "rmsnorm"): {"bf16": 17, "fp32": 15, "pure-bf16": 15}}
+FUSED_KERNELS_BASE = 12
 GEMMS_HEAD = {"mlm": 6, "cls": 6}
 # A math-path attention's GEMMs per layer (torch's SDPA math decomposition, compiled): forward QK^T and
 # PV, backward dV, dP, dQ and dK. The compiled HF BERT profile (benchmarks/results/h200-profiles-2026-12-04d.json,
@@ -67,6 +77,9 @@ GEMMS_HEAD = {"mlm": 6, "cls": 6}
 # ones profile_users_rows.py groups as "conv", less 72 cuBLAS splitKreduce kernels; 222 are its linear
 # layers' (12 x 6 x 3, pooler and classifier 3 each), 72 = 6 x 12 layers of attention.
 MATH_ATTENTION_GEMMS = 6
+# and its fused kernels: the scale-mask-softmax-dropout forward and its backward (one each in the same
+# profile: triton_per_fused__safe_softmax_..._native_dropout_..., 11-12 calls per step for 12 layers)
+MATH_ATTENTION_FUSED = 2
 # Fused attention's training FLOPs in forwards' worth: the forward, and a backward that recomputes the
 # scores, 2.5x the forward (FlashAttention, Dao 2022).
 FLASH_PASSES = 3.5
@@ -115,6 +128,7 @@ class StepWork(BaseModel):
     matmul_calls: float = 0.0  # GEMM launches (each leaves a partly idle last wave: advisor.throughput)
     conv_calls: float = 0.0  # implicit-GEMM convolution launches (forward, input and weight gradients)
     dwconv_calls: float = 0.0  # depthwise convolution launches (a compiled step launches them as GEMMs)
+    fused_kernels: float = 0.0  # what inductor would launch between the GEMMs/convolutions (advisor.trace_counters)
     traced: bool = False
 
 
@@ -175,6 +189,8 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
                         kernels=per_layer * a.n_layers + KERNELS_BASE,
                         light_kernels=light * a.n_layers + LIGHT_KERNELS_BASE,
+                        fused_kernels=FUSED_KERNELS_PER_LAYER.get((a.mlp, a.norm), FUSED_KERNELS_PER_LAYER[
+                            ("swiglu", "rmsnorm")])[key] * a.n_layers + FUSED_KERNELS_BASE,
                         matmul_calls=GEMMS_PER_LAYER.get((a.mlp, a.norm), GEMMS_PER_LAYER[("swiglu", "rmsnorm")]) * a.n_layers
                         + GEMMS_HEAD.get(a.head, 3),
                         conv_calls=2.0 if a.patch_size else 0.0)
@@ -232,6 +248,7 @@ def _add_math_attention(work: StepWork, model: ModelSpec, config: TrainConfig, f
     work.matmul_flops += forward_flops * (forwards + (1.0 if fp32 else 2.0))  # forward(s), dV + dP (+ dQ + dK)
     work.matmul_fp32_flops += forward_flops if fp32 else 0.0  # dQ + dK
     work.matmul_calls += (MATH_ATTENTION_GEMMS + 2 * (forwards - 1)) * a.n_layers
+    work.fused_kernels += (MATH_ATTENTION_FUSED + (forwards - 1)) * a.n_layers
     work.attn_bytes += probs * math_attention_bytes(config.precision, forwards)
 
 
@@ -239,9 +256,9 @@ def _add_math_attention(work: StepWork, model: ModelSpec, config: TrainConfig, f
 # work a recomputed forward adds a third of (one forward of forward + backward).
 _GEMM_WORK = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "matmul_calls")
 # Kernel launches of any kind: a traced step's are counted, not scaled with the input's size.
-_LAUNCHES = ("kernels", "light_kernels", "matmul_calls", "conv_calls", "dwconv_calls")
+_LAUNCHES = ("kernels", "light_kernels", "matmul_calls", "conv_calls", "dwconv_calls", "fused_kernels")
 _FORWARD_SHARE_WORK = ("conv_flops", "conv_unaligned_flops", "bytes", "norm_bytes", "permuted_bytes", "conv_bytes",
-                       "dwconv_flops", "kernels", "light_kernels", "conv_calls", "dwconv_calls")
+                       "dwconv_flops", "kernels", "light_kernels", "conv_calls", "dwconv_calls", "fused_kernels")
 
 
 def _scale(work: StepWork, fields: tuple[str, ...], factor: float) -> None:

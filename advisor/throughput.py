@@ -241,7 +241,8 @@ def compile_family(work: StepWork) -> str:
 
 def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: StepWork | None = None) -> float:
     """CPU time to dispatch one micro-step: eager, ops x launch_us (light ones at light_launch_us);
-    compiled, a fixed part plus a time per GEMM/convolution launch (Calibration.compile_call_us).
+    compiled, a fixed part plus a time per GEMM/convolution launch (Calibration.compile_call_us) and per
+    kernel inductor writes between them (StepWork.fused_kernels, Calibration.compile_kernel_us).
 
     torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
     per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
@@ -260,7 +261,7 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
         # eager op count does not predict it (a Llama layer's op-by-op RMSNorm and rotary fuse away)
         calls = work.matmul_calls + work.conv_calls + work.dwconv_calls
         return (cal.compile_step_us[family] + calls * cal.compile_call_us[family]
-                + optimizer) * 1e-6 * cal.host_factor
+                + work.fused_kernels * cal.compile_kernel_us + optimizer) * 1e-6 * cal.host_factor
     # A light op (pointwise, cast, reduction) dispatches faster than the others (GEMMs, convolutions,
     # norms, attention: autocast's weight casts, library heuristics, more Python): light_launch_us.
     light_us = launch_us if cal.light_launch_us is None else cal.light_launch_us

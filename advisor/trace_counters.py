@@ -204,6 +204,23 @@ def mixed_layouts(args, out) -> bool:
     return len(orders) > 1
 
 
+# What a compiled step launches between its GEMMs and convolutions (``fused_kernels``): inductor fuses
+# the pointwise ops between two extern kernels (GEMMs, convolutions, fused attention: each its own
+# launch, a fusion boundary) into one kernel, and gives a reduction over another shape a kernel of its
+# own, with the pointwise ops around it fused in (torch/_inductor/scheduler.py: nodes fuse when one
+# reads what the other writes and their loops match). So each run of ops between two extern ops costs
+# max(1, its reductions' kernels); the kernels a reduction takes, by aten op: LayerNorm's backward
+# reduces over rows (dx) and over columns (dweight, dbias); training batch norm reduces (statistics,
+# or the two gradient sums) then transforms; an embedding's backward zeroes its table and scatters.
+_REDUCTION_KERNELS = {
+    "native_layer_norm": 1, "native_layer_norm_backward": 2, "_softmax": 1, "_safe_softmax": 1,
+    "_log_softmax": 1, "_softmax_backward_data": 1, "_log_softmax_backward_data": 1,
+    "sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "var": 1, "var_mean": 1, "std": 1,
+    "norm": 1, "linalg_vector_norm": 1, "logsumexp": 1, "cumsum": 1, "nll_loss_forward": 1, "nll_loss_backward": 1,
+    "embedding_dense_backward": 2, "max_pool2d_with_indices_backward": 1, "native_group_norm": 1,
+    "native_group_norm_backward": 2, **dict.fromkeys(_BN_FWD | _BN_BWD, 2)}
+
+
 def light_op(name: str) -> bool:
     """A pointwise or reduction op: its dispatch is the cheap kind (see _HEAVY_WORDS)."""
     return name not in _HEAVY_OPS and not any(w in name for w in _HEAVY_WORDS)
@@ -219,7 +236,7 @@ class OpCensus(TorchDispatchMode):
 
     KEYS = ("matmul_flops", "matmul_unaligned_flops", "matmul_odd_flops", "conv_flops", "conv_unaligned_flops", "conv_bytes",
             "dwconv_flops", "bytes", "norm_bytes", "permuted_bytes", "kernels", "light_kernels", "matmul_calls", "conv_calls",
-            "dwconv_calls")
+            "dwconv_calls", "fused_kernels")
 
     def __init__(self, param_dims: set[int] = frozenset()):
         super().__init__()
@@ -236,6 +253,19 @@ class OpCensus(TorchDispatchMode):
         # Kept by storage id with the storage itself: held, a freed temporary's id cannot come back as
         # another (saved) storage's, which made the sum depend on the allocator's reuse.
         self.heavy_io: dict[int, torch.UntypedStorage] = {}
+        # the run of ops since the last extern one: (its reductions' kernels, the kernels counted for it)
+        self._run: tuple[float, float] | None = None
+
+    def _fuse(self, name: str) -> None:
+        """Counts what inductor would launch for this op (``fused_kernels``, _REDUCTION_KERNELS)."""
+        if name in _MATMUL or name in _CONV or "attention" in name:
+            self._run = None  # an extern kernel: the run before it is closed
+            return
+        reductions, counted = self._run or (0.0, 0.0)
+        reductions += _REDUCTION_KERNELS.get(name, 0)
+        kernels = max(1.0, reductions)
+        self.work["fused_kernels"] += kernels - counted
+        self._run = (reductions, kernels)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -245,6 +275,7 @@ class OpCensus(TorchDispatchMode):
             return out
         w = self.work
         w["kernels"] += 1
+        self._fuse(name)
         if light_op(name):
             w["light_kernels"] += 1
         packet = func._overloadpacket

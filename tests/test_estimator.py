@@ -234,6 +234,31 @@ def test_gemm_counts_match_the_tracer(name):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
 @pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
+def test_fused_kernel_counts_match_the_tracer(name, precision):
+    """The closed form's kernels inductor would write between GEMMs, per layer and for the rest, are what
+    the census counts on the zoo's layers."""
+    torch = pytest.importorskip("torch")
+    from advisor.config import TrainConfig
+    from advisor.step_work import FUSED_KERNELS_BASE, FUSED_KERNELS_PER_LAYER, step_work
+    from advisor.tracer import trace_step
+    from advisor.zoo import build_trainable, synthetic_batch
+
+    base = catalog_model(name)
+    fused = {}
+    for layers in (1, 2):
+        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
+        with torch.device("meta"):
+            model = build_trainable(spec)
+        fused[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).work["fused_kernels"]
+    per_layer = FUSED_KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
+    assert fused[2] - fused[1] == per_layer
+    assert abs(fused[1] - per_layer - FUSED_KERNELS_BASE) <= 3  # 9-13 counted across the zoo's heads
+    closed = step_work(base, TrainConfig(micro_batch=1, seq_len=64, precision=precision), Calibration())
+    assert closed.fused_kernels == per_layer * base.arch.n_layers + FUSED_KERNELS_BASE
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
+@pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
 def test_light_kernel_counts_match_the_tracer(name, precision):
     """The light ops per layer (pointwise, casts, reductions: cheaper dispatches) are what the census
     counts on the zoo's layers; a Llama layer has more of them than a GPT-2 one, not more GEMMs."""

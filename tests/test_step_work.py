@@ -224,6 +224,22 @@ def test_compiled_bidirectional_attention_with_dropout_moves_its_probabilities()
     assert step_work(gpt2, TrainConfig(micro_batch=4, seq_len=512, compile=True), CAL).attn_bytes == 0
 
 
+def test_inductor_kernels_are_runs_between_externs_and_their_reductions():
+    """fused_kernels: a run of ops between two GEMMs/convolutions is one kernel, or one per reduction
+    in it (LayerNorm's backward two); the GEMMs themselves are not counted."""
+    mlp = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))
+    plain = _census(mlp, torch.randn(8, 64, requires_grad=True))
+    normed = _census(nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.GELU(), nn.Linear(64, 64)),
+                     torch.randn(8, 64, requires_grad=True))
+    assert plain["matmul_calls"] == normed["matmul_calls"] == 6
+    # forward: GELU between the GEMMs, the loss's sum after; backward: its runs (bias sums, GELU's gradient)
+    assert 3 <= plain["fused_kernels"] <= plain["kernels"] - plain["matmul_calls"]
+    # LayerNorm's forward joins GELU's run as its one reduction (+0); its backward's two reductions join
+    # the run of the second bias's gradient sum and GELU's gradient (one reduction, one kernel): three (+2)
+    assert normed["fused_kernels"] == plain["fused_kernels"] + 2
+    assert _census(nn.Linear(64, 64), torch.randn(8, 64, requires_grad=True))["fused_kernels"] >= 1
+
+
 def test_compiled_math_attention_runs_six_gemms_per_layer_and_its_autocast_gradients_in_fp32():
     """The math path's GEMMs: forward QK^T and PV, backward dV, dP, dQ, dK (six launches per layer).
     Under autocast dS is fp32, so dQ and dK (a third of the FLOPs) run on CUDA cores; in pure bf16 none."""
@@ -237,6 +253,7 @@ def test_compiled_math_attention_runs_six_gemms_per_layer_and_its_autocast_gradi
         assert compiled.matmul_fp32_flops == pytest.approx(math_flops * fp32_share), precision
         assert compiled.matmul_flops - eager.matmul_flops == pytest.approx(math_flops * (1 - fp32_share)), precision
         assert compiled.matmul_calls - eager.matmul_calls == 6 * a.n_layers, precision
+        assert compiled.fused_kernels - eager.fused_kernels == 2 * a.n_layers, precision  # softmax, its backward
     # LoRA's cut is for weight GEMMs, not attention's; checkpointing runs the forward's QK^T and PV again
     bf16 = TrainConfig(micro_batch=4, seq_len=512, precision="bf16")
     for update, forwards in (({"lora_rank": 16}, 1), ({"grad_ckpt": True}, 2), ({"lora_rank": 16, "grad_ckpt": True}, 2)):

@@ -47,7 +47,8 @@ def test_fp32_convolutions_use_the_tf32_rate_and_matmuls_the_fp32_rate():
     # fp32 and tf32 CNNs run the same TF32 convolutions: one speed but for the classifier's GEMM
     a = estimate_throughput(cnn, fp32.model_copy(update={"micro_batch": 256}), H200, CAL)
     b = estimate_throughput(cnn, tf32.model_copy(update={"micro_batch": 256}), H200, CAL)
-    assert a.samples_per_s == pytest.approx(b.samples_per_s, rel=1e-3) and a.samples_per_s <= b.samples_per_s
+    # (the classifier's three GEMMs at the fp32 rate and with fp32's per-launch tail: ~0.1% of the step)
+    assert a.samples_per_s == pytest.approx(b.samples_per_s, rel=3e-3) and a.samples_per_s <= b.samples_per_s
     g32 = estimate_throughput(gpt, fp32.model_copy(update={"micro_batch": 8}), H200, CAL)
     g_tf = estimate_throughput(gpt, tf32.model_copy(update={"micro_batch": 8}), H200, CAL)
     assert g_tf.matmul_s < g32.matmul_s
@@ -61,15 +62,18 @@ def test_compile_reduces_the_host_term_of_transformers(name):
 
 
 def test_compiled_host_time_follows_gemm_launches_not_eager_ops():
-    """Compiled: a fixed part plus a time per GEMM/convolution launch, for the model's kind; the
-    eager op count (Llama's op-by-op RMSNorm and rotary, which inductor fuses) does not enter."""
+    """Compiled: a fixed part plus a time per GEMM/convolution launch, for the model's kind, and per
+    kernel inductor writes between them; the eager op count (Llama's op-by-op RMSNorm and rotary, which
+    inductor fuses) does not enter."""
     spec = catalog_model("resnet50")
     cal = CAL.model_copy(update={"compile_step_us": {"cnn": 1000.0}, "compile_call_us": {"cnn": 100.0},
-                                 "host": None})
+                                 "compile_kernel_us": 30.0, "host": None})
     cfg = TrainConfig(compile=True)
     work = step_work(spec, cfg, cal)
+    assert work.fused_kernels > 0  # the packaged trace counts them
     optimizer_us = OPTIMIZER_OPS * cal.launch_us_by_kind["cnn"]
-    want = (1000.0 + 100.0 * (work.matmul_calls + work.conv_calls + work.dwconv_calls) + optimizer_us) * 1e-6 * cal.host_factor
+    want = (1000.0 + 100.0 * (work.matmul_calls + work.conv_calls + work.dwconv_calls) + 30.0 * work.fused_kernels
+            + optimizer_us) * 1e-6 * cal.host_factor
     assert host_seconds(spec, cfg, cal) == pytest.approx(want)
     more_ops = work.model_copy(update={"kernels": 10 * work.kernels, "light_kernels": 10 * work.light_kernels})
     assert host_seconds(spec, cfg, cal, more_ops) == pytest.approx(want)
