@@ -526,7 +526,9 @@ def _unseen(rows: list[dict], predicted: dict) -> list[str]:
             "never measured before), abs error median | worst. *predicted before measuring*: written by "
             "the estimator of the day before any of the set ran, for the reference host; *now*: this calibration, "
             "each row for the host that measured it (the dispatch speed in its file's header, measured at the "
-            "call's start), which is what `advise probe` gives a user's machine. A set measured before a change to the "
+            "call's start, which is what `advise probe` gives a user's machine; from the thirteenth set, the "
+            "median of the probes between the row's timed rounds: `python benchmarks/unseen_row_host.py` "
+            "gives each set with either). A set measured before a change to the "
             "model that its errors prompted is no longer unseen by that change: the *before* line is the honest one. "
             "Half of each set whose before line is recorded (REFIT_SETS: by a hash of the row id) has since joined "
             "the fit; *now* judges the other half.",
