@@ -87,8 +87,9 @@ class Calibration(BaseModel):
     # And a time per kernel inductor writes between those launches (StepWork.fused_kernels), for every
     # kind: host time followed the Triton kernels more than the GEMM launches. On the H200
     # (benchmarks/results/h200-compiled-kernels-2026-12-04/, seven compiled users' models each in a
-    # process of its own) the forward and backward's host time per GEMM launch ranged 34-190 us at the
-    # reference host's speed (VGG-BN 190, Mistral 68), per kernel inductor launched 21-32 us.
+    # process of its own) the forward and backward's host time per GEMM/convolution launch ranged
+    # 68-190 us at the reference host's speed (Mistral 68, VGG-BN 190), per kernel launched (Triton and
+    # extern) 21-32 us.
     # Microseconds; fit on the compiled fit rows; 0 leaves the GEMM launches alone.
     compile_kernel_us: float = 0.0
     # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.

@@ -212,6 +212,8 @@ def mixed_layouts(args, out) -> bool:
 # max(1, its reductions' kernels); the kernels a reduction takes, by aten op: LayerNorm's backward
 # reduces over rows (dx) and over columns (dweight, dbias); training batch norm reduces (statistics,
 # or the two gradient sums) then transforms; an embedding's backward zeroes its table and scatters.
+# The tracer's fused attention makes its outputs with metadata ops (advisor.sdpa.FusedAttention), so it
+# closes no run here; a layer's ops around it are views on one side, so the count is the same.
 _REDUCTION_KERNELS = {
     "native_layer_norm": 1, "native_layer_norm_backward": 2, "_softmax": 1, "_safe_softmax": 1,
     "_log_softmax": 1, "_softmax_backward_data": 1, "_log_softmax_backward_data": 1,

@@ -395,8 +395,8 @@ def in_own_process(row_id: str) -> dict:
             skip = False
         elif a in ("--only", "--out", "--budget-s"):
             skip = True
-        elif a != "--fresh-compiled":
-            argv.append(a)
+        elif a != "--fresh-compiled" and a.split("=", 1)[0] not in ("--only", "--out", "--budget-s"):
+            argv.append(a)  # (--out=FILE, the one-token form, is dropped whole)
     with tempfile.TemporaryDirectory(prefix="cardwise-row-") as tmp:
         out = Path(tmp) / "row.jsonl"
         subprocess.run(argv + ["--only", row_id, "--out", str(out), "--budget-s", "1e9"], check=True,

@@ -51,7 +51,7 @@ def test_host_factor_prefers_the_in_row_probe_then_the_header(tmp_path):
 def test_a_row_in_its_own_process_comes_back_with_that_process_host_probe(monkeypatch, tmp_path):
     script = str(Path(mum.__file__))
     monkeypatch.setattr(sys, "orig_argv", [sys.executable, script, "--smoke", "--rounds", "2", "--fresh-compiled",
-                                           "--out", str(tmp_path / "parent.jsonl"), "--only", "smoke-vgg"])
+                                           f"--out={tmp_path / 'parent.jsonl'}", "--only", "smoke-vgg"])
     res = mum.in_own_process("smoke-enc")
     assert res["id"] == "smoke-enc" and res["fresh_process"] is True
     assert len(res["rounds"]) == 2  # the parent's other arguments reach the child
