@@ -193,22 +193,31 @@ def test_non_positive_sizes_are_user_errors(field):
         TrainConfig(**{field: 0})
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
-@pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
-def test_kernel_counts_match_the_tracer(name, precision):
-    """The launch-overhead constants are what the tracer counts on the zoo's layers."""
+def _zoo_traces(name: str, precision: str, layers=(1, 2)) -> dict:
+    """The tracer's StepTrace of the zoo's model with 1 and 2 layers (meta device, batch 1, 64 tokens):
+    what the closed form's per-layer constants are checked against."""
     torch = pytest.importorskip("torch")
-    from advisor.step_work import KERNELS_PER_LAYER
     from advisor.tracer import trace_step
     from advisor.zoo import build_trainable, synthetic_batch
 
     base = catalog_model(name)
-    counts = {}
-    for layers in (1, 2):
-        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
+    traces = {}
+    for n in layers:
+        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": n})})
         with torch.device("meta"):
             model = build_trainable(spec)
-        counts[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).kernels
+        traces[n] = trace_step(model, lambda b, spec=spec: synthetic_batch(spec, b, 64, device="meta"), 1, precision)
+    return traces
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32", "pure-bf16"])
+@pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b"])
+def test_kernel_counts_match_the_tracer(name, precision):
+    """The launch-overhead constants are what the tracer counts on the zoo's layers."""
+    from advisor.step_work import KERNELS_PER_LAYER
+
+    base = catalog_model(name)
+    counts = {n: t.kernels for n, t in _zoo_traces(name, precision).items()}
     assert counts[2] - counts[1] == KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
 
 
@@ -216,17 +225,12 @@ def test_kernel_counts_match_the_tracer(name, precision):
 def test_gemm_counts_match_the_tracer(name):
     """The closed form's GEMM and convolution launches (each pays a wave's tail on the GPU) are what
     the census counts on the zoo's model: per layer and for the embeddings and head."""
-    torch = pytest.importorskip("torch")
     from advisor.config import TrainConfig
     from advisor.step_work import step_work
-    from advisor.tracer import trace_step
-    from advisor.zoo import build_trainable, synthetic_batch
 
     base = catalog_model(name)
     spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": 2})})
-    with torch.device("meta"):
-        model = build_trainable(spec)
-    traced = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, "bf16").work
+    traced = _zoo_traces(name, "bf16", layers=(2,))[2].work
     closed = step_work(spec, TrainConfig(micro_batch=1, seq_len=64, precision="bf16"), Calibration())
     assert not closed.traced
     assert (closed.matmul_calls, closed.conv_calls) == (traced["matmul_calls"], traced["conv_calls"])
@@ -237,19 +241,11 @@ def test_gemm_counts_match_the_tracer(name):
 def test_fused_kernel_counts_match_the_tracer(name, precision):
     """The closed form's kernels inductor would write between GEMMs, per layer and for the rest, are what
     the census counts on the zoo's layers."""
-    torch = pytest.importorskip("torch")
     from advisor.config import TrainConfig
     from advisor.step_work import FUSED_KERNELS_BASE, FUSED_KERNELS_PER_LAYER, step_work
-    from advisor.tracer import trace_step
-    from advisor.zoo import build_trainable, synthetic_batch
 
     base = catalog_model(name)
-    fused = {}
-    for layers in (1, 2):
-        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
-        with torch.device("meta"):
-            model = build_trainable(spec)
-        fused[layers] = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).work["fused_kernels"]
+    fused = {n: t.work["fused_kernels"] for n, t in _zoo_traces(name, precision).items()}
     per_layer = FUSED_KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
     assert fused[2] - fused[1] == per_layer
     assert abs(fused[1] - per_layer - FUSED_KERNELS_BASE) <= 3  # 9-13 counted across the zoo's heads
@@ -262,18 +258,12 @@ def test_fused_kernel_counts_match_the_tracer(name, precision):
 def test_light_kernel_counts_match_the_tracer(name, precision):
     """The light ops per layer (pointwise, casts, reductions: cheaper dispatches) are what the census
     counts on the zoo's layers; a Llama layer has more of them than a GPT-2 one, not more GEMMs."""
-    torch = pytest.importorskip("torch")
     from advisor.step_work import LIGHT_KERNELS_PER_LAYER
-    from advisor.tracer import trace_step
-    from advisor.zoo import build_trainable, synthetic_batch
 
     base = catalog_model(name)
     light, heavy = {}, {}
-    for layers in (1, 2):
-        spec = base.model_copy(update={"arch": base.arch.model_copy(update={"n_layers": layers})})
-        with torch.device("meta"):
-            model = build_trainable(spec)
-        work = trace_step(model, lambda b: synthetic_batch(spec, b, 64, device="meta"), 1, precision).work
-        light[layers], heavy[layers] = work["light_kernels"], work["kernels"] - work["light_kernels"]
+    for n, trace in _zoo_traces(name, precision).items():
+        work = trace.work
+        light[n], heavy[n] = work["light_kernels"], work["kernels"] - work["light_kernels"]
     assert light[2] - light[1] == LIGHT_KERNELS_PER_LAYER[(base.arch.mlp, base.arch.norm)][precision]
     assert 20 <= heavy[2] - heavy[1] <= 30  # GEMMs (3 per linear), attention's 4, norms and dropouts
