@@ -178,21 +178,17 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
-        counts = KERNELS_PER_LAYER.get((a.mlp, a.norm), KERNELS_PER_LAYER[("swiglu", "rmsnorm")])
-        per_layer = counts[key]
-        light = LIGHT_KERNELS_PER_LAYER.get((a.mlp, a.norm), LIGHT_KERNELS_PER_LAYER[("swiglu", "rmsnorm")])[key]
+        layer = (a.mlp, a.norm) if (a.mlp, a.norm) in GEMMS_PER_LAYER else ("swiglu", "rmsnorm")  # counted kinds
         head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head
         odd = a.vocab % 2 == 1
         work = StepWork(matmul_flops=6.0 * (a.matmul_params() - head) * tokens * mb,
                         matmul_unaligned_flops=0.0 if odd else 6.0 * head * tokens * mb,
                         matmul_odd_flops=6.0 * head * tokens * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
-                        kernels=per_layer * a.n_layers + KERNELS_BASE,
-                        light_kernels=light * a.n_layers + LIGHT_KERNELS_BASE,
-                        fused_kernels=FUSED_KERNELS_PER_LAYER.get((a.mlp, a.norm), FUSED_KERNELS_PER_LAYER[
-                            ("swiglu", "rmsnorm")])[key] * a.n_layers + FUSED_KERNELS_BASE,
-                        matmul_calls=GEMMS_PER_LAYER.get((a.mlp, a.norm), GEMMS_PER_LAYER[("swiglu", "rmsnorm")]) * a.n_layers
-                        + GEMMS_HEAD.get(a.head, 3),
+                        kernels=KERNELS_PER_LAYER[layer][key] * a.n_layers + KERNELS_BASE,
+                        light_kernels=LIGHT_KERNELS_PER_LAYER[layer][key] * a.n_layers + LIGHT_KERNELS_BASE,
+                        fused_kernels=FUSED_KERNELS_PER_LAYER[layer][key] * a.n_layers + FUSED_KERNELS_BASE,
+                        matmul_calls=GEMMS_PER_LAYER[layer] * a.n_layers + GEMMS_HEAD.get(a.head, 3),
                         conv_calls=2.0 if a.patch_size else 0.0)
     else:
         raise ValueError(f"model {model.name} has neither an architecture nor a traced step")

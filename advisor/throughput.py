@@ -247,18 +247,21 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
     torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
     per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
     step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/results/h200-hostbound.jsonl,
-    cuda_kernels). The fused groups sit between the GEMMs, so the GEMM launches count them; the eager
-    op count does not: a factor on it had compiled Mistral at batch 8 (host-bound) 24% too slow
-    (u8-mistral-bf16-compile-8-s512 in benchmarks/results/h200-estimator.md at f9d7111; -2% with
-    launches at e12a4b3; the figures per launch: benchmarks/compiled_host_per_launch.py).
+    cuda_kernels). The eager op count does not predict it: a factor on it had compiled Mistral at
+    batch 8 (host-bound) 24% too slow (u8-mistral-bf16-compile-8-s512 in
+    benchmarks/results/h200-estimator.md at f9d7111; -2% with launches at e12a4b3; the figures per
+    launch: benchmarks/compiled_host_per_launch.py). The fused kernels are the census's count of what
+    inductor writes between the GEMMs (advisor.trace_counters), which inductor's own Triton launches
+    followed at 2.0-2.5x across seven models where the GEMM launches' ratio ran 1.6-3.3
+    (benchmarks/compiled_kernels_vs_census.py).
     """
     work = work or step_work(model, config, cal)
     family = compile_family(work)
     launch_us = cal.launch_us_by_kind.get(family, cal.launch_us)
     optimizer = OPTIMIZER_OPS / max(1, config.grad_accum) * launch_us  # eager, compiled or not
     if config.compile:
-        # inductor's wrapper launches each GEMM/convolution and the fused kernels between them; the
-        # eager op count does not predict it (a Llama layer's op-by-op RMSNorm and rotary fuse away)
+        # inductor's wrapper launches each GEMM/convolution and the fused kernels between them (a Llama
+        # layer's op-by-op RMSNorm and rotary fuse away: the eager op count does not enter)
         calls = work.matmul_calls + work.conv_calls + work.dwconv_calls
         return (cal.compile_step_us[family] + calls * cal.compile_call_us[family]
                 + work.fused_kernels * cal.compile_kernel_us + optimizer) * 1e-6 * cal.host_factor

@@ -224,6 +224,12 @@ def test_compiled_bidirectional_attention_with_dropout_moves_its_probabilities()
     assert step_work(gpt2, TrainConfig(micro_batch=4, seq_len=512, compile=True), CAL).attn_bytes == 0
 
 
+def test_the_closed_forms_per_layer_tables_count_the_same_layer_kinds():
+    from advisor.step_work import FUSED_KERNELS_PER_LAYER, GEMMS_PER_LAYER, KERNELS_PER_LAYER, LIGHT_KERNELS_PER_LAYER
+
+    assert set(GEMMS_PER_LAYER) == set(KERNELS_PER_LAYER) == set(LIGHT_KERNELS_PER_LAYER) == set(FUSED_KERNELS_PER_LAYER)
+
+
 def test_inductor_kernels_are_runs_between_externs_and_their_reductions():
     """fused_kernels: a run of ops between two GEMMs/convolutions is one kernel, or one per reduction
     in it (LayerNorm's backward two); the GEMMs themselves are not counted."""
