@@ -38,7 +38,6 @@ import argparse
 import json
 import gc
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure_unseen  # noqa: E402
 import measure_users_models as mum  # noqa: E402
 import torch  # noqa: E402
-from steploop import free_device, sync, timed, warm_up  # noqa: E402
+from steploop import free_device, in_child, sync, timed, warm_up  # noqa: E402
 
 
 PHASES: dict[str, list[float]] = {}  # host seconds of each phase of the steps run while it is not None
@@ -231,17 +230,12 @@ def measure(row: dict, device: str, smoke: bool) -> dict:
     return out
 
 
-def fresh(row: dict, nodrop: list[str], args) -> dict:
-    """The row measured by this script in a new process (its own torch, dynamo and heap)."""
+def fresh(row: dict) -> dict:
+    """The row measured by this script's command line in a new process (its own torch, dynamo and heap)."""
     base = row["id"].removesuffix("-nodrop")
-    with tempfile.TemporaryDirectory(prefix="cardwise-fresh-") as tmp:
-        out = Path(tmp) / "row.json"
-        cmd = [sys.executable, __file__, "--out", str(out), "--budget-s", "1e9"]
-        cmd += ["--only", "", "--nodrop", base] if row["id"].endswith("-nodrop") else ["--only", base]
-        if args.smoke:
-            cmd.append("--smoke")
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        res = json.loads(out.read_text())[-1]
+    only = ["--only", "", "--nodrop", base] if row["id"].endswith("-nodrop") else ["--only", base]
+    res = json.loads(in_child(only + ["--budget-s", "1e9"], drop=("--only", "--nodrop", "--out", "--budget-s"),
+                              flags=("--fresh",)))[-1]
     res["fresh_process"] = True
     return res
 
@@ -266,7 +260,7 @@ def main() -> None:
             out.append({"id": row["id"], "skipped": "budget"})
             continue
         try:
-            res = fresh(row, nodrop, args) if args.fresh else measure(row, device, args.smoke)
+            res = fresh(row) if args.fresh else measure(row, device, args.smoke)
         except Exception as exc:  # one broken row must not cost the call
             res = {"id": row["id"], "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         res["elapsed_s"] = round(time.perf_counter() - t0, 1)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from steploop import ceilings, free_device, is_oom, make_step, memory, timed, warm_up
+from steploop import ceilings, free_device, in_child, is_oom, make_step, memory, timed, warm_up
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = Path(__file__).resolve().parent / "users_models"
@@ -385,23 +385,9 @@ def in_own_process(row_id: str) -> dict:
     the arguments as given, ``--set`` included when measure_unseen.py runs it): a compiled row gets a
     process of its own, its own dynamo, inductor and heap, as a user's training script has. Returns
     the child's row, its header's host probe as ``process_host_dispatch_us``."""
-    import subprocess
-    import sys
-    import tempfile
-
-    argv, skip = [], False
-    for a in sys.orig_argv:  # the interpreter, its flags, the script, its arguments
-        if skip:
-            skip = False
-        elif a in ("--only", "--out", "--budget-s"):
-            skip = True
-        elif a != "--fresh-compiled" and a.split("=", 1)[0] not in ("--only", "--out", "--budget-s"):
-            argv.append(a)  # (--out=FILE, the one-token form, is dropped whole)
-    with tempfile.TemporaryDirectory(prefix="cardwise-row-") as tmp:
-        out = Path(tmp) / "row.jsonl"
-        subprocess.run(argv + ["--only", row_id, "--out", str(out), "--budget-s", "1e9"], check=True,
-                       stdout=subprocess.DEVNULL)
-        lines = [json.loads(line) for line in out.read_text().splitlines()]
+    text = in_child(["--only", row_id, "--budget-s", "1e9"], drop=("--only", "--out", "--budget-s"),
+                    flags=("--fresh-compiled",))
+    lines = [json.loads(line) for line in text.splitlines()]
     head = next(r for r in lines if r.get("kind") == "header")
     res = next(r for r in lines if r.get("id") == row_id)
     res.pop("elapsed_s", None)

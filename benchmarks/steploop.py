@@ -15,6 +15,8 @@ scripts without cardwise's dependencies):
   (DESIGN.md's ``peak_gib`` and ``device_gib``), in GiB.
 - ``ceilings``: the two roofs of the device (bf16 matmul rate, copy bandwidth), device/METHOD.md.
 - ``free_device`` and ``is_oom``: what runs between two rows; ``sync``: wait for the device's queue.
+- ``in_child``: this script's command line again in a process of its own, for one row (a user's
+  training script trains one model per process; the measurement scripts run many in one).
 
 Used as ``import steploop`` from the scripts in this directory (Python puts a script's directory
 first on ``sys.path``).
@@ -23,6 +25,9 @@ first on ``sys.path``).
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -123,6 +128,27 @@ def ceilings(device) -> dict:
     del a, b, src, dst
     torch.cuda.empty_cache()
     return out
+
+
+def in_child(args: list[str], drop: tuple[str, ...], flags: tuple[str, ...] = ()) -> str:
+    """Runs this command line again (``sys.orig_argv``: the interpreter, its flags, the script and its
+    arguments) in a new Python process, without the options ``drop`` (with their values, in either
+    form: ``--out F``, ``--out=F``) and the flags ``flags``, with ``args`` and ``--out`` a temporary
+    file added; returns what the child wrote there. The child's stdout is discarded; a failing child
+    raises ``subprocess.CalledProcessError``."""
+    argv, skip = [], False
+    for a in sys.orig_argv:
+        if skip:
+            skip = False
+        elif a in drop:
+            skip = True
+        elif a not in flags and a.split("=", 1)[0] not in drop:
+            argv.append(a)
+    with tempfile.TemporaryDirectory(prefix="cardwise-child-") as tmp:
+        out = f"{tmp}/out"
+        subprocess.run(argv + args + ["--out", out], check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            return f.read()
 
 
 def free_device(device: str) -> None:
