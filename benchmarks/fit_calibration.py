@@ -16,7 +16,10 @@ Rows (all on one H200; splits declared before measuring, in benchmarks/measure_r
   core shared with a busy loop): judged on their own, with and without their host factor.
 * ``h200-1gpu.csv`` (``advise bench``): its compiled rows and its fp32 CNN row (cuDNN TF32 on, as
   DESIGN.md's fp32) join the fit when their configuration is none of the holdout rows'.
-* ``/work/main/benchmarks/results/h200-users.jsonl`` when present (users' models, see users.py).
+* ``/work/main/benchmarks/results/h200-users.jsonl`` when present (users' models, see users.py), the
+  unseen sets' files (holdout, ``unseen_sets.json``) and seven compiled rows timed again each in a
+  process of its own (``h200-compiled-kernels-2026-12-04/compiled-kernels.json``: throughput fit rows,
+  ``fresh_compiled_rows``).
 
 Writes ``advisor/data/calibration.json`` (the packaged calibration) and
 ``benchmarks/results/h200-estimator.md`` (predicted vs measured for every row, the quality bars
@@ -26,7 +29,7 @@ Rows marked "holdout" never influence a constant.
 
 What is fit, and how: the throughput constants of advisor.throughput's roofline (the achievable
 fraction of each datasheet rate per kind of work, ``rate_efficiency``; ``gpu_kernel_us``;
-``launch_us``; ``compile_step_us`` and ``compile_call_us`` per CNN/transformer; ``compile_traffic_factor``;
+``launch_us``; ``compile_step_us`` and ``compile_call_us`` per CNN/transformer, ``compile_kernel_us``; ``compile_traffic_factor``;
 ``host_combine_p``; ``traffic_per_saved_byte`` for closed-form transformers) by coordinate descent
 in log space, each within physical bounds (fractions in (0, 1]), minimising the mean squared log
 error of samples/s over the fit rows. Then the memory constants:
