@@ -23,12 +23,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import measure_unseen  # noqa: E402
-import measure_users_models as mum  # noqa: E402
+import fit_calibration as fc  # noqa: E402
 from advisor.calibration import default_calibration  # noqa: E402
 from advisor.step_work import step_work  # noqa: E402
 from advisor.throughput import host_seconds  # noqa: E402
-from users import _spec, predict_request, request_of  # noqa: E402
 
 DEFAULT = HERE / "results" / "h200-compiled-kernels-2026-12-04" / "compiled-kernels.json"
 
@@ -37,14 +35,14 @@ def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     measured = [r for r in json.loads(path.read_text()) if "host_ms" in r]
     cal = default_calibration().model_copy(update={"host": None})  # the reference host
-    rows = measure_unseen.rows_by_id()
+    _, rows = fc.all_rows()
+    rows = {r["id"]: r for r in rows}  # the configurations as the fit has them (fc.fresh_compiled_rows)
     print("| row | Triton kernels | census fused | ratio | GEMM/conv launches | census calls | host ms (ref host) "
           "| estimate ms | error |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     ratios, errors = [], []
     for m in measured:
-        req = request_of(mum.cardwise_flags(rows[m["id"]]))
-        spec, cfg = _spec(req.model.model_dump_json()), predict_request(req).config
+        spec, cfg = fc.spec_of(rows[m["id"]]), fc.config_of(rows[m["id"]])
         work = step_work(spec, cfg, cal)
         groups = m["profile"]["kernel_groups"]
         triton = groups.get("triton", 0.0)
