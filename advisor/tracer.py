@@ -53,6 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from advisor import sdpa
 from advisor.errors import UserError
 from advisor.models import ModelSpec, TraceProfile
+from advisor.step_work import FLASH_PASSES
 from advisor.trace_counters import BackwardPeak, KernelCounter, OpCensus, SavedTensors
 
 _LOWER = {F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose2d, torch.matmul, torch.mm, torch.bmm,
@@ -281,9 +282,9 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     f = float(fwd.get_total_flops()) if count else 0.0
     held_bytes = held.numel() * held.element_size() if held is not None else 0
     # Fused attention: forward FLOPs as traced; its backward recomputes the scores, 2.5x the forward
-    # (FlashAttention, Dao 2022): 3.5x in all. One kernel forward, three backward (preprocess, main,
+    # (FlashAttention, Dao 2022): FLASH_PASSES (3.5) in all. One kernel forward, three backward (preprocess, main,
     # dq convert: flash_bwd_launch_template.h).
-    work = dict(census.work, attn_flops=3.5 * mode.attn_flops, kernels=census.work["kernels"] + 4 * mode.attn_calls)
+    work = dict(census.work, attn_flops=FLASH_PASSES * mode.attn_flops, kernels=census.work["kernels"] + 4 * mode.attn_calls)
     return StepTrace(float(saved.total()), f, f, mode.attn_flops, kernels.count if count else 0, numel,
                      mode.loss_temp_bytes, frozenset(mode.backends), peak.peak, held_bytes, work,
                      moment["peak"] if hooks else 0.0, compiled_saved)
