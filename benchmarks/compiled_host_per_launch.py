@@ -5,10 +5,11 @@
 For every compiled row of ``fit_calibration.all_rows()`` (fit and holdout) it prints the measured step
 time, the step time over the row's host factor (what the reference host would take), the estimate's
 host and GPU terms with the packaged calibration, and the launches the model is charged for: GEMMs,
-convolutions and depthwise convolutions (``advisor.step_work.StepWork``), and the eager op count it
-was charged for before (``kernels``). Rows whose GPU term is under 70% of their measured step are
+convolutions and depthwise convolutions (``advisor.step_work.StepWork``), the kernels inductor writes
+between them as the census counts them (``fused_kernels``, charged ``compile_kernel_us`` each), and
+the eager op count it was charged for before (``kernels``). Rows whose GPU term is under 70% of their measured step are
 host-bound (marked): their "ms per launch" is the host's time per launch, what
-``Calibration.compile_call_us`` (with its fixed part, ``compile_step_us``) is fit to; on the other rows
+``Calibration.compile_call_us`` (with its fixed part, ``compile_step_us``, and ``compile_kernel_us``) is fit to; on the other rows
 the columns are upper bounds. The median and range per kind (``advisor.throughput.compile_family``),
 per launch and per eager op, over the marked rows close the table.
 """
@@ -36,8 +37,8 @@ def main() -> None:
     cal = default_calibration()
     hw = HardwareSpec(gpu=get_gpu("H200"))
     print("| id | split | measured ms | at reference host ms | host term ms | GPU term ms | launches | "
-          "eager ops | ms per launch | ms per eager op | |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "fused kernels | eager ops | ms per launch | ms per eager op | |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     per_kind: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         if not r.get("compile"):
@@ -54,7 +55,7 @@ def main() -> None:
         if bound:
             per_kind.setdefault(compile_family(work), []).append((ref_ms / launches, ref_ms / work.kernels))
         print(f"| {r['id']} | {r['split']} | {step_ms:.1f} | {ref_ms:.1f} | {host * 1e3:.1f} | {gpu * 1e3:.1f} | "
-              f"{launches:.0f} | {work.kernels:.0f} | {ref_ms / launches:.3f} | {ref_ms / work.kernels:.4f} |"
+              f"{launches:.0f} | {work.fused_kernels:.0f} | {work.kernels:.0f} | {ref_ms / launches:.3f} | {ref_ms / work.kernels:.4f} |"
               f"{' host-bound' if bound else ''}")
     print()
     for kind, v in sorted(per_kind.items()):
