@@ -158,6 +158,8 @@ def node_I(ctx: TreeContext) -> Answer:
                       "Node H ranks the memory compromises that would.")
     ch, rule = _policy(ctx, feasible)
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
+    if ctx.deadline_missed:
+        deadline_measures(ctx, ch)
     ddp_fits = isinstance(p.search(ch.gpus, Strategy.ddp), Choice) if Strategy.ddp in p.strategies(ch.gpus) else False
     lead = {Strategy.ddp: "yes: a full replica fits per GPU: DDP",
             Strategy.fsdp: ("a replica fits, but FSDP is faster here" if ddp_fits

@@ -4,7 +4,7 @@
 of two that divide the per-GPU batch, and the per-GPU batch itself: accumulation 1), with and
 without activation checkpointing, and compile where it repays its compile time; it returns the
 fastest that fits (preferring one that leaves ``search.roomy`` of the memory free when it is
-within 3% of the fastest). The global batch is the user's ``--batch-size`` or the recipe's base
+within 2% of the fastest). The global batch is the user's ``--batch-size`` or the recipe's base
 batch, EXACTLY: a count that does not divide it is not a candidate (never rounded, never grown).
 Pinned flags (``--micro-batch``, ``--grad-accum``, ``--grad-ckpt``, ``--strategy``, ``--compile``,
 ``--precision``) restrict what is scored. ``Planner.best(n)`` is the fastest strategy at ``n``
@@ -39,10 +39,10 @@ from rules.lr import LrPlan, lr_plan
 # DDP is kept over a sharded strategy that is at most this much faster: one all-reduce a step, no
 # per-micro-batch all-gathers to hide, and the strategy the estimate has measured most (docs/design.md
 # "Decision policy"); below the policy's 5% self-regret.
-DDP_PREFERENCE = 0.04
+DDP_PREFERENCE = 0.03
 # A roomier micro-batch (nvidia-smi memory below ``search.roomy`` of the GPU) is preferred over the
 # fastest only when it is at most this much slower: the pick stays within the policy's 5% self-regret.
-ROOMY_SLACK = 0.03
+ROOMY_SLACK = 0.02
 
 
 @dataclass

@@ -35,6 +35,14 @@ class Pick:
     effective_deadline_h: float | None = None
 
 
+def _h(hours: float | None) -> str:
+    """Hours as the policy line states them: two decimals under a day, so 3.67 h never reads as 3.7 h
+    next to a limit of 3.66 h."""
+    if hours is None or hours >= 24:
+        return format_hours(hours)
+    return f"{hours:.2f} h"
+
+
 def efficiencies(rows: list[Choice]) -> tuple[int, dict[int, float]]:
     """(baseline count, {count: scaling efficiency}) against the smallest count that fits."""
     base = min(rows, key=lambda c: c.gpus)
@@ -61,12 +69,12 @@ def pick(rows: list[Choice | Infeasible], *, deadline_h: float | None, margin: f
             # Prefer a count that divides the node (or whole nodes) among equally few: all counts
             # compared already are, so the fewest is the pick.
             ch = min((c for c in meets if c.gpus == fewest), key=lambda c: c.time_h)
-            return Pick(ch, f"deadline {format_hours(deadline_h)} less the {margin:.0%} margin = {format_hours(limit)}: "
-                        f"the fewest GPUs that finish inside it ({ch.gpus}, {format_hours(ch.time_h)})",
+            return Pick(ch, f"deadline {_h(deadline_h)} less the {margin:.0%} margin = {_h(limit)}: "
+                        f"the fewest GPUs that finish inside it ({ch.gpus}, {_h(ch.time_h)})",
                         "deadline", base, eff, limit)
         ch = max(fitting, key=lambda c: c.samples_per_s)
         return Pick(ch, f"no count at hand finishes inside the deadline less the {margin:.0%} margin "
-                    f"({format_hours(limit)}): the fastest is taken ({ch.gpus} GPUs, {format_hours(ch.time_h)})",
+                    f"({_h(limit)}): the fastest is taken ({ch.gpus} GPUs, {_h(ch.time_h)})",
                     "deadline-missed", base, eff, limit)
     good = [c for c in fitting if eff[c.gpus] >= min_efficiency]
     ch = max(good, key=lambda c: c.gpus)  # the baseline itself is at 100%: never empty
