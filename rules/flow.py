@@ -97,7 +97,7 @@ def check_pins(p: Planner) -> None:
         with_pins = f" x {pins}" if pins else ""
         raise UserError(f"{source} {target} does not split evenly over {over} GPUs{with_pins}"
                         f"{' (the counts --strategy ' + req.strategy.value + ' runs at hand)' if req.strategy else ''}",
-                        fix=f"give --batch-size a multiple of {counts[-1] * per if counts else per}, or change --gpus")
+                        fix=f"give --batch-size a multiple of {counts[0] * per if counts else per}, or change --gpus")
 
 
 def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
