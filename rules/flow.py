@@ -372,6 +372,10 @@ def _policy_summary(run: Run) -> PolicySummary:
         rule = pick.rule
         if ctx.needed_gpus:
             rule += f"; {ctx.needed_gpus} GPUs of this kind would meet it"
+        elif pick.kind == "deadline-missed":
+            from rules.nodes import HYPOTHETICAL_MAX_GPUS
+
+            rule += f"; no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
         return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus, **common)
     if req.strategy is not None and run.tree_choice is not None and ctx.choice is not None and \
             getattr(ctx.choice, "gpus", None) != ch.gpus:
