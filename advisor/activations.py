@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.config import Precision, Strategy, TrainConfig
+from advisor.config import Precision, TrainConfig
 from advisor.models import ModelSpec, TransformerArch
 
 

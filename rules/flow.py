@@ -19,7 +19,7 @@ from typing import Any
 
 from advisor.calibration import Calibration
 from advisor.compromise_names import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
-from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine
 from advisor.models import ModelSpec
@@ -67,7 +67,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     if req.lora_rank is not None and spec.arch is None:
         raise UserError(f"--lora-rank needs a transformer; {spec.name} is a {spec.family} model",
                         fix="drop --lora-rank for this model")
-    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp)
+    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp)
                                       or hardware.total_gpus > 1 and req.strategy is None):
         what = (f"--grad-accum {req.grad_accum}" if (req.grad_accum or 1) > 1 else
                 f"--strategy {req.strategy.value}" if req.strategy else f"{hardware.total_gpus} GPUs and no --strategy single")

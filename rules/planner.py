@@ -23,7 +23,7 @@ Every ``Choice`` carries its learning-rate plan (``rules.lr``), computed once wh
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from advisor.calibration import Calibration
