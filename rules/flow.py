@@ -379,7 +379,8 @@ def _policy_summary(run: Run) -> PolicySummary:
         return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus, **common)
     if req.strategy is not None and run.tree_choice is not None and ctx.choice is not None and \
             getattr(ctx.choice, "gpus", None) != ch.gpus:
-        return PolicySummary(rule=f"--strategy {req.strategy.value} pinned: {ch.gpus} GPUs", kind="pinned", **common)
+        return PolicySummary(rule=f"--strategy {req.strategy.value} pinned: it runs on the GPUs at hand ({ch.gpus})",
+                             kind="pinned", **common)
     d = next((s for s in run.steps if s.node == "D"), None)
     h = next((s for s in run.steps if s.node == "H"), None)
     why = d.answer if d is not None and ctx.end == "E" else h.answer if h is not None else "one GPU"
