@@ -1,7 +1,6 @@
 """The practitioner's requests of issue 27, answered by the planner and policy (NOTE.md's table).
 
-    python -m benchmarks.notebook.2026-12-05-planner-policy.requests   (not importable: run the file)
-    .venv/bin/python benchmarks/notebook/2026-12-05-planner-policy/requests.py
+    .venv/bin/python benchmarks/notebook/2026-12-05-planner-policy/requests.py   (from the checkout root)
 """
 
 from __future__ import annotations
