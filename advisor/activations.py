@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.config import Precision, Strategy, TrainConfig
+from advisor.config import Precision, TrainConfig
 from advisor.models import ModelSpec, TransformerArch
 
 
@@ -158,7 +158,7 @@ def activation_precision(config: TrainConfig) -> Precision:
     LoRA likewise: the runtime casts the frozen base to bf16 before peft wraps it
     (launcher/compromises/lora.py; peft's own casts for the fp32 adapters are step_work's and memory's)."""
     p = config.precision
-    if p.autocast and (config.strategy is Strategy.fsdp or config.cpu_offload or config.lora_rank is not None):
+    if p.autocast and (config.strategy.sharded or config.cpu_offload or config.lora_rank is not None):
         return Precision.pure_bf16
     return p
 

@@ -59,6 +59,15 @@ class Strategy(str, Enum):
     dp = "dp"  # torch.nn.DataParallel: for the bench's comparison only, never recommended
     ddp = "ddp"
     fsdp = "fsdp"
+    # HSDP (hybrid sharding): FSDP inside each node, DDP across nodes (Zhao et al. 2023, PyTorch FSDP,
+    # sec. 3.2.2): the per-micro-batch all-gathers stay on the node's fast links and only a gradient
+    # shard's all-reduce crosses the network, once per step. Whole nodes only.
+    hsdp = "hsdp"
+
+    @property
+    def sharded(self) -> bool:
+        """Weights, gradients and optimizer states split over GPUs (FSDP over all, HSDP over a node)."""
+        return self in (Strategy.fsdp, Strategy.hsdp)
 
 
 class TrainConfig(BaseModel):

@@ -78,13 +78,14 @@ def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
 
 def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> MemoryEstimate:
     p = config.precision
-    world = hw.total_gpus if config.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.dp) else 1
+    world = hw.total_gpus if config.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp, Strategy.dp) else 1
     n = model.params
     nt = trainable_params(model, config)
     lora = config.lora_rank is not None
     offload = config.cpu_offload
     notes: list[str] = []
-    shard = world if config.strategy is Strategy.fsdp else 1
+    # FSDP shards over every GPU; HSDP over the GPUs of one node (replicated across nodes).
+    shard = world if config.strategy is Strategy.fsdp else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
     gb = 2 if p is Precision.pure_bf16 else 4  # gradients in the weight dtype
     states = state_bytes(model, config, nt)  # optimizer states (+ Kahan buffer), all trainable params, bytes
 
@@ -103,7 +104,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
         prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})
     gathered = 0.0
-    if config.strategy is Strategy.fsdp or offload:
+    if config.strategy.sharded or offload:
         # FSDP with mixed precision gathers bf16 parameters (no autocast weight copies; the activations
         # are bf16 too: activations.activation_precision) and keeps the current and the prefetched unit
         # unsharded (Zhao et al. 2023, PyTorch FSDP, sec. 4).

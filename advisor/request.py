@@ -20,6 +20,11 @@ from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.errors import UserError
 from advisor.plan import ModelRef
 
+# The deadline policy plans to finish this fraction early (docs/design.md "Decision policy"): the
+# estimates' stated worst errors are 15-25% (DESIGN.md quality bars), so a plan at 98% of the
+# deadline is a coin toss.
+DEFAULT_MARGIN = 0.15
+
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "pure_bf16_update", "compile",
                "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload")
@@ -38,12 +43,12 @@ FLAGS: dict[str, tuple[str, str]] = {
     "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
     "optimizer_in_backward": ("--optimizer-in-backward", "toggle"), "cpu_offload": ("--cpu-offload", "toggle"),
     "dataset_size": ("--dataset-size", "value"), "epochs": ("--epochs", "value"),
-    "deadline_h": ("--deadline", "hours"), "base_lr": ("--base-lr", "value"),
+    "deadline_h": ("--deadline", "hours"), "margin": ("--margin", "value"), "base_lr": ("--base-lr", "value"),
     "base_batch": ("--base-batch", "value"), "lr_scaling": ("--lr-scaling", "value"), "task": ("--task", "value"),
     "keep_global_batch": ("--keep-global-batch", "switch"), "alternatives": ("--alternatives", "switch"),
 }
 # Fields whose default is not None: written only when they differ from it.
-_DEFAULTS = {"nodes": 1, "lr_scaling": "linear", "keep_global_batch": False, "alternatives": False}
+_DEFAULTS = {"nodes": 1, "margin": DEFAULT_MARGIN, "lr_scaling": "linear", "keep_global_batch": False, "alternatives": False}
 
 
 class Request(BaseModel):
@@ -79,6 +84,7 @@ class Request(BaseModel):
     dataset_size: int | None = Field(None, ge=1)
     epochs: float | None = Field(None, gt=0)
     deadline_h: float | None = Field(None, gt=0)
+    margin: float = Field(DEFAULT_MARGIN, ge=0, lt=1, description="plan to finish this fraction of the deadline early")
     base_lr: float | None = Field(None, gt=0)
     base_batch: int | None = Field(None, ge=1)
     lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
@@ -106,9 +112,16 @@ class Request(BaseModel):
         if b is not None and self.micro_batch and b % self.micro_batch:
             raise UserError(f"--batch-size {b} is not a multiple of --micro-batch {self.micro_batch}",
                             fix="micro-batch x accumulation x GPUs must equal the global batch: pick a micro-batch that divides it")
+        if b is not None and self.grad_accum and not self.micro_batch and b % self.grad_accum:
+            raise UserError(f"--batch-size {b} is not a multiple of --grad-accum {self.grad_accum}",
+                            fix="micro-batch x accumulation x GPUs must equal the global batch: pick a --grad-accum "
+                                "that divides it, or drop --grad-accum and let cardwise derive it")
         if b is not None and self.micro_batch and self.grad_accum and b % (self.micro_batch * self.grad_accum):
             raise UserError(f"--batch-size {b} is not a multiple of --micro-batch {self.micro_batch} x --grad-accum {self.grad_accum}",
                             fix="drop --grad-accum and let cardwise derive it, or change the numbers")
+        if self.strategy is Strategy.hsdp and self.nodes < 2:
+            raise UserError("--strategy hsdp with one node: HSDP shards inside each node and replicates across nodes",
+                            fix="add --nodes N (N >= 2), or use --strategy fsdp")
         if self.strategy is Strategy.single and self.nodes > 1:
             raise UserError("--strategy single with --nodes > 1", fix="drop --nodes, or use --strategy ddp|fsdp")
         return self

@@ -325,7 +325,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
                      + ("; `advise probe` measures this machine's" if cal.host is None else ""))
 
     nt = trainable_params(model, config)
-    shard = world if config.strategy is Strategy.fsdp else 1
+    shard = world if config.strategy is Strategy.fsdp else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
     opt_s = nt * _OPT_BYTES[config.optimizer] * (0.5 if p is Precision.pure_bf16 else 1.0) / shard / bw
 
     grad_bytes = nt * (2 if p is Precision.pure_bf16 else 4)
@@ -342,6 +342,14 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         # all-gather (forward), all-gather (backward), reduce-scatter (grads): each (N-1)/N of the
         # bytes, i.e. 1.5x a ring all-reduce, every micro-batch.
         comm = 1.5 * _ring_s(pbytes, world, per_node, nodes, hw, cal) * config.grad_accum
+        exposed = max(0.0, comm - cal.fsdp_overlap * compute_s)
+    elif config.strategy is Strategy.hsdp and world > 1:
+        # HSDP: FSDP's three collectives inside the node every micro-batch, then one all-reduce of
+        # the node's gradient shard across nodes per step (rank i of each node with rank i of the others).
+        pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
+        inner = 1.5 * _ring_s(pbytes, per_node, per_node, 1, hw, cal) * config.grad_accum
+        across = _ring_s(grad_bytes / max(1, per_node), nodes, 1, nodes, hw, cal)
+        comm = inner + across
         exposed = max(0.0, comm - cal.fsdp_overlap * compute_s)
     elif config.strategy is Strategy.dp and world > 1:
         # DataParallel: each forward broadcasts weights from GPU 0 and each backward reduces grads

@@ -83,6 +83,19 @@ def positive_float(text: str) -> float:
     return v
 
 
+def margin(text: str) -> float:
+    """A safety margin as a fraction below 1: '0.15' or '15%' (the deadline less this much)."""
+    t = text.strip()
+    pct = t.endswith("%")
+    try:
+        v = float(t[:-1] if pct else t) / (100.0 if pct else 1.0)
+    except ValueError:
+        raise ValueError(f"expected a fraction like 0.15 or 15%, got '{text}'") from None
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"must be a fraction from 0 up to (not including) 1, got {text}")
+    return v
+
+
 def shape(text: str) -> tuple[int, ...]:
     """'3,224,224' or '3x224x224' -> (3, 224, 224)."""
     try:

@@ -44,6 +44,7 @@ positive_float = _argparse_type(units.positive_float)
 port = _argparse_type(units.port)
 shape = _argparse_type(units.shape)
 duration_hours = _argparse_type(units.duration_hours)
+margin = _argparse_type(units.margin)
 
 
 def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -98,6 +99,8 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dataset-size", type=positive_int, metavar="N", help="training samples per epoch")
     g.add_argument("--epochs", type=positive_float, metavar="N", help="passes over the dataset")
     g.add_argument("--deadline", type=duration_hours, metavar="6h", help="time the training must finish in")
+    g.add_argument("--margin", type=margin, metavar="0.15",
+                   help="plan to finish this fraction before --deadline (default 0.15: the estimates' stated error)")
     g.add_argument("--base-lr", type=positive_float, metavar="X", help="learning rate tuned at --base-batch")
     g.add_argument("--base-batch", type=positive_int, metavar="N", help="global batch --base-lr was tuned at")
     g.add_argument("--lr-scaling", choices=_choices("lr_scaling"), default="linear")

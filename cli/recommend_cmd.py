@@ -183,15 +183,16 @@ def render_report(rec, console=None) -> None:
     if rec.scaling:
         t = Table(title="throughput and time-to-train by GPU count", title_justify="left", show_edge=False)
         for col in ("GPUs", "strategy", "micro x accum", "global", "GiB/GPU", "samples/s", "speedup", "efficiency", "time to train",
-                    "changed vs 1 GPU"):
-            t.add_column(col, justify="right" if col not in ("strategy", "changed vs 1 GPU") else "left")
+                    "changed vs baseline"):
+            t.add_column(col, justify="right" if col not in ("strategy", "changed vs baseline") else "left")
         for row in rec.scaling:
             style = "bold green" if row.chosen else None
             if row.fits:
                 t.add_row(str(row.gpus), row.strategy, f"{row.micro_batch} x {row.grad_accum}", str(row.global_batch),
                           f"{row.device_gib:.1f}", f"{row.samples_per_s:,.1f}",
                           f"{row.speedup:.2f}x" if row.speedup else "-",
-                          f"{row.scaling_efficiency:.0%}" if row.gpus > 1 else "-", format_hours(row.time_to_train_h),
+                          "baseline" if row.baseline else f"{row.scaling_efficiency:.0%}",
+                          format_hours(row.time_to_train_h),
                           ", ".join(row.changed) or "-", style=style)
             else:
                 t.add_row(str(row.gpus), row.strategy, "-", "-", f"{row.device_gib:.1f}" if row.device_gib else "-",
@@ -206,6 +207,8 @@ def render_report(rec, console=None) -> None:
     if r.compromise and r.fits:
         fit = Text(f"fits (compromise: {r.compromise})", style="bold yellow")
     kv.add_row("strategy", Text.assemble(f"{r.strategy} on {r.gpus}x {r.gpu}" + (f" ({r.nodes} nodes)" if r.nodes > 1 else "") + "  ", fit))
+    if rec.policy is not None:
+        kv.add_row("policy", rec.policy.rule)
     if r.standard_verdict:
         kv.add_row("standard setup", Text(r.standard_verdict, style="red"))
     if r.compromise:

@@ -38,7 +38,7 @@ def distributed_type(plan: Plan) -> str:
     if strategy is Strategy.dp:
         raise UserError("DataParallel plans are for `advise bench` only: Accelerate launches one process per device",
                         fix="use --strategy ddp (one process per GPU), or run `advise bench --modes dp,ddp` to compare")
-    if strategy is Strategy.fsdp:
+    if strategy.sharded:
         if plan.cpu:
             # torch's fully_shard itself trains over gloo, but Accelerate (1.16) silently runs DDP
             # with use_cpu and a plain single process with FSDP and no GPU: refuse rather than
@@ -142,6 +142,11 @@ def accelerate_config(plan: Plan, *, machine_rank: int = 0, main_address: str | 
                                 "dynamo_use_dynamic": False, "dynamo_use_fullgraph": False}
     if dtype == "FSDP":
         cfg["fsdp_config"] = fsdp_section(plan)
+    if plan.config.strategy is Strategy.hsdp:
+        # FSDP2 hybrid sharding through Accelerate's ParallelismConfig (accelerate >= 1.10): shard over
+        # the GPUs of a node, replicate across nodes (accelerate/commands/launch.py, ParallelismConfig args).
+        cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": plan.nodes,
+                                     "parallelism_config_dp_shard_size": plan.processes_per_node}
     return cfg
 
 

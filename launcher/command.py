@@ -175,7 +175,7 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
     exists when there are several ranks; one rank's output is the launcher's own.
     """
     cmd = [python or sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_path)]
-    multi = plan.world_size > 1 or plan.config.strategy.value == "fsdp" or plan.config.cpu_offload
+    multi = plan.world_size > 1 or plan.config.strategy.sharded or plan.config.cpu_offload
     if multi and plan.nodes == 1:
         # One machine: the ranks meet on the loopback (MASTER_ADDR), not on a public address.
         cmd += ["--main_process_ip", LOOPBACK, "--main_process_port", str(main_port or free_port())]

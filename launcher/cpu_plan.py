@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 
-from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
+from advisor.config import Optimizer
 from advisor.errors import UserError
 from advisor.plan import Plan, scaled_lr
 from advisor.request import Request
+from advisor.starting_config import starting_config
 
-DEFAULT_MICRO_BATCH = 4
-DEFAULT_SEQ_LEN = 128  # CPU-friendly; catalog defaults (1024-2048) take minutes per step on a laptop
 BASE_LR = {Optimizer.sgd: 0.1, Optimizer.adamw: 3e-4, Optimizer.adamw_8bit: 3e-4}
 WARMUP_FRACTION = 0.05
 
@@ -36,20 +35,18 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
     nodes = req.nodes
     ranks = procs * nodes
 
-    precision = req.precision
-    if precision is None:
-        # LoRA trains on a frozen bf16 base under bf16 autocast (launcher.compromises.lora): say so.
-        precision = Precision.bf16 if req.lora_rank else Precision.fp32
-        if req.lora_rank:
-            notes.append("precision bf16 for --lora-rank (frozen bf16 base, fp32 adapters, bf16 autocast)")
-    if precision is Precision.fp16:
-        raise UserError("fp16 autocast needs a GPU", fix="use --precision bf16 (CPUs run bf16 autocast) or fp32")
-    strategy = req.strategy or (Strategy.ddp if ranks > 1 else Strategy.single)
+    spec = None
+    if model.name:
+        try:
+            from advisor.catalog import catalog_model
 
-    micro = req.micro_batch
-    if micro is None:
-        micro = DEFAULT_MICRO_BATCH
-        notes.append(f"micro-batch {micro} per process (--micro-batch to change)")
+            spec = catalog_model(model.name)
+        except Exception:
+            spec = None  # the launch reports unknown names; scripts may not use the catalog
+    # The one Request -> TrainConfig step (advisor.starting_config): pins, else its CPU defaults.
+    start, start_notes = starting_config(req, spec, device="cpu", ranks=ranks)
+    notes += start_notes
+    strategy, micro, precision = start.strategy, start.micro_batch, start.precision
     accum = req.grad_accum
     batch = req.batch_size
     if batch is not None:
@@ -65,19 +62,7 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
     accum = accum or 1
     global_batch = micro * accum * ranks
 
-    seq_len, image_size = req.seq_len, req.image_size
-    if model.name and seq_len is None:
-        try:
-            from advisor.catalog import catalog_model
-
-            spec = catalog_model(model.name)
-        except Exception:
-            spec = None  # the launch reports unknown names; scripts may not use the catalog
-        if spec is not None and spec.arch is not None and not spec.is_vision:
-            seq_len = min(DEFAULT_SEQ_LEN, spec.default_seq_len or DEFAULT_SEQ_LEN)
-            notes.append(f"sequence length {seq_len} for CPU (--seq-len to change)")
-
-    optimizer = req.optimizer or Optimizer.adamw
+    optimizer = start.optimizer
     base_lr = req.base_lr
     if base_lr is None:
         base_lr = BASE_LR[optimizer]
@@ -99,12 +84,7 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
         if warmup:
             notes.append(f"{warmup} warmup step(s), {WARMUP_FRACTION:.0%} of the run (--warmup-steps to change)")
 
-    config = TrainConfig(micro_batch=micro, grad_accum=accum, seq_len=seq_len, image_size=image_size,
-                         precision=precision, optimizer=optimizer, compile=bool(req.compile),
-                         channels_last=bool(req.channels_last),
-                         grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
-                         lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
-                         cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
+    config = start.model_copy(update={"grad_accum": accum})
     plan = Plan(model=model, config=config, gpu=None, processes_per_node=procs, nodes=nodes, cpu=True,
                 global_batch=global_batch, lr=lr, base_lr=base_lr, base_batch=base_batch, lr_scaling=rule,
                 warmup_steps=warmup, total_steps=total, epochs=epochs, dataset_size=dataset,

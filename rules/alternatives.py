@@ -67,8 +67,8 @@ def scale_out(ctx: TreeContext, cmd: CommandFn) -> Alternative | None:
         return None
     at_hand = ch.gpus <= p.available
     return Alternative(
-        name=f"FSDP on {ch.gpus} GPUs", kind="scale-out",
-        summary=(f"the standard recipe sharded over {ch.gpus}x {p.hw.gpu.name}: ~{ch.estimate.memory.device_gib:.1f} GiB per GPU, "
+        name=f"{ch.strategy.value.upper()} on {ch.gpus} GPUs", kind="scale-out",
+        summary=(f"the standard recipe ({ch.strategy.value.upper()}) over {ch.gpus}x {p.hw.gpu.name}: ~{ch.estimate.memory.device_gib:.1f} GiB per GPU, "
                  f"{_speed(ch)}" + ("" if at_hand else f" (needs {ch.gpus} GPUs; {p.available} at hand)")),
         fits=True, gpus=ch.gpus, strategy=ch.strategy.value, peak_gib=ch.estimate.memory.peak_gib,
         device_gib=ch.estimate.memory.device_gib, samples_per_s=ch.estimate.throughput.samples_per_s,

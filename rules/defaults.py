@@ -31,10 +31,8 @@ class ModelDefaults(BaseModel):
 
 class SearchDefaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    saturation: float
     roomy: float
     max_micro_batch: int
-    max_round_up: float
     one_gpu_enough_h: float
     min_scaling_efficiency: float
     lr_batch_ratio_warn: float

@@ -121,8 +121,6 @@ class PlanFacts(_Section):
     grad_accum: int
     global_batch: int
     per_gpu_batch: int
-    batch_grown: bool = Field(description="global batch grown over the base batch to keep GPUs busy")
-    batch_rounded: bool = Field(description="global batch rounded up to share evenly over GPUs")
     grad_ckpt_needed: bool = Field(description="checkpointing was needed to fit (not pinned)")
     fits: bool
     lr: float

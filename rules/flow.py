@@ -19,12 +19,13 @@ from typing import Any
 
 from advisor.calibration import Calibration
 from advisor.compromise_names import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
-from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine
 from advisor.models import ModelSpec
 from advisor.plan import ModelRef, Plan
 from advisor.request import Request
+from advisor.starting_config import starting_config
 from rules import alternatives as alts
 from rules.defaults import load_defaults
 from rules.engine import Engine, RuleTrace, get_rule
@@ -32,8 +33,8 @@ from rules.facts import Facts
 from rules.nodes import deadline_measures, walk
 from rules.planner import Choice, Infeasible, Planner
 from rules.practice import base_facts, with_plan
-from rules.recommend import (FiredRule, PathStep, Recommendation, RecommendationCore, RuleSummary, ScalingRow,
-                             launch_command)
+from rules.recommend import (FiredRule, PathStep, PolicySummary, Recommendation, RecommendationCore, RuleSummary,
+                             ScalingRow, launch_command)
 from rules.tree import Step, TreeContext
 
 
@@ -66,7 +67,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     if req.lora_rank is not None and spec.arch is None:
         raise UserError(f"--lora-rank needs a transformer; {spec.name} is a {spec.family} model",
                         fix="drop --lora-rank for this model")
-    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp)
+    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp)
                                       or hardware.total_gpus > 1 and req.strategy is None):
         what = (f"--grad-accum {req.grad_accum}" if (req.grad_accum or 1) > 1 else
                 f"--strategy {req.strategy.value}" if req.strategy else f"{hardware.total_gpus} GPUs and no --strategy single")
@@ -76,12 +77,27 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
         raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
                         fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
-    if req.strategy in (Strategy.ddp, Strategy.fsdp) and req.batch_size and req.micro_batch and req.grad_accum:
-        n = hardware.total_gpus
-        if req.micro_batch * req.grad_accum * n != req.batch_size:
-            raise UserError(f"--micro-batch {req.micro_batch} x --grad-accum {req.grad_accum} x {n} GPUs = "
-                            f"{req.micro_batch * req.grad_accum * n}, not --batch-size {req.batch_size}",
-                            fix="drop --grad-accum (cardwise derives it) or make the product match")
+
+
+def check_pins(p: Planner) -> None:
+    """Pinned --micro-batch/--grad-accum/--strategy that no GPU count at hand can run with the global
+    batch (the user's --batch-size or the recipe's), refused before any search: one line, the fix."""
+    req, target = p.req, p.target_batch
+    pm, pa = req.micro_batch, req.grad_accum
+    per = (pm or 1) * (pa or 1)
+    source = "--batch-size" if req.batch_size else "the recipe's global batch"
+    pins = " x ".join(f for f in (f"--micro-batch {pm}" if pm else "", f"--grad-accum {pa}" if pa else "") if f)
+    if per > 1 and target % per:
+        raise UserError(f"{pins} does not divide {source} {target}: micro-batch x accumulation x GPUs must equal it",
+                        fix=f"pick values whose product divides {target}, give --batch-size, or drop "
+                            f"{'--grad-accum' if pa else '--micro-batch'} and let cardwise derive it")
+    counts = [n for n in p.counts() if p.strategies(n) and not (req.optimizer_in_backward and n > 1)]
+    if not any(target % (n * per) == 0 for n in counts):
+        over = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1]) if counts else "any"
+        with_pins = f" x {pins}" if pins else ""
+        raise UserError(f"{source} {target} does not split evenly over {over} GPUs{with_pins}"
+                        f"{' (the counts --strategy ' + req.strategy.value + ' runs at hand)' if req.strategy else ''}",
+                        fix=f"give --batch-size a multiple of {counts[0] * per if counts else per}, or change --gpus")
 
 
 def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
@@ -92,16 +108,13 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     base_batch = req.base_batch or (req.batch_size if req.base_lr else None) or fam.base_batch
     lr_defaulted = req.base_lr is None
     applied = [f"base lr {base_lr:g} at batch {base_batch} ({fam.source})"] if lr_defaulted else []
-    seq_len = req.seq_len or (spec.default_seq_len if spec.is_text else None)
-    image_size = req.image_size or (spec.default_image_size if spec.is_vision else None)
-    cfg = TrainConfig(micro_batch=req.micro_batch or 1, grad_accum=req.grad_accum or 1, seq_len=seq_len,
-                      image_size=image_size, precision=req.precision or Precision.bf16,
-                      optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
-                      channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=Strategy.single,
-                      lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
-                      cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
+    # The one Request -> TrainConfig step (advisor.starting_config); its notes are the setup rules' to
+    # say (precision, optimizer), and the planner searches micro-batch, accumulation and strategy.
+    cfg, _ = starting_config(req.model_copy(update={"strategy": Strategy.single}), spec, device="gpu",
+                             gpu=hardware.gpu)
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
+    check_pins(planner)
     return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
 
 
@@ -189,7 +202,7 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
     # at hand, or when asked for; never chosen for the user.
     if not run.fits or run.compromise or req.alternatives or not isinstance(ctx.one, Choice):
         if ctx.min_fit is None and not isinstance(ctx.one, Choice):
-            ctx.min_fit = p.min_gpus(Strategy.fsdp)
+            ctx.min_fit = p.min_gpus()
         alt_list += alts.compromises(ctx, cmd)
         so = alts.scale_out(ctx, cmd)
         if so and (not run.fits or run.compromise or so.gpus != ch.gpus):
@@ -212,9 +225,10 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
         alternatives=alt_list, warnings=warnings, plan=_plan(run, core), scaling=_scaling(ctx, ch),
         rules_evaluated=[RuleSummary(id=t.id, phase=t.phase, fired=t.fired, blocked_by_pin=t.blocked_by_pin)
                          for t in run.traces],
-        defaults_applied=run.defaults_applied,
+        defaults_applied=run.defaults_applied, policy=_policy_summary(run),
     )
     rec._trace = run.traces  # every rule evaluated, with its leaves: Recommendation.trace
+    rec._candidates = p.candidates  # every configuration the planner scored at hand
     return rec
 
 
@@ -308,27 +322,28 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
 
 
 def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
+    """The best plan per GPU count at hand (the planner's rows, the policy's counts), efficiency and
+    speedup against the smallest count that fits (rules.policy.efficiencies), never capped."""
+    from rules.policy import efficiencies
+
     p = ctx.planner
-    counts = p.counts()
-    if len(counts) > 16:
-        counts = [c for c in counts if c in (1, 2, 4) or c % p.hw.gpus_per_node == 0]
+    results = {n: (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best(n)
+               for n in p.counts()}
+    fitting = [r for r in results.values() if isinstance(r, Choice)]
+    base_n, eff = efficiencies(fitting) if fitting else (None, {})
+    base = results.get(base_n)
     rows: list[ScalingRow] = []
-    one_sps = None
-    one_cfg = None
-    for n in counts:
-        ch = (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best_multi(n)
+    for n, ch in results.items():
         if isinstance(ch, Choice):
             e = ch.estimate
-            if n == 1:
-                one_sps, one_cfg = e.throughput.samples_per_s, ch.config
             rows.append(ScalingRow(
                 gpus=n, strategy=ch.strategy.value, fits=True, micro_batch=ch.config.micro_batch,
                 grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
                 device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
-                time_to_train_h=e.time_to_train_h, scaling_efficiency=e.throughput.scaling_efficiency,
-                speedup=e.throughput.samples_per_s / one_sps if one_sps else None,
+                time_to_train_h=e.time_to_train_h, scaling_efficiency=eff[n],
+                speedup=ch.samples_per_s / base.samples_per_s, baseline=n == base_n,
                 chosen=(n == chosen.gpus and ch.strategy is chosen.strategy),
-                changed=_changed(one_cfg, ch.config) if n > 1 else []))
+                changed=_changed(base.config, ch.config) if n != base_n else []))
         else:
             rows.append(ScalingRow(gpus=n, strategy=ch.strategy.value, fits=False,
                                    device_gib=ch.closest.memory.device_gib if ch.closest else None, note=ch.reason,
@@ -339,6 +354,39 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
     return rows
 
 
+def _policy_summary(run: Run) -> PolicySummary:
+    """The policy line of the report: which rule chose the plan (docs/design.md "Decision policy")."""
+    ctx, req, p = run.ctx, run.req, run.planner
+    pick = ctx.pick
+    floor = p.defaults.search.min_scaling_efficiency
+    common = dict(deadline_h=req.deadline_h, margin=req.margin, min_scaling_efficiency=floor,
+                  effective_deadline_h=req.deadline_h * (1 - req.margin) if req.deadline_h else None,
+                  needed_gpus=ctx.needed_gpus, counts_compared=p.counts(), candidates_scored=len(p.candidates))
+    ch = run.final
+    if run.compromise and ctx.compromise_name:
+        return PolicySummary(rule=f"node H: the standard setup does not fit the GPUs at hand; the lowest-risk memory "
+                             f"compromise that fits ({run.compromise})", kind="compromise", **common)
+    if not run.fits:
+        return PolicySummary(rule="nothing fits: the closest configuration is shown", kind="none", **common)
+    if pick is not None and ch.gpus == pick.choice.gpus:
+        rule = pick.rule
+        if ctx.needed_gpus:
+            rule += f"; {ctx.needed_gpus} GPUs of this kind would meet it"
+        elif pick.kind == "deadline-missed":
+            from rules.nodes import HYPOTHETICAL_MAX_GPUS
+
+            rule += f"; no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
+        return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus, **common)
+    if req.strategy is not None and run.tree_choice is not None and ctx.choice is not None and \
+            getattr(ctx.choice, "gpus", None) != ch.gpus:
+        return PolicySummary(rule=f"--strategy {req.strategy.value} pinned: it runs on the GPUs at hand ({ch.gpus})",
+                             kind="pinned", **common)
+    d = next((s for s in run.steps if s.node == "D"), None)
+    h = next((s for s in run.steps if s.node == "H"), None)
+    why = d.answer if d is not None and ctx.end == "E" else h.answer if h is not None else "one GPU"
+    return PolicySummary(rule=f"one GPU: {why}", kind="single", baseline_gpus=1, **common)
+
+
 def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
     """What a scaling row changed besides the GPU count, against the 1-GPU row."""
     if one is None:
@@ -347,7 +395,7 @@ def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
     if cfg.grad_ckpt != one.grad_ckpt:
         out.append("checkpointing " + ("on" if cfg.grad_ckpt else "off"))
     if cfg.micro_batch != one.micro_batch:
-        out.append(f"micro-batch {cfg.micro_batch} (1 GPU: {one.micro_batch})")
+        out.append(f"micro-batch {cfg.micro_batch} (baseline: {one.micro_batch})")
     if cfg.compile != one.compile:
         out.append("compile " + ("on" if cfg.compile else "off"))
     for k in COMPROMISE_FIELDS:  # node H's settings (advisor.compromise_names, rules.compromise.LEVELS)

@@ -17,6 +17,9 @@ from advisor.units import format_hours
 from rules.planner import Choice, Infeasible
 from rules.tree import Answer, Measure, Step, TreeContext, load_tree
 
+# How far node H's "more GPUs" measure looks, hypothetically (whole 8-GPU nodes beyond one).
+HYPOTHETICAL_MAX_GPUS = 1024
+
 
 def _gib(x: float) -> str:
     return f"{x:.1f} GiB"
@@ -76,14 +79,16 @@ def node_A(ctx: TreeContext) -> Answer:
 
 def node_B(ctx: TreeContext) -> Answer:
     p = ctx.planner
-    ch = p.search(1, Strategy.single, relax_accum=True)
+    ch = p.search(1, Strategy.single)
     ctx.one = ch
     if isinstance(ch, Choice):
         ckpt = ("checkpointing needed: without it no micro-batch fits" if ch.ckpt_needed
-                else "no checkpointing needed" if not ch.config.grad_ckpt else "checkpointing pinned")
+                else "checkpointing pinned" if p.req.grad_ckpt else
+                "checkpointing on: a larger micro-batch with it is faster" if ch.config.grad_ckpt
+                else "no checkpointing")
         return Answer("fits", f"yes: {describe(ch)}; {_mem_text(ch.estimate)}",
-                      f"Standard setup ({ckpt}); micro-batch chosen as the smallest within "
-                      f"{p.defaults.search.saturation:.0%} of the best samples/s that fits.",
+                      f"Standard setup ({ckpt}); the global batch {p.target_batch} kept exactly; every micro-batch "
+                      "(powers of two) with and without checkpointing scored, the fastest that fits taken.",
                       {"peak_gib": ch.estimate.memory.peak_gib, "device_gib": ch.estimate.memory.device_gib})
     e = ch.closest
     from rules.compromise import standard_cause
@@ -101,9 +106,10 @@ def node_B(ctx: TreeContext) -> Answer:
 
 def node_C(ctx: TreeContext) -> Answer:
     p = ctx.planner
-    ctx.min_fit = p.min_gpus(Strategy.fsdp)
+    ctx.min_fit = p.min_gpus()
     need = ctx.min_fit.gpus if ctx.min_fit else None
-    need_text = f"at least {need}x {p.hw.gpu.name} sharded with FSDP" if need else "more than 64 GPUs of this kind"
+    need_text = (f"at least {need}x {p.hw.gpu.name} ({ctx.min_fit.strategy.value.upper()})" if need
+                 else "more than 256 GPUs of this kind")
     pinned_single = ctx.req.strategy is Strategy.single or p.base.optimizer_in_backward
     if p.available < 2 or pinned_single or need is None or need > p.available:
         have = (("--optimizer-in-backward runs on one GPU" if p.base.optimizer_in_backward else "--strategy single is pinned")
@@ -114,56 +120,66 @@ def node_C(ctx: TreeContext) -> Answer:
     return Answer("several", f"yes: {need_text}; {p.available} at hand", load_tree()["C"].why, {"min_gpus": need})
 
 
-def _pick_by_deadline(ctx: TreeContext, rows: list[Choice]) -> tuple[Choice, str]:
-    """The fewest GPUs meeting the deadline; all of them when there is none; the fastest when none meets it."""
-    if ctx.deadline is None:
-        floor = ctx.planner.defaults.search.min_scaling_efficiency
-        good = [ch for ch in rows if ch.estimate.throughput.scaling_efficiency >= floor]
-        if good:
-            return good[-1], f"no deadline: the most GPUs that keep scaling efficiency >= {floor:.0%}"
-        return rows[0], f"no deadline: no count keeps scaling efficiency >= {floor:.0%}; the fewest are taken"
-    for ch in rows:
-        if ch.time_h is not None and ch.time_h <= ctx.deadline:
-            return ch, f"the fewest GPUs that meet the {format_hours(ctx.deadline)} deadline"
-    ctx.deadline_missed = True
-    best = max(rows, key=lambda c: c.estimate.throughput.samples_per_s)
-    return best, f"no count at hand meets the {format_hours(ctx.deadline)} deadline; the fastest is taken"
+def _policy(ctx: TreeContext, rows: list[Choice | Infeasible]) -> tuple[Choice, str]:
+    """The policy's pick among the best plan per count (rules.policy), recorded on the context."""
+    from rules.policy import pick
+
+    p = ctx.planner
+    got = pick(rows, deadline_h=ctx.deadline, margin=ctx.req.margin,
+               min_efficiency=p.defaults.search.min_scaling_efficiency, per_node=p.hw.gpus_per_node)
+    ctx.pick = got
+    if got.kind == "deadline-missed":
+        ctx.deadline_missed = True
+    return got.choice, got.rule
 
 
-def _rows_text(rows: list[Choice | Infeasible]) -> str:
+def _rows_text(rows: list[Choice | Infeasible], eff: dict[int, float]) -> str:
     out = []
     for r in rows:
         if isinstance(r, Choice):
             t = r.time_h
-            out.append(f"{r.gpus}: {format_hours(t) if t is not None else f'{r.estimate.throughput.samples_per_s:,.0f}/s'}"
-                       f" ({r.estimate.throughput.scaling_efficiency:.0%} eff.)")
+            out.append(f"{r.gpus}: {r.strategy.value} {format_hours(t) if t is not None else f'{r.samples_per_s:,.1f}/s'}"
+                       f" ({eff[r.gpus]:.0%} eff.)")
         else:
-            out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split'}")
+            out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split' if r.kind == 'batch' else 'n/a'}")
     return "; ".join(out)
 
 
 def node_I(ctx: TreeContext) -> Answer:
     p = ctx.planner
     counts = [n for n in p.counts() if n >= 2]
-    ddp = [p.search(n, Strategy.ddp) for n in counts]
-    if any(isinstance(r, Choice) for r in ddp):
-        strategy, rows = Strategy.ddp, ddp
-        lead = "yes: a full replica fits per GPU: DDP"
-    else:
-        strategy, rows = Strategy.fsdp, [p.search(n, Strategy.fsdp) for n in counts]
-        lead = "no: a replica does not fit per GPU: FSDP (full sharding)"
+    rows = [p.best(n) for n in counts]
     ctx.rows = rows
     feasible = [r for r in rows if isinstance(r, Choice)]
     if not feasible:
-        reason = rows[-1].reason if rows else "no GPU counts to try"
+        reason = _why_none(rows, p.target_batch)
         ctx.verdict = f"the standard setup does not fit on the {p.available} GPUs at hand: {reason}"
         return Answer("none", f"no standard configuration fits on the {p.available} GPUs at hand: {reason}",
                       "Node H ranks the memory compromises that would.")
-    ch, rule = _pick_by_deadline(ctx, feasible)
-    ctx.choice, ctx.tree_strategy = ch, strategy.value
-    return Answer(strategy.value, f"{lead} on {ch.gpus} GPUs ({rule}); {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
-                  f"By GPU count: {_rows_text(rows)}. " + load_tree()["I"].why,
-                  {"gpus": ch.gpus, "strategy": strategy.value})
+    ch, rule = _policy(ctx, feasible)
+    ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
+    if ctx.deadline_missed:
+        deadline_measures(ctx, ch)
+    ddp_fits = isinstance(p.search(ch.gpus, Strategy.ddp), Choice) if Strategy.ddp in p.strategies(ch.gpus) else False
+    lead = {Strategy.ddp: "yes: a full replica fits per GPU: DDP",
+            Strategy.fsdp: ("a replica fits, but FSDP is faster here" if ddp_fits
+                            else "no: a replica does not fit per GPU: FSDP (full sharding)"),
+            Strategy.hsdp: "HSDP: sharded inside each node, replicated across nodes"}[ch.strategy]
+    return Answer(ch.strategy.value, f"{lead} on {ch.gpus} GPUs ({rule}); {describe(ch)}; {_mem_text(ch.estimate)}; "
+                  f"{_time_text(ch.estimate)}",
+                  f"By GPU count (best plan each): {_rows_text(rows, ctx.pick.efficiency)}. " + load_tree()["I"].why,
+                  {"gpus": ch.gpus, "strategy": ch.strategy.value})
+
+
+def _why_none(rows: list[Choice | Infeasible], target: int) -> str:
+    """Why no count at hand runs it: memory first, else that no count divides the global batch."""
+    mem = [r for r in rows if isinstance(r, Infeasible) and r.kind == "memory"]
+    if mem:
+        return mem[-1].reason
+    if rows and all(isinstance(r, Infeasible) and r.kind == "batch" for r in rows):
+        return (f"no GPU count at hand ({', '.join(str(r.gpus) for r in rows)}) splits the global batch {target} "
+                "evenly with the pinned flags; give --batch-size a multiple of the count")
+    return rows[-1].reason if rows else "no GPU counts to try"
 
 
 def node_D(ctx: TreeContext) -> Answer:
@@ -182,13 +198,16 @@ def node_D(ctx: TreeContext) -> Answer:
         return Answer("yes", "yes: no deadline and no dataset size given" + _faster_at_hand(ctx),
                       "Without a deadline or the amount of work, one GPU is enough when the model fits on it; "
                       "--deadline, --dataset-size/--epochs or --strategy decide otherwise.")
-    if t <= ctx.deadline:
-        return Answer("yes", f"yes: {format_hours(t)} on one GPU <= deadline {format_hours(ctx.deadline)}",
+    limit = ctx.deadline * (1 - ctx.req.margin)
+    if t <= limit:
+        return Answer("yes", f"yes: {format_hours(t)} on one GPU <= deadline {format_hours(ctx.deadline)} less the "
+                      f"{ctx.req.margin:.0%} margin ({format_hours(limit)})",
                       f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s x {ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs"
                       + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
                       {"time_to_train_h": t})
-    return Answer("no", f"no: {format_hours(t)} on one GPU > deadline {format_hours(ctx.deadline)} (over by {format_hours(t - ctx.deadline)}, "
-                  f"{(t - ctx.deadline) / ctx.deadline:.0%})",
+    over = (f"over by {format_hours(t - ctx.deadline)}, {(t - ctx.deadline) / ctx.deadline:.0%}" if t > ctx.deadline
+            else f"inside it, but not inside the {ctx.req.margin:.0%} margin: {format_hours(limit)}")
+    return Answer("no", f"no: {format_hours(t)} on one GPU vs deadline {format_hours(ctx.deadline)} ({over})",
                   f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s with the standard setup"
                   + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
                   {"time_to_train_h": t})
@@ -199,12 +218,12 @@ def _faster_at_hand(ctx: TreeContext) -> str:
     p = ctx.planner
     if p.available < 2 or ctx.req.strategy is Strategy.single:
         return "; --deadline with --dataset-size/--epochs says whether more GPUs would be worth it"
-    multi = p.best_multi(p.available)
+    multi = p.best(p.available)
     if not isinstance(multi, Choice):
         return ""
-    x = multi.estimate.throughput.samples_per_s / ctx.one.estimate.throughput.samples_per_s
+    x = multi.samples_per_s / ctx.one.samples_per_s
     return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}, "
-            f"{multi.estimate.throughput.scaling_efficiency:.0%} scaling efficiency): give --deadline with "
+            f"{x / p.available:.0%} of linear scaling): give --deadline with "
             f"--dataset-size/--epochs, or --strategy {multi.strategy.value}, to use them")
 
 
@@ -227,20 +246,16 @@ def node_F(ctx: TreeContext) -> Answer:
 def node_G(ctx: TreeContext) -> Answer:
     p = ctx.planner
     counts = [n for n in p.counts() if n >= 2]
-    rows = [p.best_multi(n) for n in counts]
+    rows = [ctx.one] + [p.best(n) for n in counts]
     ctx.rows = rows
-    feasible = [r for r in rows if isinstance(r, Choice)]
-    if not feasible:
-        ctx.choice, ctx.end = ctx.one, "G"
-        return Answer("none", "no multi-GPU configuration is possible: " + "; ".join({r.reason for r in rows}),
-                      "The single-GPU plan is kept.")
-    ch, rule = _pick_by_deadline(ctx, feasible)
+    ch, rule = _policy(ctx, rows)
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
     if ctx.deadline_missed:
         deadline_measures(ctx, ch)
-    return Answer(ch.strategy.value, f"{ch.strategy.value.upper()} on {ch.gpus} GPUs: {_time_text(ch.estimate)} "
-                  f"({rule}; scaling efficiency {ch.estimate.throughput.scaling_efficiency:.0%})",
-                  f"By GPU count: {_rows_text(rows)}. " + load_tree()["G"].why, {"gpus": ch.gpus})
+    what = "one GPU" if ch.gpus == 1 else f"{ch.strategy.value.upper()} on {ch.gpus} GPUs"
+    return Answer(ch.strategy.value, f"{what}: {_time_text(ch.estimate)} ({rule})",
+                  f"By GPU count (best plan each): {_rows_text(rows, ctx.pick.efficiency)}. " + load_tree()["G"].why,
+                  {"gpus": ch.gpus})
 
 
 def node_H(ctx: TreeContext) -> Answer:
@@ -255,11 +270,13 @@ def node_H(ctx: TreeContext) -> Answer:
                       "More GPUs would shorten it: give --gpus N (and --nodes) to plan for them.",
                       {"time_to_train_h": ch.time_h})
     deadline_measures(ctx, ch)
-    miss = ch.time_h - ctx.deadline
+    limit = ctx.deadline * (1 - ctx.req.margin)
+    miss = ch.time_h - limit
     closing = [m for m in ctx.measures if m.meets]
     close = ("; would close it: " + ", ".join(f"{m.name} ({format_hours(m.time_h)})" for m in closing)) if closing else \
         "; no single measure closes it"
-    return Answer("faster", f"missed by {format_hours(miss)} ({miss / ctx.deadline:.0%}): {format_hours(ch.time_h)} vs {format_hours(ctx.deadline)}{close}",
+    return Answer("faster", f"missed by {format_hours(miss)} ({miss / limit:.0%}): {format_hours(ch.time_h)} vs "
+                  f"{format_hours(limit)} (deadline {format_hours(ctx.deadline)} less the {ctx.req.margin:.0%} margin){close}",
                   "Estimated: " + "; ".join(f"{m.name}: {m.summary}" for m in ctx.measures), {"missed_h": miss})
 
 
@@ -267,7 +284,8 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
     """Ways to close a missed deadline, each with an estimate (node H; G when even all GPUs miss)."""
     from advisor.catalog import catalog_model, catalog_names
 
-    p, req, dl = ctx.planner, ctx.req, ctx.deadline
+    p, req = ctx.planner, ctx.req
+    dl = ctx.deadline * (1 - req.margin)  # a measure closes the deadline when it meets it with the margin
     out: list[Measure] = []
     cfg = ch.config
     t0 = ch.time_h
@@ -314,14 +332,18 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
             if isinstance(alt, Choice):
                 meas(f"smaller model: {m.name}", f"{m.params / 1e6:,.0f}M parameters: {format_hours(alt.time_h)}",
                      ["--model", m.name], alt, model=m.name)
-    # more GPUs of this kind (hypothetical beyond what is at hand)
-    for n in p.counts(hypothetical_max=64):
+    # more GPUs of this kind (hypothetical beyond what is at hand): the fewest that meet it
+    ctx.needed_gpus = None
+    for n in p.counts(hypothetical_max=HYPOTHETICAL_MAX_GPUS):
         if n <= ch.gpus:
             continue
-        alt = p.best_multi(n, hypothetical=True)
+        alt = p.best(n, hypothetical=True)
         if isinstance(alt, Choice) and alt.time_h is not None and alt.time_h <= dl:
+            ctx.needed_gpus = n
+            per_node = max(p.hw.gpus_per_node, 8)
+            flags = ["--gpus", str(n)] if n <= per_node else ["--gpus", str(per_node), "--nodes", str(n // per_node)]
             meas(f"{n} GPUs", f"{alt.strategy.value.upper()} on {n}x {p.hw.gpu.name}: {format_hours(alt.time_h)}",
-                 ["--gpus", str(n)], alt, hypothetical=n > p.available)
+                 flags, alt, hypothetical=n > p.available)
             break
     # less work
     if req.epochs and t0:

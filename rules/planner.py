@@ -1,14 +1,21 @@
-"""The search behind the decision tree: which configuration fits, for one GPU count and strategy.
+"""The one search behind the recommendation: every configuration scored, for each GPU count.
 
-``Planner.search`` asks the estimator for one GPU count and strategy: "standard" means the
-precision the setup rules chose (bf16 autocast on compute capability >= 8.0, else fp16 +
-GradScaler; both with fp32 master weights), the family's optimizer, micro-batch down to 1 with
-gradient accumulation filling the per-GPU batch, and activation checkpointing only when nothing
-fits without it. It takes the largest micro-batch that fits (preferring one that leaves
-``search.roomy`` of the memory free), so accumulation is used only as far as memory needs it.
-When the global batch is not pinned, the efficient micro-batch (the smallest within
-``search.saturation`` of the best samples/s) decides whether splitting the base batch over the
-GPUs would starve them, and then the global batch grows.
+``Planner.search(n, strategy)`` scores, for ``n`` GPUs and one strategy, every micro-batch (powers
+of two that divide the per-GPU batch, and the per-GPU batch itself: accumulation 1), with and
+without activation checkpointing, and compile where it repays its compile time; it returns the
+fastest that fits (preferring one that leaves ``search.roomy`` of the memory free when it is
+within 2% of the fastest). The global batch is the user's ``--batch-size`` or the recipe's base
+batch, EXACTLY: a count that does not divide it is not a candidate (never rounded, never grown).
+Pinned flags (``--micro-batch``, ``--grad-accum``, ``--grad-ckpt``, ``--strategy``, ``--compile``,
+``--precision``) restrict what is scored. ``Planner.best(n)`` is the fastest strategy at ``n``
+(DDP, FSDP, HSDP across whole nodes), ``Planner.candidates`` every row scored (config, estimate,
+time-to-train, fits, why rejected): the policy (``rules.policy``) picks from them, and the
+scaling table and the alternatives read the same rows.
+
+The search is bounded (counts: divisors of the node size, then whole nodes in powers of two;
+micro-batches: powers of two; memory is monotone in the micro-batch, so the first that does not
+fit ends the ladder) and memoised per configuration (``tests/test_bounded_search.py`` counts the
+estimator's calls; ``python -m benchmarks.speed.search_timing`` times them).
 
 Every ``Choice`` carries its learning-rate plan (``rules.lr``), computed once when it is made.
 """
@@ -16,7 +23,6 @@ Every ``Choice`` carries its learning-rate plan (``rules.lr``), computed once wh
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +36,15 @@ from advisor.throughput import ThroughputEstimate
 from rules.defaults import Defaults
 from rules.lr import LrPlan, lr_plan
 
+# DDP is kept when its plan is at most this much slower than the fastest configuration scored at the
+# count (any strategy): one all-reduce a step, no per-micro-batch all-gathers to hide, and the
+# strategy the estimate has measured most (docs/design.md "Decision policy"); below the policy's 5%
+# self-regret, which tests/test_policy_regret.py checks.
+DDP_PREFERENCE = 0.045
+# A roomier micro-batch (nvidia-smi memory below ``search.roomy`` of the GPU) is preferred over the
+# fastest only when it is at most this much slower: the pick stays within the policy's 5% self-regret.
+ROOMY_SLACK = 0.02
+
 
 @dataclass
 class Choice:
@@ -41,9 +56,8 @@ class Choice:
     estimate: Estimate
     global_batch: int
     lr: LrPlan  # for global_batch: node J's answer, the plan and the launch command
-    grown: bool = False
-    rounded: bool = False
-    ckpt_needed: bool = False
+    ckpt_needed: bool = False  # checkpointing on because nothing fits without it (not pinned)
+    fastest_sps: float | None = None  # the fastest configuration scored in this search (the pick may be roomier)
 
     @property
     def fits(self) -> bool:
@@ -53,6 +67,10 @@ class Choice:
     def time_h(self) -> float | None:
         return self.estimate.time_to_train_h
 
+    @property
+    def samples_per_s(self) -> float:
+        return self.estimate.throughput.samples_per_s
+
     def with_config(self, config: TrainConfig, estimate: Estimate) -> "Choice":
         """The same choice (GPUs, batch, learning rate) with a config change such as compile."""
         return dataclasses.replace(self, config=config, estimate=estimate)
@@ -60,11 +78,12 @@ class Choice:
 
 @dataclass
 class Infeasible:
-    """Nothing fits (kind 'memory') or the batch cannot be split (kind 'batch')."""
+    """Nothing fits (kind 'memory'), the batch cannot be split (kind 'batch') or the strategy does
+    not apply to this count (kind 'strategy')."""
 
     gpus: int
     strategy: Strategy
-    kind: Literal["memory", "batch"]
+    kind: Literal["memory", "batch", "strategy"]
     reason: str
     closest: Estimate | None = None
 
@@ -75,6 +94,40 @@ class Infeasible:
     @property
     def time_h(self) -> float | None:
         return None
+
+
+@dataclass
+class Candidate:
+    """One row the planner scored: a configuration on ``gpus`` GPUs, its estimate, and why it was
+    rejected ('' when it fits). ``standard``: the request's own setup (no memory compromise)."""
+
+    gpus: int
+    strategy: Strategy
+    config: TrainConfig | None
+    estimate: Estimate | None
+    global_batch: int
+    rejected: str = ""
+    standard: bool = True
+
+    @property
+    def fits(self) -> bool:
+        return not self.rejected
+
+    @property
+    def time_h(self) -> float | None:
+        return self.estimate.time_to_train_h if self.estimate is not None else None
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return self.estimate.throughput.samples_per_s if self.estimate is not None else None
+
+    def as_dict(self) -> dict:
+        c = self.config
+        return {"gpus": self.gpus, "strategy": self.strategy.value, "fits": self.fits, "rejected": self.rejected,
+                "micro_batch": c.micro_batch if c else None, "grad_accum": c.grad_accum if c else None,
+                "grad_ckpt": c.grad_ckpt if c else None, "compile": c.compile if c else None,
+                "global_batch": self.global_batch, "samples_per_s": self.samples_per_s, "time_to_train_h": self.time_h,
+                "device_gib": self.estimate.memory.device_gib if self.estimate else None}
 
 
 def model_layers(m: ModelSpec) -> int:
@@ -89,27 +142,50 @@ def model_layers(m: ModelSpec) -> int:
 def _config_key(cfg: TrainConfig) -> tuple:
     """Everything of a config the estimate depends on, except the strategy."""
     return (cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision, cfg.optimizer, cfg.compile,
-            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload)
+            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload,
+            cfg.pure_bf16_update)
 
 
-def _ladder(n: int, dense: int = 8) -> list[int]:
-    """1..min(n, dense), then the powers of two up to n, then n."""
-    out = set(range(1, min(n, dense) + 1)) | {1 << k for k in range(n.bit_length()) if 1 << k <= n} | {n}
-    return sorted(out)
-
-
-def bounded_counts(per_node: int, nodes: int) -> list[int]:
-    """The GPU counts compared for ``nodes`` nodes of ``per_node`` GPUs: within a node, whole nodes beyond."""
-    return _ladder(per_node) + [per_node * k for k in _ladder(nodes, dense=4) if k >= 2]
+def _pow2_upto(n: int) -> list[int]:
+    return [1 << k for k in range(n.bit_length()) if 1 << k <= n]
 
 
 def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 
 
+def node_counts(per_node: int) -> list[int]:
+    """GPU counts inside one node: the divisors of the node size (no 3, 5 or 7 of 8: they leave GPUs
+    idle and split batches unevenly), bounded for huge nodes to the divisors that are at most 8,
+    powers of two, or the node itself."""
+    if per_node <= 64:
+        return _divisors(per_node)
+    return [d for d in _divisors(per_node) if d <= 8 or d & (d - 1) == 0 or d == per_node]
+
+
+def bounded_counts(per_node: int, nodes: int) -> list[int]:
+    """The GPU counts compared for ``nodes`` nodes of ``per_node`` GPUs: the divisors of the node
+    size, then whole nodes (powers of two, and all of them)."""
+    return node_counts(per_node) + [per_node * k for k in sorted(set(_pow2_upto(nodes)) | {nodes}) if k >= 2]
+
+
+def micro_batches(share: int, cap: int) -> list[int]:
+    """Micro-batches scored for a per-GPU batch ``share``: powers of two that divide it and the
+    per-GPU batch over powers of two (accumulation 1, 2, 4, ...), up to ``cap``; ascending."""
+    out = set()
+    p = 1
+    while p <= share and share % p == 0:
+        if p <= cap:
+            out.add(p)
+        if share // p <= cap:
+            out.add(share // p)
+        p *= 2
+    return sorted(out)
+
+
 class Planner:
-    """Asks the estimator the questions the tree needs, with memoisation."""
+    """Scores configurations with the estimator (memoised) and keeps every row it scored."""
 
     def __init__(self, request: Request, model: ModelSpec, hardware: HardwareSpec, calibration: Calibration,
                  defaults: Defaults, base_config: TrainConfig, base_lr: float, base_batch: int):
@@ -125,9 +201,21 @@ class Planner:
         self.host_ram_gib: float | None = None  # this machine's RAM when planning for it (CPU offload's check)
         self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
+        self._search_memo: dict[tuple, Choice | Infeasible] = {}
+        self._scored: dict[tuple, Candidate] = {}
+
+    @property
+    def target_batch(self) -> int:
+        """The global batch every candidate keeps: --batch-size, else the recipe's base batch."""
+        return self.req.batch_size or self.base_batch
 
     def lr_for(self, global_batch: int) -> LrPlan:
         return lr_plan(self.req, self.defaults.warmup, self.base_lr, self.base_batch, global_batch)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        """Every row scored so far (at the GPUs at hand), in the order scored."""
+        return list(self._scored.values())
 
     # -- hardware
     @property
@@ -145,14 +233,27 @@ class Planner:
         return self.hw.model_copy(update={"gpus_per_node": per_node, "nodes": n // per_node})
 
     def counts(self, hypothetical_max: int | None = None) -> list[int]:
-        """GPU counts the tree compares: a bounded set whatever the size (every count up to 8 in a
-        node, then powers of two and the node's size; whole nodes likewise: 1, 2, 4, ... and all of
-        them), so that a recommendation at 100,000 GPUs asks the estimator a few hundred times, not
-        millions (tests/test_bounded_search.py counts the calls)."""
+        """GPU counts the policy compares: the divisors of the node size, then whole nodes (powers of
+        two and all of them), so that a recommendation at 100,000 GPUs asks the estimator a few
+        hundred times (tests/test_bounded_search.py counts the calls)."""
         if hypothetical_max:
             per_node = max(self.hw.gpus_per_node, 8)
             return bounded_counts(per_node, max(1, hypothetical_max // per_node))
         return bounded_counts(self.hw.gpus_per_node, self.hw.nodes)
+
+    def strategies(self, n: int, hypothetical: bool = False) -> list[Strategy]:
+        """What runs on ``n`` GPUs: single on one; DDP and FSDP on several; HSDP (FSDP inside a node,
+        DDP across nodes) on whole nodes beyond one. A pinned --strategy is the only one."""
+        if n == 1:
+            # FSDP over one GPU is CPU offload's (FSDP's CPUOffload), or what a pinned --strategy fsdp asks
+            out = [Strategy.single] + ([Strategy.fsdp] if self.req.cpu_offload or self.req.strategy is Strategy.fsdp else [])
+        else:
+            out = [Strategy.ddp, Strategy.fsdp]
+            per_node = max(self.hw.gpus_per_node, 8) if hypothetical else self.hw.gpus_per_node
+            if n > per_node and per_node > 1:
+                out.append(Strategy.hsdp)
+        pin = self.req.strategy
+        return [s for s in out if pin is None or s is pin]
 
     # -- estimates
     def est(self, cfg: TrainConfig, n: int, hypothetical: bool = False, model: ModelSpec | None = None) -> Estimate:
@@ -165,8 +266,8 @@ class Planner:
                 hw = self._hw_memo[(n, hypothetical)] = self.hw_for(n, hypothetical)
             one = None
             if hw.total_gpus > 1 and cfg.strategy is not Strategy.single:
-                # The single-GPU baseline of scaling efficiency is the same for every GPU count:
-                # computed once per configuration (a search over 1,024 counts asks for it thousands of times).
+                # The single-GPU baseline of the estimate's own scaling efficiency is the same for
+                # every GPU count: computed once per configuration.
                 one_key = (m.name,) + _config_key(cfg)
                 one = self._one_memo.get(one_key)
                 if one is None:
@@ -176,36 +277,51 @@ class Planner:
             self._memo[key] = hit
         return hit
 
-    def efficient_micro(self, cfg0: TrainConfig, n: int, hypothetical: bool, model: ModelSpec | None) -> int | None:
-        """Smallest power-of-two micro-batch within `saturation` of the best samples/s that fits (accum 1)."""
-        s = self.defaults.search
-        fitting: list[tuple[int, float]] = []
-        m = 1
-        while m <= s.max_micro_batch:
-            e = self.est(cfg0.model_copy(update={"micro_batch": m, "grad_accum": 1}), n, hypothetical, model)
-            if not e.memory.fits:
-                break
-            fitting.append((m, e.throughput.samples_per_s))
-            m *= 2
-        if not fitting:
-            return None
-        best = max(sps for _, sps in fitting)
-        return next(m for m, sps in fitting if sps >= s.saturation * best)
-
-    def search(self, n: int, strategy: Strategy, *, base: TrainConfig | None = None, relax_accum: bool = False,
-               hypothetical: bool = False, model: ModelSpec | None = None, ckpt: bool | None = None) -> Choice | Infeasible:
-        """The standard configuration for ``n`` GPUs with ``strategy``, or why there is none.
-        ``ckpt`` forces checkpointing on or off (default: off, then on if nothing fits)."""
+    def _micros(self, share: int) -> list[int] | str:
+        """Micro-batches for a per-GPU batch ``share`` under the pins, or why none splits it."""
         req = self.req
+        pm, pa = req.micro_batch, req.grad_accum
+        if pm and pa:
+            return [pm] if pm * pa == share else f"--micro-batch {pm} x --grad-accum {pa} = {pm * pa}, not the per-GPU batch {share}"
+        if pm:
+            return [pm] if share % pm == 0 else f"--micro-batch {pm} does not divide the per-GPU batch {share}"
+        if pa:
+            return [share // pa] if share % pa == 0 else f"--grad-accum {pa} does not divide the per-GPU batch {share}"
+        return micro_batches(share, self.defaults.search.max_micro_batch)
+
+    def _pick(self, fitting: list[tuple[TrainConfig, Estimate]]) -> tuple[TrainConfig, Estimate]:
+        """The fastest that fits; a roomier one (memory.tight's headroom) when within ROOMY_SLACK of it."""
+        best = max(fitting, key=lambda f: f[1].throughput.samples_per_s)
+        top = best[1].throughput.samples_per_s
+        roomy = [f for f in fitting if f[1].memory.device_gib <= self.defaults.search.roomy * f[1].memory.gpu_memory_gib
+                 and f[1].throughput.samples_per_s >= (1 - ROOMY_SLACK) * top]
+        return max(roomy, key=lambda f: f[1].throughput.samples_per_s) if roomy else best
+
+    def _record(self, n: int, cfg: TrainConfig, e: Estimate | None, rejected: str, standard: bool) -> None:
+        key = (n, cfg.strategy) + _config_key(cfg)
+        if key not in self._scored:
+            self._scored[key] = Candidate(n, cfg.strategy, cfg, e, self.target_batch, rejected, standard)
+
+    def search(self, n: int, strategy: Strategy, *, base: TrainConfig | None = None, hypothetical: bool = False,
+               model: ModelSpec | None = None, ckpt: bool | None = None) -> Choice | Infeasible:
+        """The fastest configuration of ``strategy`` on ``n`` GPUs that keeps the global batch, or why
+        there is none. ``ckpt`` forces checkpointing on or off (default: both scored)."""
         base = base or self.base
+        key = (n, strategy, hypothetical, model.name if model else None, ckpt) + _config_key(base)
+        hit = self._search_memo.get(key)
+        if hit is None:
+            hit = self._search_memo[key] = self._search(n, strategy, base, hypothetical, model, ckpt)
+        return hit
+
+    def _search(self, n: int, strategy: Strategy, base: TrainConfig, hypothetical: bool, model: ModelSpec | None,
+                ckpt: bool | None) -> Choice | Infeasible:
+        req = self.req
         if base.cpu_offload and strategy is Strategy.single:
             strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
         if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
             return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
-        exact = req.batch_size is not None or req.keep_global_batch
-        target = req.batch_size or self.base_batch
-        pin_micro = req.micro_batch
-        pin_accum = None if relax_accum else req.grad_accum
+        if strategy is Strategy.hsdp and strategy not in self.strategies(n, hypothetical):
+            return Infeasible(n, strategy, "strategy", "HSDP shards inside a node and replicates across whole nodes")
         ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
         if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
             r: Choice | Infeasible | None = None
@@ -214,71 +330,66 @@ class Planner:
                 if isinstance(r, Choice):
                     return r
             return r
+        target = self.target_batch
+        if target % n:
+            return Infeasible(n, strategy, "batch", f"the global batch {target} does not split evenly over {n} GPUs")
+        share = target // n
+        micros = self._micros(share)
+        if isinstance(micros, str):
+            return Infeasible(n, strategy, "batch", micros)
+        record = not hypothetical and model is None
+        standard = base == self.base
+        fitting: list[tuple[TrainConfig, Estimate]] = []
         closest: Estimate | None = None
-        batch_reason = None
-        for ckpt in ckpts:
-            cfg0 = base.model_copy(update={"grad_ckpt": ckpt, "strategy": strategy, "micro_batch": 1, "grad_accum": 1})
-            grown = rounded = False
-            if pin_micro and pin_accum:
-                share = pin_micro * pin_accum
-                if exact and share * n != target:
-                    return Infeasible(n, strategy, "batch", f"--micro-batch {pin_micro} x --grad-accum {pin_accum} x {n} GPUs "
-                                      f"= {share * n}, not the global batch {target}")
-            elif exact:
-                if target % n:
-                    return Infeasible(n, strategy, "batch", f"the global batch {target} does not split evenly over {n} GPUs")
-                share = target // n
-            else:
-                share0 = -(-target // n)
-                m_eff = pin_micro or self.efficient_micro(cfg0, n, hypothetical, model)
-                if m_eff is None:
-                    # what the smallest micro-batch costs with the accumulation the batch needs
-                    c1 = cfg0.model_copy(update={"grad_accum": pin_accum or share0})
-                    closest = self.est(c1, n, hypothetical, model)
-                    continue
-                if pin_accum:
-                    share = max(share0, m_eff * pin_accum)
-                    share = -(-share // pin_accum) * pin_accum
-                elif share0 < m_eff:
-                    share, grown = m_eff, True
-                else:
-                    share = self._round_share(share0, m_eff)
-                rounded = not grown and share * n != target
-            if pin_micro:
-                micros = [pin_micro] if share % pin_micro == 0 else []
-            elif pin_accum:
-                micros = [share // pin_accum] if share % pin_accum == 0 else []
-            else:
-                micros = [d for d in _divisors(share) if d <= self.defaults.search.max_micro_batch]
-            if not micros:
-                batch_reason = f"the per-GPU batch {share} is not a multiple of the pinned micro-batch/accumulation"
-                continue
-            fitting = []
-            for m in micros:
-                cfg = cfg0.model_copy(update={"micro_batch": m, "grad_accum": share // m})
+        fits_without_ckpt = False
+        for ck in ckpts:
+            for i, m in enumerate(micros):
+                cfg = base.model_copy(update={"grad_ckpt": ck, "strategy": strategy, "micro_batch": m,
+                                              "grad_accum": share // m})
                 e = self.est(cfg, n, hypothetical, model)
                 if e.memory.fits:
-                    fitting.append((m, cfg, e))
-                elif closest is None or e.memory.device_gib < closest.memory.device_gib:
+                    fitting.append((cfg, e))
+                    fits_without_ckpt |= not ck
+                    if record:
+                        self._record(n, cfg, e, "", standard)
+                    continue
+                if record:
+                    self._record(n, cfg, e, f"does not fit: ~{e.memory.device_gib:.1f} GiB per GPU", standard)
+                if closest is None or e.memory.device_gib < closest.memory.device_gib:
                     closest = e
-            if not fitting:
-                continue
-            # The largest micro-batch that fits (accumulation only as memory needs it), preferring
-            # one that leaves the headroom of the "memory.tight" rule.
-            roomy = [f for f in fitting if f[2].memory.device_gib <= self.defaults.search.roomy * f[2].memory.gpu_memory_gib]
-            m, cfg, e = (roomy or fitting)[-1]
-            if req.compile is None and not cfg.compile:
-                gain = self.compile_gain(cfg, n, hypothetical, model)
-                if gain["repays"]:
-                    cfg, e = gain["config"], gain["estimate"]
-            return Choice(n, strategy, cfg, e, global_batch=share * n, lr=self.lr_for(share * n), grown=grown,
-                          rounded=rounded, ckpt_needed=ckpt and req.grad_ckpt is None)
-        if batch_reason:
-            return Infeasible(n, strategy, "batch", batch_reason, closest)
-        dev = f"{closest.memory.device_gib:.1f} GiB" if closest else "more than the GPU has"
-        usable = self.hw.gpu.memory_gib * self.cal.fit_fraction
-        return Infeasible(n, strategy, "memory", f"the smallest configuration needs ~{dev} per GPU; "
-                          f"{usable:.1f} of {self.hw.gpu.memory_gib:.0f} GiB are usable", closest)
+                # Memory grows with the micro-batch: the larger ones do not fit either, except
+                # accumulation 1, which drops the accumulated gradients (scored once).
+                last = micros[-1]
+                if m != last:
+                    c1 = cfg.model_copy(update={"micro_batch": last, "grad_accum": share // last})
+                    e1 = self.est(c1, n, hypothetical, model)
+                    if e1.memory.fits:
+                        fitting.append((c1, e1))
+                        fits_without_ckpt |= not ck
+                    if record:
+                        self._record(n, c1, e1, "" if e1.memory.fits else
+                                     f"does not fit: ~{e1.memory.device_gib:.1f} GiB per GPU", standard)
+                    if record:
+                        for m2 in micros[i + 1:-1]:
+                            c2 = cfg.model_copy(update={"micro_batch": m2, "grad_accum": share // m2})
+                            self._record(n, c2, None, f"pruned: micro-batch {m} already does not fit", standard)
+                break
+        if not fitting:
+            dev = f"{closest.memory.device_gib:.1f} GiB" if closest else "more than the GPU has"
+            usable = self.hw.gpu.memory_gib * self.cal.fit_fraction
+            return Infeasible(n, strategy, "memory", f"the smallest configuration needs ~{dev} per GPU; "
+                              f"{usable:.1f} of {self.hw.gpu.memory_gib:.0f} GiB are usable", closest)
+        cfg, e = self._pick(fitting)
+        if req.compile is None and not cfg.compile:
+            gain = self.compile_gain(cfg, n, hypothetical, model)
+            if record:
+                self._record(n, gain["config"], gain["estimate"], "" if gain["repays"] else
+                             "compile does not repay its compile time over this run", standard)
+            if gain["repays"]:
+                cfg, e = gain["config"], gain["estimate"]
+        top = max(max(f[1].throughput.samples_per_s for f in fitting), e.throughput.samples_per_s)
+        return Choice(n, strategy, cfg, e, global_batch=target, lr=self.lr_for(target),
+                      ckpt_needed=cfg.grad_ckpt and not fits_without_ckpt and req.grad_ckpt is None, fastest_sps=top)
 
     def search_accum1(self, n: int, strategy: Strategy, base: TrainConfig, ckpt: bool) -> Choice | Infeasible:
         """No accumulation: the largest micro-batch (a power of two up to the per-GPU share of the
@@ -335,32 +446,33 @@ class Planner:
         return {"config": c2, "estimate": comp, "saving": saving, "minutes": minutes, "run_h": run_h,
                 "saving_min": saving_min, "breakeven_min": minutes / saving if saving > 0 else None, "repays": repays}
 
-    def _round_share(self, share0: int, m_eff: int) -> int:
-        """Round the per-GPU batch up to a multiple of the largest power of two <= m_eff that stays
-        within max_round_up (so that a good micro-batch divides it)."""
-        p = 1 << (m_eff.bit_length() - 1)
-        while p > 1:
-            s = -(-share0 // p) * p
-            if s <= share0 * (1 + self.defaults.search.max_round_up):
-                return s
-            p //= 2
-        return share0
+    def best(self, n: int, hypothetical: bool = False, model: ModelSpec | None = None) -> Choice | Infeasible:
+        """The fastest strategy on ``n`` GPUs (DDP, FSDP, HSDP on whole nodes; the pinned one only),
+        or the most telling reason none fits (memory before batch before strategy)."""
+        results = [self.search(n, s, hypothetical=hypothetical, model=model) for s in self.strategies(n, hypothetical)]
+        fitting = [r for r in results if isinstance(r, Choice)]
+        if fitting:
+            fastest = max(fitting, key=lambda c: c.samples_per_s)
+            top = max(max(c.fastest_sps or 0.0, c.samples_per_s) for c in fitting)
+            ddp = next((c for c in fitting if c.strategy is Strategy.ddp), None)
+            if ddp is not None and ddp.samples_per_s >= (1 - DDP_PREFERENCE) * top:
+                return ddp
+            return fastest
+        if not results:
+            return Infeasible(n, self.req.strategy or Strategy.ddp, "strategy",
+                              f"--strategy {self.req.strategy.value if self.req.strategy else '?'} does not run on {n} GPUs")
+        order = {"memory": 0, "batch": 1, "strategy": 2}
+        return min(results, key=lambda r: order[r.kind])
 
-    def best_multi(self, n: int, hypothetical: bool = False, model: ModelSpec | None = None) -> Choice | Infeasible:
-        """DDP if a replica fits at this count, else FSDP (node I's rule), for tables and alternatives."""
-        ch = self.search(n, Strategy.ddp, hypothetical=hypothetical, model=model)
-        if isinstance(ch, Choice):
-            return ch
-        fs = self.search(n, Strategy.fsdp, hypothetical=hypothetical, model=model)
-        return fs if isinstance(fs, Choice) or ch.kind == "memory" else ch
-
-    def min_gpus(self, strategy: Strategy, limit: int = 64) -> Choice | None:
-        """The fewest GPUs of this kind (hypothetically up to ``limit``) on which ``strategy`` fits."""
+    def min_gpus(self, strategy: Strategy | None = None, limit: int = 256) -> Choice | None:
+        """The fewest GPUs of this kind (hypothetically up to ``limit``) on which the standard setup
+        fits with several GPUs (``strategy``, or the fastest)."""
         for n in self.counts(hypothetical_max=limit):
             if n < 2:
                 continue
-            ch = self.search(n, strategy, hypothetical=True)
-            if isinstance(ch, Choice):
-                return ch
+            # what it would take, whatever --strategy is pinned to
+            kinds = [strategy] if strategy else [Strategy.ddp, Strategy.fsdp] + ([Strategy.hsdp] if n > 8 else [])
+            fits = [c for c in (self.search(n, s, hypothetical=True) for s in kinds) if isinstance(c, Choice)]
+            if fits:
+                return max(fits, key=lambda c: c.samples_per_s)
         return None
-

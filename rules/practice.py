@@ -88,7 +88,7 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
         path=path, end=ctx.end, tree_strategy=ctx.tree_strategy, strategy=strategy.value, gpus=n,
         nodes=ch.estimate.hardware.nodes, multi_gpu=n > 1, micro_batch=ch.config.micro_batch,
         grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, per_gpu_batch=ch.global_batch // n,
-        batch_grown=ch.grown, batch_rounded=ch.rounded, grad_ckpt_needed=ch.ckpt_needed, fits=fits,
+        grad_ckpt_needed=ch.ckpt_needed, fits=fits,
         lr=lr.lr, lr_ratio=lr.ratio, warmup_steps=lr.warmup_steps, warmup_rule=lr.warmup_rule,
         total_steps=lr.total_steps, steps_per_epoch=lr.steps_per_epoch, gpus_at_hand=p.available,
         min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),

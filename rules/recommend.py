@@ -127,12 +127,31 @@ class ScalingRow(BaseModel):
     samples_per_s: float | None = None
     step_s: float | None = None
     time_to_train_h: float | None = None
-    scaling_efficiency: float | None = None
-    speedup: float | None = Field(None, description="samples/s over the 1-GPU row's (when it fits)")
+    scaling_efficiency: float | None = Field(None, description="samples/s per GPU over the baseline row's (the best "
+                                             "plan on the smallest count that fits; one GPU when it fits); not capped")
+    speedup: float | None = Field(None, description="samples/s over the baseline row's")
+    baseline: bool = Field(False, description="the row efficiency and speedup compare against")
     chosen: bool = False
     note: str = ""
     changed: list[str] = Field(default_factory=list, description="what this row changed besides the GPU count, "
-                               "against the 1-GPU row (checkpointing, micro-batch, accumulation, compile)")
+                               "against the baseline row (checkpointing, micro-batch, accumulation, compile)")
+
+
+class PolicySummary(BaseModel):
+    """How the GPU count and plan were chosen (docs/design.md "Decision policy"), and from how many candidates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str = Field(description="the policy line: which rule chose the plan, with its numbers")
+    kind: Literal["single", "deadline", "deadline-missed", "efficiency", "compromise", "pinned", "none"]
+    deadline_h: float | None = None
+    margin: float = Field(description="--margin: the deadline is planned less this fraction")
+    effective_deadline_h: float | None = Field(None, description="deadline x (1 - margin)")
+    min_scaling_efficiency: float
+    baseline_gpus: int | None = Field(None, description="the smallest count that fits: efficiency's reference")
+    needed_gpus: int | None = Field(None, description="GPUs of this kind that would meet a missed deadline (hypothetical)")
+    counts_compared: list[int] = Field(default_factory=list, description="GPU counts scored at hand")
+    candidates_scored: int = Field(0, description="configurations the planner scored at hand (Recommendation.candidates)")
 
 
 class RuleSummary(BaseModel):
@@ -159,8 +178,16 @@ class Recommendation(BaseModel):
     scaling: list[ScalingRow] = Field(default_factory=list)
     rules_evaluated: list[RuleSummary] = Field(default_factory=list)
     defaults_applied: list[str] = Field(default_factory=list)
+    policy: PolicySummary | None = None
 
     _trace: list[RuleTrace] = PrivateAttr(default_factory=list)
+    _candidates: list = PrivateAttr(default_factory=list)
+
+    @property
+    def candidates(self) -> list:
+        """Every configuration the planner scored at hand (``rules.planner.Candidate``): config,
+        estimate, time-to-train, fits, why rejected. The recommendation is the policy's pick among them."""
+        return self._candidates
 
     @property
     def trace(self) -> list[RuleTrace]:
@@ -208,6 +235,8 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"standard setup: {r.standard_verdict}")
     lines.append(f"recommendation: {r.strategy} on {r.gpus}x {r.gpu} ({fit})"
                  + (f", COMPROMISE {r.compromise}: gives up {r.gives_up}" if r.compromise else ""))
+    if rec.policy is not None:
+        lines.append(f"  policy: {rec.policy.rule}")
     lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")

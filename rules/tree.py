@@ -22,6 +22,7 @@ from rules.planner import Choice, Infeasible, Planner
 
 if TYPE_CHECKING:
     from rules.compromise import Outcome
+    from rules.policy import Pick
 
 NODE_IDS = "ABCDEFGHIJ"
 
@@ -106,6 +107,8 @@ class TreeContext:
     verdict: str = ""  # the standard configuration's verdict and its cause, when it does not fit
     compromise_name: str | None = None  # the compromise node H recommends
     gives_up: str | None = None
+    pick: "Pick | None" = None  # the policy's pick among G/I's rows (rules.policy)
+    needed_gpus: int | None = None  # the fewest GPUs of this kind that meet a missed deadline (hypothetical)
 
     @property
     def req(self) -> Request:

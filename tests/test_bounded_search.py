@@ -50,8 +50,14 @@ def test_any_size_asks_the_estimator_a_bounded_number_of_times(calls, kw):
     rec = _run(**kw)
     assert calls[0] <= MAX_CALLS, f"{calls[0]} estimator calls for {kw}"
     assert rec.recommendation.gpus <= (kw.get("gpus") or 1) * kw.get("nodes", 1)
+    # Efficiency is against the baseline row (the smallest count that fits), computed, not capped.
+    base = [r for r in rec.scaling if r.baseline]
+    assert len(base) <= 1
     for row in rec.scaling:
-        assert row.scaling_efficiency is None or row.scaling_efficiency <= 1.0
+        if row.fits:
+            b = base[0]
+            assert row.scaling_efficiency == pytest.approx((row.samples_per_s / row.gpus) / (b.samples_per_s / b.gpus))
+            assert row.global_batch == rec.recommendation.global_batch  # never rounded per count
 
 
 def test_calls_grow_no_faster_than_the_log_of_the_size(calls):
@@ -62,9 +68,12 @@ def test_calls_grow_no_faster_than_the_log_of_the_size(calls):
     assert calls[0] <= 4 * small, (small, calls[0])
 
 
-def test_the_counts_compared_are_every_small_count_then_powers_of_two_and_the_whole():
-    assert bounded_counts(8, 1) == [1, 2, 3, 4, 5, 6, 7, 8]
+def test_the_counts_compared_are_divisors_of_the_node_then_whole_nodes():
+    assert bounded_counts(8, 1) == [1, 2, 4, 8]  # never 3, 5 or 7 of 8
+    assert bounded_counts(6, 1) == [1, 2, 3, 6]
+    assert bounded_counts(8, 2) == [1, 2, 4, 8, 16]
     big = bounded_counts(100_000, 1)
-    assert big[:8] == list(range(1, 9)) and big[-1] == 100_000 and len(big) < 30
+    assert big[0] == 1 and big[-1] == 100_000 and len(big) < 30 and all(100_000 % n == 0 for n in big)
     nodes = bounded_counts(8, 100_000)
-    assert nodes[-1] == 800_000 and 16 in nodes and len(nodes) < 40
+    assert nodes[-1] == 800_000 and 16 in nodes and 24 not in nodes and len(nodes) < 40
+    assert all(n % 8 == 0 for n in nodes if n > 8)

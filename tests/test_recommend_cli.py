@@ -63,7 +63,12 @@ def test_json_contract(capsys):
     mem = d["estimate"]["memory"]
     assert sum(p["gib"] for p in mem["peak_parts"]) == pytest.approx(mem["peak_gib"])
     assert {"autocast_copies_gib", "other_moment", "host_gib"} <= set(mem)
-    assert all(r["scaling_efficiency"] is None or r["scaling_efficiency"] <= 1.0 for r in d["scaling"])
+    # efficiency against the best plan on the smallest count that fits (2 GPUs for llama3-8b), not capped
+    base = [r for r in d["scaling"] if r["baseline"]]
+    assert [r["gpus"] for r in base] == [2] and base[0]["scaling_efficiency"] == 1.0
+    assert all(r["scaling_efficiency"] is None or r["scaling_efficiency"] > 0 for r in d["scaling"])
+    assert d["policy"]["kind"] == "efficiency" and d["policy"]["baseline_gpus"] == 2
+    assert d["policy"]["candidates_scored"] > len(d["scaling"])
     assert all("changed" in r for r in d["scaling"])
     assert d["recommendation"]["command"].startswith("advise launch --model llama3-8b ")
     Plan.model_validate(d["plan"])

@@ -126,7 +126,8 @@ def scaling_cells(row: ScalingRow) -> tuple[str, ...]:
     if not row.fits:
         return (gpus, row.strategy, "-", "-", "-", "-", _num(row.device_gib, "{:.0f}*"), "no")
     accum = f"{row.micro_batch}x{row.grad_accum}" if row.micro_batch else "-"
-    speed = " ".join(x for x in (_num(row.speedup, "{:.2f}x", ""), _num(row.scaling_efficiency, "{:.0%}", "")) if x)
+    eff = "base" if row.baseline else _num(row.scaling_efficiency, "{:.0%}", "")
+    speed = " ".join(x for x in (_num(row.speedup, "{:.2f}x", ""), eff) if x)
     return (gpus, row.strategy, accum, _num(row.samples_per_s, "{:,.1f}"), speed or "-",
             format_hours(row.time_to_train_h), _num(row.peak_gib, "{:.1f}"), "yes")
 
@@ -238,7 +239,9 @@ class RecommendationScreen(StepScreen):
         table.clear()
         for row in rec.scaling:
             table.add_row(*scaling_cells(row))
-        notes = [f"{row.gpus} GPU(s): {row.note}" for row in rec.scaling if row.note]
+        # the policy that chose the count (docs/design.md "Decision policy"), first
+        notes = [f"[b]policy:[/b] {escape(rec.policy.rule)}"] if rec.policy is not None else []
+        notes += [f"{row.gpus} GPU(s): {row.note}" for row in rec.scaling if row.note]
         notes += [f"{row.gpus} GPU(s) changed besides the count: {', '.join(row.changed)}" for row in rec.scaling if row.changed]
         self.query_one("#scaling-note", Static).update(
             "\n".join(notes + ["▶ recommended · micro = micro-batch x accumulation · * GiB needed per GPU when it "

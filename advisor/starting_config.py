@@ -1,0 +1,96 @@
+"""One way from a ``Request`` to the starting ``TrainConfig``: the pins, else stated defaults.
+
+Used by ``advise estimate`` (``advisor.exact``), the recommendation (``rules.flow.start``, whose
+planner then searches micro-batch, accumulation, checkpointing, strategy and compile), the CPU plan
+(``launcher.cpu_plan``) and so the launcher. Each default applied is returned as one note
+("micro-batch 8"), so the caller can say it once; nothing is changed silently.
+
+Defaults (one table, by where the run goes):
+- micro-batch: 8 on a GPU, 1 for a decoder LLM over 1B parameters (a 7-8B model's activations at
+  2k tokens take ~20 GiB a sample without checkpointing), 4 on CPU ranks (a step in seconds on a
+  laptop core); the recommendation's search replaces it unless pinned;
+- precision: bf16 autocast where the GPU has bf16 (compute capability >= 8.0), else fp16 with a
+  GradScaler (Micikevicius et al. 2018); fp32 on CPU ranks, bf16 there for LoRA (frozen bf16 base);
+- strategy: single on one GPU, DDP on several, FSDP for CPU offload;
+- sequence length / image size: the model's own; on CPU ranks at most 128 tokens;
+- optimizer: AdamW (the rules' family default replaces it for a recommendation).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
+from advisor.errors import UserError
+from advisor.gpus import GpuSpec
+from advisor.models import ModelSpec
+from advisor.request import Request
+
+DEFAULT_MICRO_BATCH = {"gpu": 8, "gpu-llm": 1, "cpu": 4}
+LLM_PARAMS = 1e9  # "decoder LLM": a decoder of at least this many parameters
+CPU_MAX_SEQ_LEN = 128  # CPU-friendly; catalog defaults (1024-2048) take minutes per step on a laptop
+
+
+def is_llm(spec: ModelSpec | None) -> bool:
+    return spec is not None and spec.family == "decoder" and spec.params > LLM_PARAMS
+
+
+def default_micro_batch(spec: ModelSpec | None, device: Literal["gpu", "cpu"]) -> int:
+    return DEFAULT_MICRO_BATCH["cpu" if device == "cpu" else "gpu-llm" if is_llm(spec) else "gpu"]
+
+
+def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gpu", "cpu"] = "gpu",
+                    gpu: GpuSpec | None = None, ranks: int = 1) -> tuple[TrainConfig, list[str]]:
+    """(config, notes on the defaults applied) for ``req`` on ``ranks`` GPUs of kind ``gpu`` (or CPU ranks)."""
+    notes: list[str] = []
+    micro = req.micro_batch
+    if micro is None:
+        micro = default_micro_batch(spec, device)
+        why = (" per process (--micro-batch to change)" if device == "cpu" else
+               f" (decoder LLM over {LLM_PARAMS / 1e9:.0f}B parameters)" if is_llm(spec) else "")
+        notes.append(f"micro-batch {micro}{why}")
+    precision = req.precision
+    if precision is None:
+        if device == "cpu":
+            # LoRA trains on a frozen bf16 base under bf16 autocast (launcher.compromises.lora): say so.
+            precision = Precision.bf16 if req.lora_rank else Precision.fp32
+            if req.lora_rank:
+                notes.append("precision bf16 for --lora-rank (frozen bf16 base, fp32 adapters, bf16 autocast)")
+        else:
+            bf16 = gpu is None or gpu.supports_bf16
+            precision = Precision.bf16 if bf16 else Precision.fp16
+            if gpu is not None:
+                notes.append(f"precision {precision.value} ({gpu.name} {'supports' if bf16 else 'lacks'} bf16)")
+    if device == "cpu" and precision is Precision.fp16:
+        raise UserError("fp16 autocast needs a GPU", fix="use --precision bf16 (CPUs run bf16 autocast) or fp32")
+    strategy = req.strategy
+    if strategy is None:
+        strategy = Strategy.fsdp if req.cpu_offload else Strategy.single if ranks == 1 else Strategy.ddp
+        if device == "gpu":
+            notes.append(f"strategy {strategy.value} ({ranks} GPU{'s' if ranks > 1 else ''})")
+    seq_len, image_size = req.seq_len, req.image_size
+    if spec is not None and seq_len is None:
+        if device == "cpu":
+            if spec.arch is not None and not spec.is_vision:
+                seq_len = min(CPU_MAX_SEQ_LEN, spec.default_seq_len or CPU_MAX_SEQ_LEN)
+                notes.append(f"sequence length {seq_len} for CPU (--seq-len to change)")
+        elif spec.is_text:
+            seq_len = spec.default_seq_len
+            if seq_len:
+                notes.append(f"seq len {seq_len} (the model's)")
+    if spec is not None and image_size is None and spec.is_vision and device == "gpu":
+        image_size = spec.default_image_size
+        if image_size:
+            notes.append(f"image size {image_size} (the model's)")
+    optimizer = req.optimizer or Optimizer.adamw
+    if req.optimizer is None and device == "gpu":
+        notes.append("optimizer adamw")
+    if precision is Precision.pure_bf16 and req.pure_bf16_update is None and optimizer is Optimizer.adamw:
+        notes.append("pure-bf16 update kahan (cardwise's KahanAdamW; --pure-bf16-update plain for torch AdamW on bf16 weights)")
+    config = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image_size,
+                         precision=precision, optimizer=optimizer, compile=bool(req.compile),
+                         channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
+                         lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                         cpu_offload=bool(req.cpu_offload),
+                         pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
+    return config, notes

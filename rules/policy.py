@@ -1,0 +1,85 @@
+"""The one policy that picks a GPU count from the planner's candidates (docs/design.md "Decision policy").
+
+Given the best plan per GPU count (``Planner.best``; counts are the divisors of the node size, then
+whole nodes, so never 3, 5 or 7 of 8 unless the node has that many), sorted by count:
+
+- **deadline**: the fewest GPUs whose time-to-train fits inside the deadline less the margin
+  (``--margin``, default 15%); when no count at hand does, the fastest at hand, and the report says
+  how many GPUs of this kind would (``needed``);
+- **no deadline**: the most GPUs whose plan keeps at least ``search.min_scaling_efficiency`` (80%)
+  of linear scaling against the best plan on the smallest count that fits (the baseline: one GPU
+  when it fits, else the smallest count that holds the model sharded).
+
+Scaling efficiency of a row = (samples/s per GPU of its best plan) / (samples/s per GPU of the
+baseline's best plan): the same number the scaling table shows, never capped. Pure functions of
+the rows: ``tests/test_policy_regret.py`` re-derives every pick from the candidate list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.units import format_hours
+from rules.planner import Choice, Infeasible
+
+
+@dataclass
+class Pick:
+    """The policy's answer: the row chosen, the rule that chose it (one line), and its numbers."""
+
+    choice: Choice
+    rule: str
+    kind: str  # "deadline", "deadline-missed", "efficiency"
+    baseline_gpus: int
+    efficiency: dict[int, float]
+    effective_deadline_h: float | None = None
+
+
+def _h(hours: float | None) -> str:
+    """Hours as the policy line states them: two decimals under a day, so 3.67 h never reads as 3.7 h
+    next to a limit of 3.66 h."""
+    if hours is None or hours >= 24:
+        return format_hours(hours)
+    return f"{hours:.2f} h"
+
+
+def efficiencies(rows: list[Choice]) -> tuple[int, dict[int, float]]:
+    """(baseline count, {count: scaling efficiency}) against the smallest count that fits."""
+    base = min(rows, key=lambda c: c.gpus)
+    per_gpu = base.samples_per_s / base.gpus
+    return base.gpus, {c.gpus: (c.samples_per_s / c.gpus) / per_gpu for c in rows}
+
+
+def effective_deadline(deadline_h: float, margin: float) -> float:
+    return deadline_h * (1.0 - margin)
+
+
+def pick(rows: list[Choice | Infeasible], *, deadline_h: float | None, margin: float, min_efficiency: float,
+         per_node: int) -> Pick | None:
+    """The count the policy takes among ``rows`` (one best plan per count); None when none fits."""
+    fitting = sorted((r for r in rows if isinstance(r, Choice)), key=lambda c: c.gpus)
+    if not fitting:
+        return None
+    base, eff = efficiencies(fitting)
+    if deadline_h is not None:
+        limit = effective_deadline(deadline_h, margin)
+        meets = [c for c in fitting if c.time_h is not None and c.time_h <= limit]
+        if meets:
+            fewest = meets[0].gpus
+            # Prefer a count that divides the node (or whole nodes) among equally few: all counts
+            # compared already are, so the fewest is the pick.
+            ch = min((c for c in meets if c.gpus == fewest), key=lambda c: c.time_h)
+            return Pick(ch, f"deadline {_h(deadline_h)} less the {margin:.0%} margin = {_h(limit)}: "
+                        f"the fewest GPUs that finish inside it ({ch.gpus}, {_h(ch.time_h)})",
+                        "deadline", base, eff, limit)
+        ch = max(fitting, key=lambda c: c.samples_per_s)
+        return Pick(ch, f"no count at hand finishes inside the deadline less the {margin:.0%} margin "
+                    f"({_h(limit)}): the fastest is taken ({ch.gpus} GPUs, {_h(ch.time_h)})",
+                    "deadline-missed", base, eff, limit)
+    good = [c for c in fitting if eff[c.gpus] >= min_efficiency]
+    ch = max(good, key=lambda c: c.gpus)  # the baseline itself is at 100%: never empty
+    others = [c.gpus for c in fitting if c.gpus > ch.gpus]
+    tail = (f"; {others[0]} GPUs would keep {eff[others[0]]:.0%}" if others else "")
+    where = "one GPU" if base == 1 else f"{base} GPUs, the fewest that hold it"
+    return Pick(ch, f"no deadline: the most GPUs that keep >= {min_efficiency:.0%} of linear scaling against the best "
+                f"plan on {where} ({ch.gpus} GPUs at {eff[ch.gpus]:.0%}){tail}", "efficiency", base, eff)
