@@ -69,6 +69,9 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--probe", action="store_true",
                    help=shown("first run a few steps of the per-GPU configuration (advise probe), print them beside "
                               "the estimate, store the factors, then launch"))
+    from cli.slurm_cmd import add_flags as add_slurm_flags
+
+    add_slurm_flags(parser, submit=submit)
     if not submit:
         from cli.probe_cmd import add_probe_flags
 
@@ -158,6 +161,10 @@ def run(args: argparse.Namespace) -> int:
         from advisor.errors import UserError
 
         raise UserError("--probe runs the model, --dry-run/--emit run nothing", fix="drop --probe, or drop --dry-run/--emit")
+    if not args.emit:
+        from cli.slurm_cmd import refuse_without_slurm
+
+        refuse_without_slurm(args, "--emit slurm")
     if args.resume:
         from cli.launch_resume import resume_run
 
@@ -174,11 +181,13 @@ def run(args: argparse.Namespace) -> int:
     if args.save_plan:
         plan.save(args.save_plan)
     if args.emit == "slurm":
-        from launcher.command import checkpoint_env
-        from launcher.slurm import sbatch_script
+        from cli.slurm_cmd import request_from_flags
+        from launcher.slurm import script_for
 
-        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500,
-                            extra_env=checkpoint_env(args.checkpoint_every, not args.no_final_weights)), end="")
+        request, note = request_from_flags(args, plan)
+        if note:
+            print(f"advise: note: {note}", file=sys.stderr)
+        print(script_for(plan, target, request), end="")  # what `advise submit --slurm` submits
         return 0
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)
