@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from advisor.errors import UserError
 from launcher.records import TERMINAL, MetricsSummary, RunRecord
+from launcher.run_logs import exit_text, failing_rank, read_tail
 
 SCRIPT_NAME = "job.sbatch"
 OUTPUT_PATTERN = "slurm-%j.out"  # in the run directory: `advise logs` prints it
@@ -268,6 +269,13 @@ def _fields_for(rec: RunRecord, job: SlurmJob) -> tuple[str, dict]:
         why = _WHY.get(job.state)
         if status != "succeeded" and why:
             fields["error"] = f"Slurm {job.state}: " + why.format(limit=job.time_limit or "?", exit=f"ExitCode {job.exit}")
+        if job.state == "FAILED" and job.output:
+            # Slurm's exit code is srun's, i.e. `accelerate launch`'s (1 for any failed rank): the
+            # output file is the launcher's log, which names the failing rank and its own code.
+            rank, code = failing_rank(read_tail(Path(job.output)))
+            if code is not None:
+                fields["exit_code"] = code
+                fields["error"] = f"Slurm FAILED: rank {rank} exited with {exit_text(code)} (ExitCode {job.exit})"
     return status, fields
 
 

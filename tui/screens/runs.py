@@ -75,6 +75,10 @@ class RunsScreen(StepScreen):
     def _load(self, store) -> None:
         try:
             records = store.list()
+            if any(r.slurm and not r.terminal for r in records):  # Slurm's state, as `advise runs` reads it
+                from launcher.slurm_jobs import refresh
+
+                records = refresh(store.settler(), records)
         except Exception as exc:  # a locked or damaged store: say so, keep the screen
             self.post_message(RunsLoaded([], f"{type(exc).__name__}: {exc}"))
             return
