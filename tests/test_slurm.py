@@ -96,6 +96,82 @@ def timeout_run(cluster, home):
     return submit(home, *CPU1, "--time", "1", "--", str(SCRIPTS / "sleeper.py"))
 
 
+# ------------------------------------------------------------------ parsing Slurm's answers (no cluster needed)
+def _stub(bindir: Path, name: str, out: str, rc: int = 0) -> None:
+    (bindir / name).write_text(f"#!/bin/bash\ncat <<'EOF'\n{out}\nEOF\nexit {rc}\n")
+    (bindir / name).chmod(0o755)
+
+
+@pytest.mark.parametrize("text, minutes", [("1", 1), ("1:30", 2), ("2:00:00", 120), ("1-00", 1440),
+                                           ("1-02:03", 1563), ("0-00:00:01", 1), ("UNLIMITED", None)])
+def test_slurm_time_formats_in_minutes(text, minutes):
+    from launcher.slurm_jobs import minutes as to_minutes
+
+    assert to_minutes(text) == minutes
+
+
+def test_partition_checks_read_sinfo(tmp_path, monkeypatch):
+    """A stub cluster: a CPU partition and a GPU partition of two node kinds (sinfo prints one line each)."""
+    from advisor.errors import UserError
+    from cli.launch_plan import plan_from_flags
+    from cli.main import build_parser
+    from launcher.slurm_jobs import check_partition, partitions
+
+    _stub(tmp_path, "sinfo", "cpu*|1:00:00|64|(null)|10\ngpu|2-00:00:00|32|gpu:a100:4(S:0-1)|4\n"
+                             "gpu|2-00:00:00|48|gpu:h100:8|2")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    by = {p.name: p for p in partitions()}
+    assert by["cpu"].default and by["cpu"].max_time_min == 60 and by["cpu"].gpus_per_node == 0
+    assert by["gpu"].gpus_per_node == 8 and by["gpu"].cpus_per_node == 48 and by["gpu"].nodes == 6
+    plan, _ = plan_from_flags(build_parser("launch").parse_args(CPU1))
+    assert check_partition(plan, partition=None, time_limit="30", gpus_per_node=0, cpus_per_task=1).name == "cpu"
+    assert check_partition(plan, partition="gpu", time_limit="1-12", gpus_per_node=8, cpus_per_task=48).name == "gpu"
+    for kw, needle in [({"partition": "gpu", "gpus_per_node": 16}, "needs 16 GPU(s) per node"),
+                       ({"partition": "cpu", "gres": "gpu:a100:2"}, "needs 2 GPU(s) per node; partition cpu's nodes have 0"),
+                       ({"partition": "cpu", "time_limit": "1:00:01"}, "beyond partition cpu's 60 min"),
+                       ({"partition": "x"}, "use one of: cpu*, gpu")]:
+        args = {"partition": None, "time_limit": None, "gpus_per_node": 0, "cpus_per_task": 1, **kw}
+        with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+            check_partition(plan, **args)
+
+
+@pytest.mark.parametrize("state, reason, exit_, status, code", [
+    ("PENDING", "Priority", "0:0", "queued", None), ("RUNNING", "None", "0:0", "running", None),
+    ("COMPLETED", "None", "0:0", "succeeded", 0), ("TIMEOUT", "TimeLimit", "0:15", "failed", -15),
+    ("OUT_OF_MEMORY", "OutOfMemory", "0:125", "failed", -125), ("NODE_FAIL", "NodeDown", "0:0", "failed", 0),
+    ("CANCELLED", "None", "0:15", "cancelled", -15), ("PREEMPTED", "None", "0:0", "failed", 0)])
+def test_slurm_states_map_to_statuses(tmp_path, monkeypatch, state, reason, exit_, status, code):
+    from launcher.slurm_jobs import SlurmJob, refresh_one
+    from launcher.store import RunStore
+
+    _stub(tmp_path, "scontrol", f"JobId=42 JobName=x JobState={state} Reason={reason} Dependency=(null) Requeue=1 "
+                                f"Restarts=0 BatchFlag=1 ExitCode={exit_} TimeLimit=00:01:00 Partition=debug")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    store = RunStore.open(tmp_path / "home")
+    rec = store.create(label="x")
+    rec = store.update(rec.id, slurm=SlurmJob(job_id="42").model_dump())
+    got = refresh_one(store, rec)
+    assert got.status == status and got.slurm["state"] == state and store.get(rec.id).status == status
+    assert got.exit_code == code
+    if state in ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED"):
+        assert got.error.startswith(f"Slurm {state}: ")
+
+
+def test_a_job_slurm_forgot_is_not_given_an_outcome(tmp_path, monkeypatch):
+    from launcher.slurm_jobs import SlurmJob, refresh_one, status_text
+    from launcher.store import RunStore
+
+    _stub(tmp_path, "scontrol", "slurm_load_jobs error: Invalid job id specified", rc=1)
+    _stub(tmp_path, "sacct", "Slurm accounting storage is disabled", rc=1)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    store = RunStore.open(tmp_path / "home")
+    rec = store.transition(store.create(label="x").id, "running")
+    rec = store.update(rec.id, slurm=SlurmJob(job_id="42", state="RUNNING").model_dump())
+    got = refresh_one(store, rec)
+    assert got.status == "running" and status_text(got) == "running (unknown to Slurm now)"
+    assert "MinJobAge" in got.error
+
+
 # ------------------------------------------------------------------ refusals: one line, exit 2, nothing recorded
 def _nothing_recorded(home: Path) -> bool:
     return not (home / "runs").exists() or not any((home / "runs").iterdir())
@@ -189,6 +265,53 @@ def test_requeued_job_shows_as_such_then_cancel_stops_it(cluster, home, timeout_
     rec = show(home, run["id"])
     assert rec["status"] == "cancelled" and rec["slurm"]["state"] == "CANCELLED" and rec["slurm"]["restarts"] == 1
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+# ------------------------------------------------------------------ the wizard's launch screen: ctrl+s
+def _wizard_submit(store, steps: str) -> tuple[str, object]:
+    """Pick a model, 1 CPU process and ``steps`` on the launch screen, press ctrl+s; (status line, app)."""
+    from advisor.plan import ModelRef
+    from tests.tui_pilot import SIZE, cpu_app, run, text_of, type_into
+    from tests.tui_pilot import wait_for as pilot_wait
+
+    app = cpu_app(store)
+    out = {}
+
+    async def flow():
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f6")
+            app.state.model = ModelRef(name="mini-transformer")
+            await type_into(pilot, app, "#procs", "1")
+            await type_into(pilot, app, "#steps", steps)
+            await pilot.press("ctrl+s")
+            await pilot_wait(pilot, lambda: "submitting" not in text_of(app, "#run-status"), timeout=120)
+            out["status"] = text_of(app, "#run-status")
+            assert not app.screen.running  # nothing runs here
+
+    run(flow())
+    return out["status"], app
+
+
+def test_wizard_refuses_slurm_without_sbatch(tmp_path, monkeypatch):
+    from launcher.store import RunStore
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    store = RunStore.open(tmp_path / "home")
+    status, _ = _wizard_submit(store, "3")
+    assert "no `sbatch` on PATH" in status
+    assert store.list() == []
+
+
+def test_wizard_submits_the_plan_to_slurm(cluster, home, timeout_run):
+    from launcher.store import RunStore
+
+    store = RunStore.open(home)
+    before = {r.id for r in store.list()}
+    status, _ = _wizard_submit(store, "4")
+    new = [r for r in store.list() if r.id not in before]
+    assert len(new) == 1 and f"submitted run {new[0].id} as Slurm job {new[0].slurm['job_id']}" in status
+    rec = until(home, new[0].id, ended, "the wizard's job to end")
+    assert rec["status"] == "succeeded" and rec["slurm"]["state"] == "COMPLETED" and rec["metrics"]["steps"] == 4
 
 
 def test_time_limit_kill_is_recorded_as_timeout(cluster, home, timeout_run):
