@@ -49,7 +49,8 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
                    help="save the training state every N optimizer steps and at the end (resume with --resume)")
     g.add_argument("--no-final-weights", action="store_true",
                    help="save no final weights at the end (benchmarks, throwaway runs: an 8B model is 32 GB)")
-    g.add_argument("--resume", metavar="RUN", help=shown("continue run RUN from its last checkpoint, same plan and steps"))
+    g.add_argument("--resume", metavar="RUN", help="with --slurm: submit run RUN again from its last checkpoint, same "
+                   "plan and steps" if submit else "continue run RUN from its last checkpoint, same plan and steps")
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
     g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")

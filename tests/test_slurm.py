@@ -58,7 +58,15 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    return tmp_path_factory.mktemp("slurm-home")
+    """The module's run store; every job recorded in it is cancelled at the end (a failed test leaves none running)."""
+    path = tmp_path_factory.mktemp("slurm-home")
+    yield path
+    if (path / "runs.sqlite").exists() and shutil.which("scancel"):
+        from launcher.store import RunStore
+
+        jobs = [r.slurm["job_id"] for r in RunStore.open(path).list() if r.slurm]
+        if jobs:
+            subprocess.run(["scancel", *jobs], capture_output=True, timeout=60)
 
 
 def advise(home: Path, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -92,8 +100,10 @@ def ended(rec: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def timeout_run(cluster, home):
-    """Submitted first (1 CPU): a sleeper with a 1-minute limit, which Slurm kills at about 60-70 s."""
-    return submit(home, *CPU1, "--time", "1", "--", str(SCRIPTS / "sleeper.py"))
+    """Submitted first (1 CPU): a training run far longer than its 1-minute limit, checkpointing every
+    10 steps; Slurm kills it at about 60-70 s, and --resume continues it from its last checkpoint."""
+    return submit(home, *CPU1, "--recipe", "synthetic", "--max-steps", "1000000", "--checkpoint-every", "10",
+                  "--no-final-weights", "--time", "1")
 
 
 # ------------------------------------------------------------------ parsing Slurm's answers (no cluster needed)
@@ -332,3 +342,20 @@ def test_recommended_cpu_plan_trains_to_the_end_under_slurm(cluster, home, timeo
     assert "--cpus-per-task=2" in script and '--machine_rank "$SLURM_NODEID"' in script
     assert "% 10000" in script  # the rendezvous port comes from the job id
     assert "12 steps, 2 rank(s)" in advise(home, "show", run["id"]).stdout
+
+
+def test_resume_resubmits_from_the_last_checkpoint(cluster, home, timeout_run):
+    from launcher.checkpoints import latest, read_meta
+
+    until(home, timeout_run["id"], ended, "Slurm's time limit")
+    ckpt = latest(timeout_run["run_dir"])
+    assert ckpt is not None, "the timed-out run saved no checkpoint in its minute"
+    step = read_meta(ckpt)["step"]
+    res = advise(home, "submit", "--slurm", "--resume", timeout_run["id"], "--time", "5", "--json")
+    assert res.returncode == 0, res.stderr
+    run = json.loads(res.stdout)
+    assert f"export CARDWISE_RESUME={ckpt}" in Path(run["script"]).read_text()
+    rec = until(home, run["id"], lambda r: (r["metrics"] or {}).get("steps", 0) > step, "steps past the checkpoint")
+    assert rec["resumed_from"] == timeout_run["id"] and rec["slurm"]["time_limit"] == "00:05:00"
+    assert advise(home, "cancel", run["id"], "--wait").returncode == 0
+    assert show(home, run["id"])["status"] == "cancelled"
