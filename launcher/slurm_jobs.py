@@ -65,6 +65,8 @@ class SlurmJob(BaseModel):
     partition: str | None = None
     output: str | None = Field(None, description="the batch script's output file (advise logs)")
     script: str | None = Field(None, description="the submitted sbatch script")
+    start: float | None = Field(None, description="when it started running (Slurm's StartTime), epoch seconds")
+    end: float | None = Field(None, description="when it ended (Slurm's EndTime), epoch seconds")
     seen: float | None = Field(None, description="when Slurm last reported on the job")
     lost: bool = Field(False, description="Slurm no longer knows the job and keeps no accounting")
 
@@ -209,15 +211,24 @@ def _scontrol(job_id: str) -> dict[str, str] | None:
 def _sacct(job_id: str) -> dict[str, str] | None:
     if shutil.which("sacct") is None:
         return None
-    res = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Reason,ExitCode,Timelimit,Partition"])
+    res = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o",
+                "JobID,State,Reason,ExitCode,Timelimit,Partition,Start,End"])
     if res.returncode != 0:
         return None  # "Slurm accounting storage is disabled": no slurmdbd
     for line in res.stdout.splitlines():
-        jid, state, reason, exit_, limit, part = (line.split("|") + [""] * 6)[:6]
+        jid, state, reason, exit_, limit, part, start, end = (line.split("|") + [""] * 8)[:8]
         if jid == job_id:
             return {"JobState": state.split()[0], "Reason": reason, "ExitCode": exit_, "TimeLimit": limit,
-                    "Partition": part, "Restarts": "0"}
+                    "Partition": part, "Restarts": "0", "StartTime": start, "EndTime": end}
     return None
+
+
+def _epoch(value: str | None) -> float | None:
+    """Slurm's local ``2026-12-05T04:15:50`` as epoch seconds; None for Unknown/None/N/A."""
+    try:
+        return time.mktime(time.strptime(value or "", "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def query(job: SlurmJob) -> SlurmJob:
@@ -230,7 +241,8 @@ def query(job: SlurmJob) -> SlurmJob:
         "state": fields.get("JobState", job.state).split()[0].upper(), "reason": None if reason in (None, "None", "") else reason,
         "restarts": int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else job.restarts,
         "exit": fields.get("ExitCode") or job.exit, "time_limit": fields.get("TimeLimit") or job.time_limit,
-        "partition": fields.get("Partition") or job.partition, "seen": time.time(), "lost": False})
+        "partition": fields.get("Partition") or job.partition, "seen": time.time(), "lost": False,
+        "start": _epoch(fields.get("StartTime")), "end": _epoch(fields.get("EndTime"))})
 
 
 def exit_code(exit_: str | None) -> int | None:
@@ -264,6 +276,11 @@ def _fields_for(rec: RunRecord, job: SlurmJob) -> tuple[str, dict]:
             metrics = MetricsSummary.from_jsonl(Path(rec.run_dir) / "metrics.jsonl", attempt=job.restarts + 1)
             if metrics is not None:
                 fields["metrics"] = metrics
+    # Slurm's clock, not the moment someone looked: a job seen only after it ended still shows its run time
+    if status in ("running", *TERMINAL) and job.start is not None:
+        fields["started"] = job.start
+    if status in TERMINAL and job.end is not None:
+        fields["ended"] = job.end
     if status in TERMINAL:
         fields["exit_code"] = exit_code(job.exit)
         why = _WHY.get(job.state)

@@ -155,7 +155,8 @@ def test_slurm_states_map_to_statuses(tmp_path, monkeypatch, state, reason, exit
     from launcher.store import RunStore
 
     _stub(tmp_path, "scontrol", f"JobId=42 JobName=x JobState={state} Reason={reason} Dependency=(null) Requeue=1 "
-                                f"Restarts=0 BatchFlag=1 ExitCode={exit_} TimeLimit=00:01:00 Partition=debug")
+                                f"Restarts=0 BatchFlag=1 ExitCode={exit_} TimeLimit=00:01:00 StartTime=2026-12-05T04:15:50 "
+                                "EndTime=2026-12-05T04:16:50 Partition=debug")
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     store = RunStore.open(tmp_path / "home")
     rec = store.create(label="x")
@@ -163,6 +164,8 @@ def test_slurm_states_map_to_statuses(tmp_path, monkeypatch, state, reason, exit
     got = refresh_one(store, rec)
     assert got.status == status and got.slurm["state"] == state and store.get(rec.id).status == status
     assert got.exit_code == code
+    if status in ("succeeded", "failed", "cancelled"):  # Slurm's clock, not when the record was read
+        assert got.ended - got.started == 60
     if state in ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED"):
         assert got.error.startswith(f"Slurm {state}: ")
 
