@@ -39,6 +39,10 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
 fi
 
 host=$(hostname -s)
+# slurmctld, slurmd and the jobs' rendezvous (`scontrol show hostnames`) all resolve this name
+if ! getent hosts "$host" >/dev/null 2>&1; then
+  echo "127.0.0.1 $host" >> /etc/hosts
+fi
 conf=/etc/slurm/slurm.conf
 state=/var/lib/cardwise-slurm
 mkdir -p /etc/slurm "$state/ctld" "$state/d" /var/log/cardwise-slurm
@@ -51,7 +55,7 @@ cpus=${cpus:-$(nproc)}
 cat > "$conf" <<EOF
 # cardwise test cluster (.ci/slurm-up.sh): one CPU-only node, no accounting database
 ClusterName=cardwise
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -77,7 +81,7 @@ MinJobAge=3600
 KillWait=5
 ReturnToService=2
 SlurmdTimeout=60
-NodeName=$host CPUs=$cpus State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=01:00:00 State=UP
 EOF
 
