@@ -32,7 +32,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_workload_flags(parser)
     g = parser.add_argument_group("launch")
     # `advise submit` shares this parser but always refuses --dry-run, --emit, --probe and the
-    # multi-node flags (the service runs one-machine plans): they stay parsed there, so the
+    # rendezvous flags (the service runs one-machine plans; Slurm places the ranks): they stay parsed there, so the
     # refusal can say what to do instead, and out of its --help.
     submit = name == "submit"
 

@@ -7,7 +7,7 @@
     advise logs 3fa9c2d1 -f
 
 ``submit`` takes ``advise launch``'s flags (the same parser and plan-building code) and queues
-the validated plan; the other commands only read or change the run store, so they work whether
+the validated plan (``--slurm``: hands it to Slurm instead, cli/slurm_cmd.py); the other commands only read or change the run store, so they work whether
 the service runs or not. See launcher/service/ for the service's rules and docs/service.md.
 """
 

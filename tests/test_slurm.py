@@ -237,13 +237,23 @@ def test_failed_job_is_recorded_as_slurm_reports_it(cluster, home, timeout_run):
 
 
 def test_emit_prints_the_script_submit_submits(cluster, home, timeout_run, tmp_path):
-    argv = [*CPU1, "--max-steps", "3", "--checkpoint-every", "2", "--", str(SCRIPTS / "crash.py"), "$HOME", "a b"]
-    emitted = advise(home, "launch", "--emit", "slurm", *argv)
+    """Byte for byte, and the user's arguments reach the ranks literally under Slurm (0 expansions)."""
+    script = tmp_path / "argv then fail.py"
+    script.write_text("import json, os, sys\n"
+                      "open(os.path.join(os.environ['CARDWISE_RUN_DIR'], 'argv.json'), 'w').write(json.dumps(sys.argv[1:]))\n"
+                      "sys.exit(3)\n")
+    literal = ["$HOME", "a b", "$(touch PWNED)", "`touch PWNED2`", "it's"]
+    argv = [*CPU1, "--max-steps", "3", "--checkpoint-every", "2", "--", str(script), *literal]
+    emitted = advise(home, "launch", "--emit", "slurm", *argv, cwd=tmp_path)
     assert emitted.returncode == 0, emitted.stderr
-    run = submit(home, *argv)
+    res = advise(home, "submit", "--slurm", "--json", *argv, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    run = json.loads(res.stdout)
     assert Path(run["script"]).read_text() == emitted.stdout
     rec = until(home, run["id"], ended, "the emitted job to end")
-    assert rec["slurm"]["state"] == "FAILED"  # it ran: crash.py exits 3 under Slurm as it does here
+    assert rec["slurm"]["state"] == "FAILED" and rec["exit_code"] == 3  # it ran, and failed as the script does
+    assert json.loads((Path(run["run_dir"]) / "argv.json").read_text()) == literal
+    assert not list(tmp_path.glob("PWNED*")) and not list(Path(run["run_dir"]).glob("PWNED*"))
 
 
 def test_pending_job_shows_its_reason_and_cancels(cluster, home, timeout_run):
