@@ -336,6 +336,24 @@ def test_wizard_submits_the_plan_to_slurm(cluster, home, timeout_run):
     rec = until(home, new[0].id, ended, "the wizard's job to end")
     assert rec["status"] == "succeeded" and rec["slurm"]["state"] == "COMPLETED" and rec["metrics"]["steps"] == 4
 
+    from textual.widgets import DataTable
+
+    from tests.tui_pilot import cpu_app, run, SIZE
+
+    app = cpu_app(store)
+
+    async def runs_screen():
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f7")
+            table = app.screen.query_one("#runs-table", DataTable)
+            for _ in range(100):
+                if table.row_count:
+                    break
+                await pilot.pause(0.1)
+            assert str(table.get_row(new[0].id)[1]) == "succeeded (COMPLETED)"
+
+    run(runs_screen())
+
 
 def test_time_limit_kill_is_recorded_as_timeout(cluster, home, timeout_run):
     rec = until(home, timeout_run["id"], ended, "Slurm's time limit")
