@@ -32,7 +32,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_workload_flags(parser)
     g = parser.add_argument_group("launch")
     # `advise submit` shares this parser but always refuses --dry-run, --emit, --probe and the
-    # multi-node flags (the service runs one-machine plans): they stay parsed there, so the
+    # rendezvous flags (the service runs one-machine plans; Slurm places the ranks): they stay parsed there, so the
     # refusal can say what to do instead, and out of its --help.
     submit = name == "submit"
 
@@ -49,7 +49,8 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
                    help="save the training state every N optimizer steps and at the end (resume with --resume)")
     g.add_argument("--no-final-weights", action="store_true",
                    help="save no final weights at the end (benchmarks, throwaway runs: an 8B model is 32 GB)")
-    g.add_argument("--resume", metavar="RUN", help=shown("continue run RUN from its last checkpoint, same plan and steps"))
+    g.add_argument("--resume", metavar="RUN", help="with --slurm: submit run RUN again from its last checkpoint, same "
+                   "plan and steps" if submit else "continue run RUN from its last checkpoint, same plan and steps")
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
     g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
@@ -69,6 +70,9 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--probe", action="store_true",
                    help=shown("first run a few steps of the per-GPU configuration (advise probe), print them beside "
                               "the estimate, store the factors, then launch"))
+    from cli.slurm_cmd import add_flags as add_slurm_flags
+
+    add_slurm_flags(parser, submit=submit)
     if not submit:
         from cli.probe_cmd import add_probe_flags
 
@@ -158,6 +162,10 @@ def run(args: argparse.Namespace) -> int:
         from advisor.errors import UserError
 
         raise UserError("--probe runs the model, --dry-run/--emit run nothing", fix="drop --probe, or drop --dry-run/--emit")
+    if not args.emit:
+        from cli.slurm_cmd import refuse_without_slurm
+
+        refuse_without_slurm(args, "--emit slurm")
     if args.resume:
         from cli.launch_resume import resume_run
 
@@ -174,11 +182,13 @@ def run(args: argparse.Namespace) -> int:
     if args.save_plan:
         plan.save(args.save_plan)
     if args.emit == "slurm":
-        from launcher.command import checkpoint_env
-        from launcher.slurm import sbatch_script
+        from cli.slurm_cmd import request_from_flags
+        from launcher.slurm import script_for
 
-        print(sbatch_script(plan, target, max_steps=args.max_steps, main_port=args.main_port or 29500,
-                            extra_env=checkpoint_env(args.checkpoint_every, not args.no_final_weights)), end="")
+        request, note = request_from_flags(args, plan)
+        if note:
+            print(f"advise: note: {note}", file=sys.stderr)
+        print(script_for(plan, target, request), end="")  # what `advise submit --slurm` submits
         return 0
     if args.dry_run:
         return _dry_run(args, plan, target, options, notes)

@@ -48,7 +48,8 @@ def plan_from_flags(args: argparse.Namespace):
     from advisor.plan import Plan
 
     if getattr(args, "resume", None):  # `advise launch` resumes before planning; `advise submit` cannot
-        raise UserError("--resume is for `advise launch`", fix=f"advise launch --resume {args.resume}")
+        raise UserError("--resume is for `advise launch` (or `advise submit --slurm`)",
+                        fix=f"advise launch --resume {args.resume}, or advise submit --slurm --resume {args.resume}")
     _model_from_hf_model(args)
     if args.plan:
         extra = _given(args, _PLAN_FLAGS) + (["--nodes"] if args.nodes != 1 else [])

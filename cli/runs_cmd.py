@@ -26,6 +26,15 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     flags.add_json_flag(parser)
 
 
+def status_text(rec) -> str:
+    """The status, with Slurm's state for a Slurm run (launcher.slurm_jobs.status_text)."""
+    if not rec.slurm:
+        return rec.status
+    from launcher.slurm_jobs import status_text as slurm_status
+
+    return slurm_status(rec)
+
+
 def _when(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -46,7 +55,7 @@ def _table(records) -> str:
     for r in records:
         m = r.metrics
         loss = "-" if m is None or m.last_loss is None else f"{m.last_loss:.4g}"
-        rows.append((r.id, r.status, _when(r.created), _duration(r), "-" if r.exit_code is None else str(r.exit_code),
+        rows.append((r.id, status_text(r), _when(r.created), _duration(r), "-" if r.exit_code is None else str(r.exit_code),
                      "-" if m is None else str(m.steps), loss, r.label))
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head) - 1)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
@@ -54,7 +63,7 @@ def _table(records) -> str:
 
 
 def _detail(rec) -> str:
-    lines = [f"run {rec.id}: {rec.status}" + (f" (exit code {rec.exit_code})" if rec.exit_code is not None else ""),
+    lines = [f"run {rec.id}: {status_text(rec)}" + (f" (exit code {rec.exit_code})" if rec.exit_code is not None else ""),
              f"  what:     {rec.label}",
              f"  created:  {_when(rec.created)}   started: {_when(rec.started)}   ended: {_when(rec.ended)}",
              f"  run dir:  {rec.run_dir or '-'}"]
@@ -64,6 +73,12 @@ def _detail(rec) -> str:
         lines.append(f"  metrics:  {rec.metrics.bad_rows} malformed row(s) of metrics.jsonl skipped")
     if rec.gpus is not None:
         lines.append(f"  gpus:     {','.join(map(str, rec.gpus))}")
+    if rec.slurm:
+        job = rec.slurm
+        lines.append(f"  slurm:    job {job.get('job_id')} on partition {job.get('partition') or '-'}, state {job.get('state')}"
+                     + (f" ({job['reason']})" if job.get("reason") else "") + f", time limit {job.get('time_limit') or '-'}"
+                     + (f", requeued {job['restarts']}x" if job.get("restarts") else ""))
+        lines.append(f"  output:   {job.get('output') or '-'}")
     if rec.command:
         from launcher.command import LaunchSpec
 
@@ -94,6 +109,15 @@ def _detail(rec) -> str:
     return "\n".join(lines)
 
 
+def refreshed(store, records):
+    """``records`` with Slurm's state for the Slurm runs that have not ended (launcher.slurm_jobs)."""
+    if not any(r.slurm and not r.terminal for r in records):
+        return records
+    from launcher.slurm_jobs import refresh
+
+    return refresh(store.settler(), records)
+
+
 def open_for_reading(home):
     """The home's store read-only (None when there is none yet), after the home's checks. Reading
     never needs write access: a corrupt, busy or read-only store is still listed or refused in one line."""
@@ -119,10 +143,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "show":
         if store is None:
             raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
-        rec = settle_one(store.settler(), store.get(args.id))
+        rec = settle_one(store.settler(), refreshed(store, [store.get(args.id)])[0])
         print(rec.model_dump_json(indent=2) if args.json else _detail(rec))
         return 0
-    records = [] if store is None else settle(store.settler(), store.list(status=args.status, limit=args.limit))
+    records = [] if store is None else settle(store.settler(), refreshed(store, store.list(status=args.status, limit=args.limit)))
     if args.status:  # settling may have moved a run out of the statuses asked for
         records = [r for r in records if r.status in args.status]
     if args.json:

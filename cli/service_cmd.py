@@ -7,7 +7,7 @@
     advise logs 3fa9c2d1 -f
 
 ``submit`` takes ``advise launch``'s flags (the same parser and plan-building code) and queues
-the validated plan; the other commands only read or change the run store, so they work whether
+the validated plan (``--slurm``: hands it to Slurm instead, cli/slurm_cmd.py); the other commands only read or change the run store, so they work whether
 the service runs or not. See launcher/service/ for the service's rules and docs/service.md.
 """
 
@@ -139,6 +139,13 @@ def _submit(args: argparse.Namespace) -> int:
     from cli.launch_plan import check_here, options_from_flags, plan_from_flags, target_from_flags
     from launcher.home import resolve_home
 
+    if args.slurm:  # handed to Slurm instead of this machine's service (cli.slurm_cmd)
+        from cli.slurm_cmd import submit as submit_slurm
+
+        return submit_slurm(args)
+    from cli.slurm_cmd import refuse_without_slurm
+
+    refuse_without_slurm(args, "--slurm")
     for flag, given in (("--dry-run", args.dry_run), ("--emit", args.emit), ("--probe", args.probe)):
         if given:
             raise UserError(f"{flag} is for `advise launch`; `advise submit` queues the run",
@@ -175,8 +182,18 @@ def _cancel(args: argparse.Namespace) -> int:
     if not store_path(home).exists():
         raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
     store = RunStore.open(home)
-    rec, what = service.cancel(store, home, args.id)
-    if args.wait:
+    rec = store.get(args.id)
+    if rec.slurm:  # Slurm's job: scancel, and the record follows Slurm's state (launcher.slurm_jobs)
+        from launcher.slurm_jobs import cancel as slurm_cancel
+
+        rec, what = slurm_cancel(store, rec)
+    else:
+        rec, what = service.cancel(store, home, args.id)
+    if args.wait and rec.slurm:
+        from launcher.slurm_jobs import wait_gone
+
+        rec = wait_gone(store, rec, 120)
+    elif args.wait:
         deadline = time.monotonic() + 120
 
         def stopping(r) -> bool:
@@ -215,6 +232,8 @@ def _logs(args: argparse.Namespace) -> int:
     if store is None:
         raise UserError(f"no runs recorded in {home}", fix="`advise runs --home DIR` to look elsewhere")
     rec = settle_one(store.settler(), store.get(args.id))
+    if rec.slurm:  # the job's output file (launcher.slurm_jobs)
+        return _slurm_logs(store, rec, args.follow)
     if not args.follow:
         paths = _log_paths(rec, args.attempt)
         if not paths:
@@ -228,6 +247,33 @@ def _logs(args: argparse.Namespace) -> int:
             _copy(path)
         return 0
     return _follow(store, rec.id, args.attempt)
+
+
+def _slurm_logs(store, rec, follow: bool, poll_s: float = 0.5) -> int:
+    """A Slurm run's log is its batch script's output file (every node's ranks write to it through srun)."""
+    from launcher.slurm_jobs import refresh_one
+
+    path = Path(rec.slurm.get("output") or "")
+    if not follow:
+        if not path.is_file():
+            print(f"advise: run {rec.id} is {rec.status}; Slurm has written no output yet ({path})", file=sys.stderr)
+            return 0
+        _copy(path)
+        return 0
+    f = None
+    try:
+        while True:
+            rec = refresh_one(store.settler(), store.get(rec.id))
+            if f is None and path.is_file():
+                f = open(path, "r", errors="replace")
+            if f is not None:
+                _drain(f)
+            if rec.terminal:
+                return 0
+            time.sleep(poll_s)
+    finally:
+        if f is not None:
+            f.close()
 
 
 def _copy(path: Path) -> None:

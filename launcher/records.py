@@ -181,6 +181,8 @@ class RunRecord(BaseModel):
     target: dict[str, Any] | None = Field(None, description="what every rank runs (launcher.command.Target as "
                                           "JSON): with the plan, what `advise launch --resume` starts again")
     resumed_from: str | None = Field(None, description="the run whose last checkpoint this run continued")
+    slurm: dict[str, Any] | None = Field(None, description="the Slurm job running it (advise submit --slurm): "
+                                         "launcher.slurm_jobs.SlurmJob as JSON, its state as Slurm last reported it")
 
     @property
     def terminal(self) -> bool:

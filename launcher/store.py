@@ -36,10 +36,10 @@ from launcher import store_safety
 from launcher.records import (ALLOWED, STATUSES, TERMINAL, Attempt, MetricsSummary, RunRecord,  # noqa: F401
                               Status)  # re-exported: the store's callers import the records from here
 
-_JSON_COLUMNS = ("plan", "command", "attempts", "metrics", "gpus", "owner", "target")
+_JSON_COLUMNS = ("plan", "command", "attempts", "metrics", "gpus", "owner", "target", "slurm")
 _COLUMNS = ("id", "status", "label", "created", "started", "ended", "plan", "command", "run_dir",
             "attempts", "exit_code", "metrics", "gpus", "pid", "pgid", "service_attempts", "error", "owner",
-            "target", "resumed_from")
+            "target", "resumed_from", "slurm")
 
 _MIGRATIONS: list[str] = [
     """
@@ -67,6 +67,8 @@ _MIGRATIONS: list[str] = [
     "ALTER TABLE runs ADD COLUMN owner TEXT",
     # what the ranks run and the run a resumed one continues (advise launch --resume)
     "ALTER TABLE runs ADD COLUMN target TEXT; ALTER TABLE runs ADD COLUMN resumed_from TEXT",
+    # the Slurm job a run was handed to (advise submit --slurm; launcher.slurm_jobs): job id, state, output
+    "ALTER TABLE runs ADD COLUMN slurm TEXT",
 ]
 
 

@@ -147,3 +147,12 @@ def probe_summary(result) -> tuple[bool, list[str]]:
     if result.host_stored:  # advisor.host_speed: this machine's dispatch speed, for every later estimate here
         lines.append(f"  host dispatch x{result.host_factor:.2f} of the reference host, stored for every model")
     return True, lines
+
+
+def submit_slurm(store, plan: Plan, target, *, max_steps: int | None = None):
+    """Hand the plan to Slurm: ``advise submit --slurm``'s one call (``launcher.slurm_jobs.submit_run``),
+    with the partition's defaults; refusals are the command's (one line, nothing recorded)."""
+    from launcher.slurm import SlurmRequest
+    from launcher.slurm_jobs import submit_run
+
+    return submit_run(Path(store.path).parent, plan, target, SlurmRequest(max_steps=max_steps))

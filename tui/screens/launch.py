@@ -54,6 +54,7 @@ class LaunchScreen(StepScreen):
     AUTO_FOCUS = "#target"
     BINDINGS = [
         Binding("ctrl+r", "launch", "Launch"),
+        Binding("ctrl+s", "submit_slurm", "Submit to Slurm"),
         Binding("x", "stop", "Stop run"),
         Binding("r", "ranks", "Rank filter"),
     ]
@@ -201,6 +202,37 @@ class LaunchScreen(StepScreen):
         self._status("probing one device first …" if probe else
                      f"starting {plan.world_size} {'CPU process' if plan.cpu else 'GPU rank'}(es) …")
         self._execute(plan, target, choice.max_steps, self._cancel, self._sink, notes, probe)
+
+    def action_submit_slurm(self) -> None:
+        """The form's plan handed to Slurm instead of run here: ``advise submit --slurm``'s call
+        (tui.launching.submit_slurm); the Runs screen and ``advise runs`` then show Slurm's state."""
+        if self.running:
+            self.notify("a run is going here: x stops it first", severity="warning")
+            return
+        if self.wizard.problems:
+            step, message = next(iter(self.wizard.problems.items()))
+            self._status(f"[b red]{message}[/] — fix it on the {step.title()} screen first")
+            return
+        try:
+            choice = self._choice()
+            plan, _ = launching.build_plan(choice, self.wizard.state, self.wizard.recommendation, self.wizard.machine)
+            target = launching.build_target(choice, plan)
+        except UserError as exc:
+            self._status(f"[b red]{escape(exc.message())}[/]")
+            return
+        self._status(f"submitting {plan.nodes} node(s) x {plan.processes_per_node} rank(s) to Slurm …")
+        self._submit_slurm(plan, target, choice.max_steps)
+
+    @work(thread=True, exclusive=True, group="slurm")
+    def _submit_slurm(self, plan, target, max_steps) -> None:
+        try:
+            rec = launching.submit_slurm(self.wizard.store, plan, target, max_steps=max_steps)
+        except UserError as exc:
+            self.app.call_from_thread(self._status, f"[b red]{escape(exc.message())}[/]")
+            return
+        job = rec.slurm["job_id"]
+        self.app.call_from_thread(self._status, f"submitted run {rec.id} as Slurm job {job} — the Runs screen (F7) and "
+                                                f"`advise runs` show Slurm's state, `advise logs {rec.id} -f` its output")
 
     def action_stop(self) -> None:
         if not self.running:

@@ -75,6 +75,10 @@ class RunsScreen(StepScreen):
     def _load(self, store) -> None:
         try:
             records = store.list()
+            if any(r.slurm and not r.terminal for r in records):  # Slurm's state, as `advise runs` reads it
+                from launcher.slurm_jobs import refresh
+
+                records = refresh(store.settler(), records)
         except Exception as exc:  # a locked or damaged store: say so, keep the screen
             self.post_message(RunsLoaded([], f"{type(exc).__name__}: {exc}"))
             return
@@ -92,13 +96,16 @@ class RunsScreen(StepScreen):
                      + ("" if live else " · the queue service (`advise serve`) shares this store")
                      + ("\n[dim]Enter: open a run · g: refresh[/dim]" if self.records else
                         "\n[dim]no runs yet: launch one (F6) or `advise launch ...`[/dim]"))
+        from launcher.slurm_jobs import status_text as slurm_status
+
         table = self.query_one("#runs-table", DataTable)
         keep = table.cursor_row
         table.clear()
         for r in self.records:
             m = r.metrics
             loss = "-" if m is None or m.last_loss is None else f"{m.last_loss:.4g}"
-            table.add_row(r.id, Text(r.status, style=STATUS_STYLE.get(r.status, "")), when(r.created), took(r),
+            status = slurm_status(r) if r.slurm else r.status  # "failed (TIMEOUT)": Slurm's words for its runs
+            table.add_row(r.id, Text(status, style=STATUS_STYLE.get(r.status, "")), when(r.created), took(r),
                           "-" if m is None else str(m.steps), loss, r.label, key=r.id)
         if self.records:
             table.move_cursor(row=min(keep, len(self.records) - 1))
