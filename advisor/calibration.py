@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from advisor import host_speed
+from advisor.comm import CommConstants
 from advisor.probe_factors import ModelFactor, bench_model_factors, with_model_factors
 
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
@@ -120,6 +121,9 @@ class Calibration(BaseModel):
     # paper, Fig. 9: most of communication overlaps except the last buckets).
     ddp_overlap: float = 0.8
     fsdp_overlap: float = 0.85
+    # The communication model's constants (advisor.comm); None: the packaged advisor/data/multi_gpu.json.
+    # Set by its fit (benchmarks/calibration/multi_gpu/fit.py) to try candidates.
+    comm: CommConstants | None = None
     # Per-machine factors measured by `advise bench`: key "gpu|family|precision|mode" -> measured /
     # estimated samples/s. Applied last.
     measured: dict[str, float] = Field(default_factory=dict)
