@@ -39,6 +39,12 @@ class HardwareSummary(BaseModel):
     interconnect: str
     detected: bool
     assumed: bool = False
+    nodes_at_hand: int = Field(1, description="nodes named (or detected); `nodes` is what this configuration uses")
+    gpus_at_hand: int = Field(1, description="GPUs named (or detected) in all; `count` is what this configuration uses")
+    network: str | None = Field(None, description="the network between nodes assumed and where its number came from "
+                                                  "(whenever nodes at hand > 1)")
+    cpus_per_gpu: float | None = Field(None, description="CPU cores each GPU's loader gets")
+    cpus_source: str | None = None
 
 
 class Estimate(BaseModel):
@@ -77,6 +83,7 @@ def estimate(
         # Against the same configuration on one GPU, never above 100%: FSDP's sharded optimizer
         # step can make a row look superlinear, which is not scaling (DESIGN.md).
         thr.scaling_efficiency = min(1.0, thr.samples_per_s / (one.samples_per_s * hardware.total_gpus))
+    at_hand = max(hardware.nodes, hardware.nodes_at_hand or 1)
     ttt = None
     if dataset_size and epochs:
         ttt = dataset_size * epochs / thr.samples_per_s / 3600.0
@@ -87,7 +94,11 @@ def estimate(
         hardware=HardwareSummary(gpu=hardware.gpu.name, count=hardware.total_gpus, per_node=hardware.gpus_per_node,
                                  nodes=hardware.nodes, memory_gib=hardware.gpu.memory_gib,
                                  interconnect=hardware.interconnect, detected=hardware.detected,
-                                 assumed=hardware.assumed),
+                                 assumed=hardware.assumed, nodes_at_hand=at_hand,
+                                 gpus_at_hand=max(hardware.total_gpus, hardware.gpus_at_hand or 1),
+                                 network=hardware.network_link.summary() if at_hand > 1 else None,
+                                 cpus_per_gpu=hardware.input.cpus_per_gpu if hardware.input else None,
+                                 cpus_source=hardware.input.cpus_source if hardware.input else None),
         config=config,
         memory=mem,
         throughput=thr,

@@ -28,7 +28,7 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
     if machine is None:
         # A named GPU needs no NVML (only the CPU core count).
         machine = Machine(cpu_cores=os.cpu_count() or 1) if req.gpu else detect_machine()
-    hw = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps)
+    hw = resolve_hardware(machine, **req.hardware_args())
     llm = spec.family == "decoder" and spec.params > 1e9
     micro = req.micro_batch
     if micro is None:

@@ -94,6 +94,8 @@ class HardwareSpec(BaseModel):
     network_gbps: float = Field(DEFAULT_NETWORK_GBPS, gt=0, description="per-node network, GB/s")
     network: NetworkLink | None = Field(None, description="the network between nodes as stated (--network) or assumed")
     input: InputPipeline | None = Field(None, description="what feeds the GPUs; None: data already on the device")
+    nodes_at_hand: int | None = Field(None, ge=1, description="nodes named or detected, when a plan uses fewer (with_count)")
+    gpus_at_hand: int | None = Field(None, ge=1, description="GPUs named or detected in all, when a plan uses fewer")
     cpu_cores: int = Field(16, ge=1, description="CPU cores per node, for dataloader workers")
     detected: bool = Field(False, description="True when this came from NVML on this machine")
     assumed: bool = Field(False, description="True when nothing was detected or named and a default was planned for")
@@ -133,7 +135,11 @@ class HardwareSpec(BaseModel):
         """The same node kind with a different GPU count (nodes fill up to gpus_per_node)."""
         per_node = min(gpus, self.gpus_per_node) if self.nodes > 1 else gpus
         nodes = max(1, -(-gpus // per_node))
-        return self.model_copy(update={"gpus_per_node": per_node, "nodes": nodes})
+        return self.model_copy(update={"gpus_per_node": per_node, "nodes": nodes, **self.at_hand()})
+
+    def at_hand(self) -> dict:
+        """The fields that keep what was named or detected when a plan takes fewer GPUs (the report's header)."""
+        return {"nodes_at_hand": self.nodes_at_hand or self.nodes, "gpus_at_hand": self.gpus_at_hand or self.total_gpus}
 
 
 def threads_per_rank(ranks_per_node: int, cores: int | None = None) -> int:

@@ -367,8 +367,9 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         loader = loader_estimate(hw.input, is_vision=model.is_vision, image_size=config.image_size,
                                  gpu_rate_per_gpu=sps / world, dali_cpu_per_core=(cal.comm or comm_constants()).dali_cpu_per_core)
         if loader.bound and loader.samples_per_s_per_gpu:
-            sps = loader.samples_per_s_per_gpu * world
-            step_s = samples / sps
+            # the GPUs wait for data; the step's exposed collectives and the straggler wait still follow
+            step_s = max(step_s, mb * config.grad_accum / loader.samples_per_s_per_gpu + exposed + sync)
+            sps = samples / step_s
             notes.append(f"input-bound: the loader delivers {loader.samples_per_s_per_gpu:,.0f} samples/s per GPU "
                          f"({loader.workers:g} cores x {loader.per_core_samples_per_s:,.0f}/s), the GPUs would take "
                          f"{gpu_sps / world:,.0f}; samples/s is the loader's")
