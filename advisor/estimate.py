@@ -13,7 +13,7 @@ from advisor.config import Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
 from advisor.models import ModelSpec
-from advisor.throughput import ThroughputEstimate, estimate_throughput
+from advisor.throughput import REFERENCE_GPU, ThroughputEstimate, estimate_throughput
 
 
 class ModelSummary(BaseModel):
@@ -110,6 +110,32 @@ def estimate(
         from advisor.probe_factors import apply_model_factors
 
         est = apply_model_factors(est, model, hardware, cal)
+    return _mark_transferred_compile(est, model, config, hardware, cal)
+
+
+def _mark_transferred_compile(est: Estimate, model: ModelSpec, config: TrainConfig, hardware: HardwareSpec,
+                              cal: Calibration) -> Estimate:
+    """torch.compile's speed-up is fit on the reference GPU's rows only (benchmarks/fit_calibration.py: the H200):
+    on another GPU kind it is transferred, not measured. The estimate says so (``throughput.transferred``) and
+    exposes ``throughput.conservative_samples_per_s`` without it (the eager rate, when slower), which is what a
+    deadline check should count on, unless `advise bench`/`advise probe` measured this compiled configuration here."""
+    thr = est.throughput
+    thr.conservative_samples_per_s = thr.samples_per_s
+    if not config.compile or hardware.gpu.name in (REFERENCE_GPU.name, "cpu"):
+        return est
+    measured_here = any(c.how == "direct" and "+compile" in c.variant and c.measured_on == hardware.gpu.name
+                        for c in est.calibration)
+    if measured_here:
+        return est
+    eager = estimate_throughput(model, config.model_copy(update={"compile": False}), hardware, cal)
+    if eager.samples_per_s >= thr.samples_per_s:
+        return est
+    gain = thr.samples_per_s / eager.samples_per_s
+    thr.conservative_samples_per_s = eager.samples_per_s
+    what = (f"torch.compile speed-up x{gain:.2f}: fit on {REFERENCE_GPU.name} rows only, transferred to "
+            f"{hardware.gpu.name} (no measurement there); without it {eager.samples_per_s:,.0f} samples/s")
+    thr.transferred.append(what)
+    est.notes.append(what + "; a deadline check counts on that rate (`advise bench`/`advise probe` here measure it)")
     return est
 
 

@@ -101,8 +101,9 @@ def data_kind(pipe: InputPipeline, is_vision: bool) -> str:
 
 
 def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | None, gpu_rate_per_gpu: float,
-                    dali_cpu_per_core: float) -> LoaderEstimate:
-    """The loader's samples/s per GPU for this pipeline, against what one GPU would consume."""
+                    dali_cpu_per_core: float, probe: "LoaderProbe | None" = None) -> LoaderEstimate:
+    """The loader's samples/s per GPU for this pipeline, against what one GPU would consume. ``probe``: this
+    machine's rate on the user's files (``advise probe --data``), used for JPEG through the PyTorch loader."""
     kind = data_kind(pipe, is_vision)
     workers = max(1.0, math.floor(pipe.cpus_per_gpu) - 1.0)
     base = dict(data=kind, loader=pipe.loader, cpus_per_gpu=pipe.cpus_per_gpu, cpus_source=pipe.cpus_source, workers=workers)
@@ -113,6 +114,8 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
         return LoaderEstimate(**base, rate_source=why)
     if pipe.measured_per_core:
         per_core, src = pipe.measured_per_core, pipe.measured_source or "advise probe --data"
+    elif probe is not None and kind == "jpeg" and pipe.loader == "pytorch":
+        per_core, src = probe.rate_at(px), probe.summary()
     elif kind == "jpeg" and pipe.loader == "dali-cpu":
         per_core = dali_cpu_per_core
         src = "DALI on the CPU, fit on NVIDIA's DALI-CPU rows (advisor/data/multi_gpu.json)"
@@ -169,3 +172,55 @@ def _cgroup_quota(path: str = "/sys/fs/cgroup/cpu.max") -> float | None:
         return float(quota) / float(period)
     except ValueError:
         return None
+
+
+# ---------------------------------------------------------------- a measured rate (`advise probe --data DIR`)
+PROBE_FILE = "loader-rate.json"
+
+
+class LoaderProbe(BaseModel):
+    """This machine's loader rate on the user's own files, measured by ``advise probe --data DIR``
+    (launcher.loader_probe): one core's samples/s through the same chain the packaged rates time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_core: float = Field(gt=0, description="images/s one core decodes and augments")
+    data: Literal["jpeg"] = "jpeg"
+    image_size: int = Field(description="output resolution the chain produced, px")
+    files: int = Field(description="files timed")
+    directory: str
+    cpu: str
+    when: float
+    source: str = "advise probe --data"
+
+    def rate_at(self, px: int) -> float:
+        """At another output resolution: the decode is the same file's, the resize and normalise scale with
+        pixels; the packaged table's ratio between the two resolutions carries the difference."""
+        rates = loader_rates()
+        if rates is None or px == self.image_size:
+            return self.per_core
+        return self.per_core * _at_resolution(rates.jpeg_per_core, px) / _at_resolution(rates.jpeg_per_core, self.image_size)
+
+    def summary(self) -> str:
+        import datetime as _dt
+
+        return (f"measured by advise probe --data {self.directory} on {self.cpu} "
+                f"({_dt.date.fromtimestamp(self.when).isoformat()}, {self.files} files)")
+
+
+def read_loader_probe(home: Path | None) -> LoaderProbe | None:
+    if home is None:
+        return None
+    try:
+        return LoaderProbe.model_validate_json((Path(home) / PROBE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_loader_probe(home: Path, probe: LoaderProbe) -> Path:
+    """Replace the stored measurement; atomic, mode 0600 like the other probe files."""
+    from advisor.paths import write_private_atomic
+
+    home = Path(home)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return write_private_atomic(home / PROBE_FILE, probe.model_dump_json(indent=2) + "\n")

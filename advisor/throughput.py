@@ -365,7 +365,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     loader = None
     if hw.input is not None and gpu.name != "cpu":
         loader = loader_estimate(hw.input, is_vision=model.is_vision, image_size=config.image_size,
-                                 gpu_rate_per_gpu=sps / world, dali_cpu_per_core=(cal.comm or comm_constants()).dali_cpu_per_core)
+                                 gpu_rate_per_gpu=sps / world, dali_cpu_per_core=(cal.comm or comm_constants()).dali_cpu_per_core,
+                                 probe=cal.loader_probe)
         if loader.bound and loader.samples_per_s_per_gpu:
             # the GPUs wait for data; the step's exposed collectives and the straggler wait still follow
             step_s = max(step_s, mb * config.grad_accum / loader.samples_per_s_per_gpu + exposed + sync)

@@ -83,3 +83,28 @@ def test_request_path_states_cores():
     assert e.throughput.loader_bound
     named, _ = estimate_request(req.model_copy(update={"cpus_per_gpu": None}), machine=Machine(cpu_cores=2))
     assert "default" in named.hardware.cpus_source
+
+
+def test_probe_data_measures_and_later_estimates_use_it(tmp_path):
+    pytest.importorskip("PIL")
+    pytest.importorskip("torch")
+    from advisor.calibration import load_calibration
+    from advisor.loader import read_loader_probe, save_loader_probe
+    from benchmarks.calibration.loader_rate import make_jpegs
+    from launcher.loader_probe import probe_directory
+
+    images = tmp_path / "train" / "cls"
+    images.mkdir(parents=True)
+    for i, blob in enumerate(make_jpegs(3)):
+        (images / f"{i}.jpg").write_bytes(blob)
+    (images / "notes.txt").write_text("not an image")
+    probe = probe_directory(tmp_path / "train", 64, seconds=0.2)
+    assert probe.files == 3 and probe.per_core > 0 and probe.image_size == 64
+    home = tmp_path / "home"
+    save_loader_probe(home, probe.model_copy(update={"per_core": 10.0}))
+    assert read_loader_probe(home).per_core == 10.0
+    cal = load_calibration(home)
+    hw = HardwareSpec(gpu=get_gpu("H100"), gpus_per_node=8, input=InputPipeline(cpus_per_gpu=8))
+    t = estimate(catalog_model("resnet50"), R50.model_copy(update={"image_size": 64}), hw, calibration=cal).throughput
+    assert t.loader_bound and "advise probe --data" in t.loader.rate_source
+    assert t.samples_per_s / 8 == pytest.approx(7 * 10.0, rel=0.05)

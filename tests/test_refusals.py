@@ -223,6 +223,8 @@ REFUSED = [
     (["estimate", "--model", "gpt2", "--gpu", "h100", "--network-gbps", "100"], "--network-gbps is gone"),
     (["--model", "gpt2", "--gpu", "h100", "--cpus-per-gpu", "0"], "positive finite number"),
     (["--model", "resnet50", "--gpu", "h100", "--loader", "ffcv"], "invalid choice"),
+    (["probe", "--data", "{d}/nope"], "--data: not a directory"),
+    (["probe", "--data", "{d}/adir"], "--data: no image files"),
     (["serve", "--cpu", "--poll", "inf"], "positive finite number"),
     (["serve", "--cpu", "--grace", "nan"], "positive finite number"),
     (["submit", *MINI, "--recipe", "synthetic", "--need-gib", "inf"], "positive finite number"),
