@@ -92,7 +92,9 @@ def evaluate(prs: list[tuple[dict, dict]], k: CommConstants) -> list[dict]:
         out.append({"row": r, "one": r1, "pred": cache[r["id"]], "pred_one": cache[r1["id"]],
                     "speedup_pub": pub_speedup, "speedup_pred": pred_speedup,
                     "points": (pred_speedup - pub_speedup) / n * 100,  # points of scaling efficiency
-                    "sps_err": cache[r["id"]] / r["published"] - 1})
+                    "sps_err": cache[r["id"]] / r["published"] - 1,
+                    # the same with the source's own 1-GPU rate: what is left of the error without the single-GPU model's
+                    "sps_err_own_one": r1["published"] * pred_speedup / r["published"] - 1})
     return out
 
 
@@ -145,9 +147,10 @@ def report(res: list[dict], k: CommConstants) -> str:
         eight = [x for x in sel if x["row"]["gpus"] == 8]
         lines.append(f"**{split}**: all N: points {_stats([x['points'] for x in sel], False)}; samples/s "
                      f"{_stats([x['sps_err'] for x in sel])}. 8 GPUs: points {_stats([x['points'] for x in eight], False)}; "
-                     f"samples/s {_stats([x['sps_err'] for x in eight])}")
+                     f"samples/s {_stats([x['sps_err'] for x in eight])}; samples/s from the source's own 1-GPU row x the "
+                     f"predicted speedup {_stats([x['sps_err_own_one'] for x in eight])}")
         lines.append("")
-    lines += ["Per link kind (held-out rows):", "", "| link | rows | points median | points worst | samples/s median | samples/s worst |",
+    lines += ["Per link kind and split, every N:", "", "| link | rows | points median | points worst | samples/s median | samples/s worst |",
               "|---|---:|---:|---:|---:|---:|"]
     for link in sorted({x["row"]["link"] for x in res}):
         for split in ("fit", "holdout"):
