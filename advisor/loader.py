@@ -8,6 +8,7 @@ cores each GPU's workers get (one left for the training process) x the per-core 
   decoded    pre-decoded uint8 tensors: crop, flip, normalise only (same script)
   tokenized  pre-tokenized text: indexing and collation (same script); never the limit in practice
   synthetic  data made on the device: no limit
+("auto": JPEG files for vision models from 128 px, decoded arrays below, as CIFAR's loaders hold them).
 DALI on the CPU (``--loader dali-cpu``) decodes with libjpeg-turbo and ROI decoding at the rate fit on
 NVIDIA's DALI-CPU rows (advisor/data/multi_gpu.json, ``dali_cpu_per_core``); DALI on the GPU
 (``--loader dali``: nvJPEG / the A100's and H100's hardware JPEG decoder) takes the CPU out of it.
@@ -94,17 +95,24 @@ def _at_resolution(table: dict[str, float], px: int) -> float:
     return v * (p * p) / (px * px)
 
 
-def data_kind(pipe: InputPipeline, is_vision: bool) -> str:
+# Below this side, images usually sit in memory as decoded arrays (CIFAR, MNIST: torchvision's datasets
+# load them whole): "auto" assumes decoded tensors there, JPEG files from it up (ImageNet-style folders).
+JPEG_FROM_PX = 128
+
+
+def data_kind(pipe: InputPipeline, is_vision: bool, image_size: int | None = None) -> str:
     if pipe.data != "auto":
         return pipe.data
-    return "jpeg" if is_vision else "tokenized"
+    if not is_vision:
+        return "tokenized"
+    return "decoded" if image_size is not None and image_size < JPEG_FROM_PX else "jpeg"
 
 
 def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | None, gpu_rate_per_gpu: float,
                     dali_cpu_per_core: float, probe: "LoaderProbe | None" = None) -> LoaderEstimate:
     """The loader's samples/s per GPU for this pipeline, against what one GPU would consume. ``probe``: this
     machine's rate on the user's files (``advise probe --data``), used for JPEG through the PyTorch loader."""
-    kind = data_kind(pipe, is_vision)
+    kind = data_kind(pipe, is_vision, image_size)
     workers = max(1.0, math.floor(pipe.cpus_per_gpu) - 1.0)
     base = dict(data=kind, loader=pipe.loader, cpus_per_gpu=pipe.cpus_per_gpu, cpus_source=pipe.cpus_source, workers=workers)
     rates = loader_rates()

@@ -329,7 +329,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     nodes = max(1, world // max(1, per_node))
     comm = exposed = sync = 0.0
     breakdown = None
-    decoded = hw.input is not None and data_kind(hw.input, model.is_vision) in ("jpeg", "decoded")
+    decoded = hw.input is not None and data_kind(hw.input, model.is_vision, config.image_size) in ("jpeg", "decoded")
     strategy = config.strategy.value
     if strategy in ("ddp", "fsdp", "hsdp") and world > 1:
         k = cal.comm or comm_constants()

@@ -101,10 +101,19 @@ def test_probe_data_measures_and_later_estimates_use_it(tmp_path):
     probe = probe_directory(tmp_path / "train", 64, seconds=0.2)
     assert probe.files == 3 and probe.per_core > 0 and probe.image_size == 64
     home = tmp_path / "home"
-    save_loader_probe(home, probe.model_copy(update={"per_core": 10.0}))
+    save_loader_probe(home, probe.model_copy(update={"per_core": 10.0, "image_size": 160}))
     assert read_loader_probe(home).per_core == 10.0
     cal = load_calibration(home)
     hw = HardwareSpec(gpu=get_gpu("H100"), gpus_per_node=8, input=InputPipeline(cpus_per_gpu=8))
-    t = estimate(catalog_model("resnet50"), R50.model_copy(update={"image_size": 64}), hw, calibration=cal).throughput
+    t = estimate(catalog_model("resnet50"), R50.model_copy(update={"image_size": 160}), hw, calibration=cal).throughput
     assert t.loader_bound and "advise probe --data" in t.loader.rate_source
     assert t.samples_per_s / 8 == pytest.approx(7 * 10.0, rel=0.05)
+
+
+def test_small_images_default_to_decoded_arrays():
+    pipe = InputPipeline(cpus_per_gpu=4)
+    from advisor.loader import data_kind
+
+    assert data_kind(pipe, True, 32) == "decoded" and data_kind(pipe, True, 224) == "jpeg"
+    assert data_kind(pipe, False, None) == "tokenized"
+    assert data_kind(pipe.model_copy(update={"data": "jpeg"}), True, 32) == "jpeg"
