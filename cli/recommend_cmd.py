@@ -166,7 +166,7 @@ def render_report(rec, console=None) -> None:
     if hw.network:
         head.add_row("network", hw.network)
     t = e.throughput
-    if t.loader is not None:
+    if t.loader is not None and (t.loader.data in ("jpeg", "decoded") or t.loader_bound):  # text never waits on it
         head.add_row("input", f"{t.loader.data} via {t.loader.loader}, {t.loader.cpus_per_gpu:g} CPU cores per GPU "
                      f"({t.loader.cpus_source})" + (f": LIMITS samples/s to {t.samples_per_s:,.0f}" if t.loader_bound else ""))
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
