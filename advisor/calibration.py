@@ -18,6 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from advisor import host_speed
+from advisor.comm import CommConstants
+from advisor.loader import LoaderProbe, read_loader_probe
 from advisor.probe_factors import ModelFactor, bench_model_factors, with_model_factors
 
 PACKAGED = Path(__file__).with_name("data") / "calibration.json"
@@ -120,6 +122,11 @@ class Calibration(BaseModel):
     # paper, Fig. 9: most of communication overlaps except the last buckets).
     ddp_overlap: float = 0.8
     fsdp_overlap: float = 0.85
+    # The communication model's constants (advisor.comm); None: the packaged advisor/data/multi_gpu.json.
+    # Set by its fit (benchmarks/calibration/multi_gpu/fit.py) to try candidates.
+    comm: CommConstants | None = None
+    # This machine's loader rate on the user's files (`advise probe --data DIR`, advisor.loader.LoaderProbe).
+    loader_probe: LoaderProbe | None = None
     # Per-machine factors measured by `advise bench`: key "gpu|family|precision|mode" -> measured /
     # estimated samples/s. Applied last.
     measured: dict[str, float] = Field(default_factory=dict)
@@ -227,6 +234,9 @@ def load_calibration(home: Path | None) -> Calibration:
     cal = cal.model_copy(update={"model_factors": {**cal.model_factors, **bench_model_factors(data.get("samples"))}})
     cal = with_model_factors(cal, Path(home))
     cal = host_speed.with_host_speed(cal, host_speed.read_host_speed(Path(home)))
+    probe = read_loader_probe(Path(home))
+    if probe is not None:
+        cal = cal.model_copy(update={"loader_probe": probe})
     measured = data.get("measured", {})
     if not measured or not isinstance(measured, dict):
         return cal

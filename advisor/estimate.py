@@ -13,7 +13,7 @@ from advisor.config import Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
 from advisor.models import ModelSpec
-from advisor.throughput import ThroughputEstimate, estimate_throughput
+from advisor.throughput import REFERENCE_GPU, ThroughputEstimate, estimate_throughput
 
 
 class ModelSummary(BaseModel):
@@ -39,6 +39,12 @@ class HardwareSummary(BaseModel):
     interconnect: str
     detected: bool
     assumed: bool = False
+    nodes_at_hand: int = Field(1, description="nodes named (or detected); `nodes` is what this configuration uses")
+    gpus_at_hand: int = Field(1, description="GPUs named (or detected) in all; `count` is what this configuration uses")
+    network: str | None = Field(None, description="the network between nodes assumed and where its number came from "
+                                                  "(whenever nodes at hand > 1)")
+    cpus_per_gpu: float | None = Field(None, description="CPU cores each GPU's loader gets")
+    cpus_source: str | None = None
 
 
 class Estimate(BaseModel):
@@ -77,6 +83,7 @@ def estimate(
         # Against the same configuration on one GPU, never above 100%: FSDP's sharded optimizer
         # step can make a row look superlinear, which is not scaling (DESIGN.md).
         thr.scaling_efficiency = min(1.0, thr.samples_per_s / (one.samples_per_s * hardware.total_gpus))
+    at_hand = max(hardware.nodes, hardware.nodes_at_hand or 1)
     ttt = None
     if dataset_size and epochs:
         ttt = dataset_size * epochs / thr.samples_per_s / 3600.0
@@ -87,7 +94,11 @@ def estimate(
         hardware=HardwareSummary(gpu=hardware.gpu.name, count=hardware.total_gpus, per_node=hardware.gpus_per_node,
                                  nodes=hardware.nodes, memory_gib=hardware.gpu.memory_gib,
                                  interconnect=hardware.interconnect, detected=hardware.detected,
-                                 assumed=hardware.assumed),
+                                 assumed=hardware.assumed, nodes_at_hand=at_hand,
+                                 gpus_at_hand=max(hardware.total_gpus, hardware.gpus_at_hand or 1),
+                                 network=hardware.network_link.summary() if at_hand > 1 else None,
+                                 cpus_per_gpu=hardware.input.cpus_per_gpu if hardware.input else None,
+                                 cpus_source=hardware.input.cpus_source if hardware.input else None),
         config=config,
         memory=mem,
         throughput=thr,
@@ -99,6 +110,32 @@ def estimate(
         from advisor.probe_factors import apply_model_factors
 
         est = apply_model_factors(est, model, hardware, cal)
+    return _mark_transferred_compile(est, model, config, hardware, cal)
+
+
+def _mark_transferred_compile(est: Estimate, model: ModelSpec, config: TrainConfig, hardware: HardwareSpec,
+                              cal: Calibration) -> Estimate:
+    """torch.compile's speed-up is fit on the reference GPU's rows only (benchmarks/fit_calibration.py: the H200):
+    on another GPU kind it is transferred, not measured. The estimate says so (``throughput.transferred``) and
+    exposes ``throughput.conservative_samples_per_s`` without it (the eager rate, when slower), which is what a
+    deadline check should count on, unless `advise bench`/`advise probe` measured this compiled configuration here."""
+    thr = est.throughput
+    thr.conservative_samples_per_s = thr.samples_per_s
+    if not config.compile or hardware.gpu.name in (REFERENCE_GPU.name, "cpu"):
+        return est
+    measured_here = any(c.how == "direct" and "+compile" in c.variant and c.measured_on == hardware.gpu.name
+                        for c in est.calibration)
+    if measured_here:
+        return est
+    eager = estimate_throughput(model, config.model_copy(update={"compile": False}), hardware, cal)
+    if eager.samples_per_s >= thr.samples_per_s:
+        return est
+    gain = thr.samples_per_s / eager.samples_per_s
+    thr.conservative_samples_per_s = eager.samples_per_s
+    what = (f"torch.compile speed-up x{gain:.2f}: fit on {REFERENCE_GPU.name} rows only, transferred to "
+            f"{hardware.gpu.name} (no measurement there); without it {eager.samples_per_s:,.0f} samples/s")
+    thr.transferred.append(what)
+    est.notes.append(what + "; a deadline check counts on that rate (`advise bench`/`advise probe` here measure it)")
     return est
 
 

@@ -30,7 +30,7 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
     if machine is None:
         # A named GPU needs no NVML (only the CPU core count).
         machine = Machine(cpu_cores=os.cpu_count() or 1) if req.gpu else detect_machine()
-    hw = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps)
+    hw = resolve_hardware(machine, **req.hardware_args())
     if req.strategy is Strategy.single and hw.total_gpus > 1:
         raise UserError(f"--strategy single with {hw.total_gpus} GPUs", fix="use --gpus 1, or --strategy ddp|fsdp")
     cfg, notes = starting_config(req, spec, device="gpu", gpu=hw.gpu, ranks=hw.total_gpus)

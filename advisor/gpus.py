@@ -38,6 +38,8 @@ class GpuSpec(BaseModel):
                      "multiProcessorCount); 0 = not known, derived from the fp32 peak at a 1.75 GHz clock")
     nvlink_gbps: float = Field(0.0, description="NVLink per GPU, bidirectional GB/s; 0 = none")
     pcie_gbps: float = Field(description="PCIe x16 bidirectional GB/s (gen3 32, gen4 64, gen5 128)")
+    pcie_p2p: bool = Field(True, description="PCIe peer-to-peer between two of these; False on GeForce cards, whose "
+                           "driver disables it (NCCL then goes through host memory)")
     source: str
     sustained: float = Field(1.0, gt=0, description="dense-GEMM throughput sustained, as a fraction of the "
                              "datasheet peak, over the H200's (1.0: not measured, the H200's assumed)")
@@ -220,13 +222,13 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
          sustained_source=f"{_CHS}: no half-precision run; fp32 GEMMs 50.14 of 91.1 (issue #16) against the RTX 4090's 58 of 82.6 in the same table, times the RTX 4090's factor; 300 W. The clock a power limit allows falls further under tensor-core load than fp32, so this is an upper bound"),
     _gpu(name="RTX-3090", sms=82, aliases=("NVIDIA GeForce RTX 3090", "3090", "RTX 3090"), memory_gib=24.0,
          bandwidth_gbps=936, fp32_tflops=35.6, tf32_tflops=35.6, bf16_tflops=71, fp16_tflops=71,
-         compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64,
+         compute_capability=(8, 6), nvlink_gbps=112.5, pcie_gbps=64, pcie_p2p=False,  # GeForce: P2P off without the bridge
          source=f"{_GA102}: 35.6 FP32, 35.6 TF32 / 71 FP16-BF16 tensor dense with FP32 accumulate (GeForce half rate), 936 GB/s",
          sustained=_sustained(76.58, 71),
          sustained_source=f"{_ZZC}: RTX 3090 bf16 76.34, 76.68, 76.58 (median 76.58) of 71: GeForce boosts above its rated 1,695 MHz; 350 W"),
     _gpu(name="RTX-4090", sms=128, aliases=("NVIDIA GeForce RTX 4090", "4090", "RTX 4090"), memory_gib=23.99,
          bandwidth_gbps=1008, fp32_tflops=82.6, tf32_tflops=82.6, bf16_tflops=165.2, fp16_tflops=165.2, fp8_tflops=330.3,
-         compute_capability=(8, 9), pcie_gbps=64,
+         compute_capability=(8, 9), pcie_gbps=64, pcie_p2p=False,  # GeForce Ada: `nvidia-smi topo -p2p r` reports NS
          source=f"{_ADA}: 82.6 FP32, 82.6 TF32 / 165.2 FP16-BF16 / 330.3 FP8 tensor dense with FP32 accumulate, 1,008 GB/s",
          sustained=_sustained(166.58, 165.2),
          sustained_source=f"{_ZZC}: RTX 4090 24GB bf16 170.06, 173.31, 162.39, 163.09 (median 166.58) of 165.2 (the 48 GB rebuilt cards left out); 450 W"),

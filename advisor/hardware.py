@@ -14,14 +14,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.comm import DEFAULT_NETWORK, NetworkLink
 from advisor.errors import UserError
 from advisor.gpus import GpuSpec, find_gpu, get_gpu
+from advisor.loader import DEFAULT_CPUS_PER_GPU, InputPipeline, detected_cpus
 from advisor.sampling import NvmlUnavailable, close_nvml, open_nvml, read_gpu
 
-# Per-node network when the user names several nodes but no figure: 200 Gbit/s InfiniBand HDR,
-# the common cluster fabric for A100/H100 (NVIDIA DGX A100 user guide: 8x 200 Gb/s HDR per node;
-# we take one port's worth per node as the conservative default).
-DEFAULT_NETWORK_GBPS = 25.0
+# Per-node network when the user names several nodes but no figure: advisor.comm.DEFAULT_NETWORK
+# (one 200 Gb/s InfiniBand HDR port per node), in GB/s.
+DEFAULT_NETWORK_GBPS = DEFAULT_NETWORK.gbytes_s
 
 # With no GPU detected and none named, `advise` plans for 8x A100-80GB (DESIGN.md's user story:
 # "1xA100-80GB only with pure-bf16 + checkpointing; 8xA100 with FSDP", the most common training
@@ -31,7 +32,8 @@ DEFAULT_NETWORK_GBPS = 25.0
 ASSUMED_GPU = "A100-SXM-80GB"
 ASSUMED_GPU_COUNT = 8
 
-LinkKind = Literal["nvlink", "pcie", "none"]
+# pcie-nop2p: GeForce cards, whose driver turns PCIe peer-to-peer off (NCCL goes through host memory).
+LinkKind = Literal["nvlink", "pcie", "pcie-nop2p", "none"]
 
 
 class DetectedGpu(BaseModel):
@@ -90,6 +92,10 @@ class HardwareSpec(BaseModel):
     nodes: int = Field(1, ge=1)
     interconnect: LinkKind = Field("nvlink", description="how GPUs within a node talk")
     network_gbps: float = Field(DEFAULT_NETWORK_GBPS, gt=0, description="per-node network, GB/s")
+    network: NetworkLink | None = Field(None, description="the network between nodes as stated (--network) or assumed")
+    input: InputPipeline | None = Field(None, description="what feeds the GPUs; None: data already on the device")
+    nodes_at_hand: int | None = Field(None, ge=1, description="nodes named or detected, when a plan uses fewer (with_count)")
+    gpus_at_hand: int | None = Field(None, ge=1, description="GPUs named or detected in all, when a plan uses fewer")
     cpu_cores: int = Field(16, ge=1, description="CPU cores per node, for dataloader workers")
     detected: bool = Field(False, description="True when this came from NVML on this machine")
     assumed: bool = Field(False, description="True when nothing was detected or named and a default was planned for")
@@ -105,11 +111,35 @@ class HardwareSpec(BaseModel):
             return self.gpu.nvlink_gbps
         return self.gpu.pcie_gbps
 
+    @property
+    def link(self) -> str:
+        """The intra-node link kind the communication model uses (advisor.comm): NVLink where the GPU has
+        it and it was chosen; PCIe with peer-to-peer, or without it on GPUs whose driver disables it."""
+        if self.interconnect == "nvlink" and self.gpu.nvlink_gbps > 0:
+            return "nvlink"
+        if self.interconnect == "pcie-nop2p" or not self.gpu.pcie_p2p:
+            return "pcie-nop2p"
+        return "pcie"
+
+    @property
+    def network_link(self) -> NetworkLink:
+        """The network as stated, or one at network_gbps (a HardwareSpec built with only the number)."""
+        if self.network is not None:
+            return self.network
+        if abs(self.network_gbps - DEFAULT_NETWORK.gbytes_s) < 1e-9:
+            return DEFAULT_NETWORK
+        return NetworkLink(kind="infiniband", gbit_s=self.network_gbps * 8, text=f"{self.network_gbps:g} GB/s",
+                           source="network_gbps of the hardware spec")
+
     def with_count(self, gpus: int) -> "HardwareSpec":
         """The same node kind with a different GPU count (nodes fill up to gpus_per_node)."""
         per_node = min(gpus, self.gpus_per_node) if self.nodes > 1 else gpus
         nodes = max(1, -(-gpus // per_node))
-        return self.model_copy(update={"gpus_per_node": per_node, "nodes": nodes})
+        return self.model_copy(update={"gpus_per_node": per_node, "nodes": nodes, **self.at_hand()})
+
+    def at_hand(self) -> dict:
+        """The fields that keep what was named or detected when a plan takes fewer GPUs (the report's header)."""
+        return {"nodes_at_hand": self.nodes_at_hand or self.nodes, "gpus_at_hand": self.gpus_at_hand or self.total_gpus}
 
 
 def threads_per_rank(ranks_per_node: int, cores: int | None = None) -> int:
@@ -246,8 +276,11 @@ def resolve_hardware(
     gpus: int | None = None,
     nodes: int = 1,
     interconnect: LinkKind | None = None,
-    network_gbps: float | None = None,
+    network: NetworkLink | None = None,
     assume_if_none: bool = False,
+    cpus_per_gpu: float | None = None,
+    data: str | None = None,
+    loader: str | None = None,
 ) -> HardwareSpec:
     """The hardware to plan for: the named GPU if given, else what was detected.
 
@@ -279,22 +312,42 @@ def resolve_hardware(
             links = "nvlink" if spec.nvlink_gbps > 0 else "pcie"
     elif assume_if_none:
         spec = get_gpu(ASSUMED_GPU)
-        return HardwareSpec(gpu=spec, gpus_per_node=gpus or ASSUMED_GPU_COUNT, nodes=nodes,
+        count = gpus or ASSUMED_GPU_COUNT
+        net = network or DEFAULT_NETWORK
+        return HardwareSpec(gpu=spec, gpus_per_node=count, nodes=nodes,
                             interconnect=interconnect or ("nvlink" if spec.nvlink_gbps > 0 else "pcie"),
-                            network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
-                            cpu_cores=8 * (gpus or ASSUMED_GPU_COUNT), assumed=True)
+                            network_gbps=net.gbytes_s, network=net if nodes > 1 else network,
+                            cpu_cores=int(round((cpus_per_gpu or DEFAULT_CPUS_PER_GPU) * count)), assumed=True,
+                            input=_input(cpus_per_gpu, data, loader, machine, count, detected=False))
     else:
         raise UserError(
             f"no GPU detected on this machine ({machine.nvml_error or 'NVML reports 0 GPUs'})",
             fix="plan for a GPU you will use, e.g. --gpu A100-80GB --gpus 8 (`advise gpus --list`)",
         )
+    net = network or DEFAULT_NETWORK
+    pipe = _input(cpus_per_gpu, data, loader, machine, count, detected=detected)
     return HardwareSpec(
         gpu=spec,
         gpus_per_node=count,
         nodes=nodes,
         interconnect=interconnect or links,
-        network_gbps=network_gbps or DEFAULT_NETWORK_GBPS,
-        # A named (hypothetical) server: 8 cores per GPU, as on cloud 8-GPU nodes (AWS p4d: 96 vCPU).
-        cpu_cores=machine.cpu_cores if detected else 8 * count,
+        network_gbps=net.gbytes_s,
+        network=net if nodes > 1 else network,
+        # A named (hypothetical) server: DEFAULT_CPUS_PER_GPU cores per GPU (advisor.loader), or --cpus-per-gpu.
+        cpu_cores=max(1, int(round(pipe.cpus_per_gpu * count))) if (cpus_per_gpu or not detected) else machine.cpu_cores,
         detected=detected,
+        input=pipe,
     )
+
+
+def _input(cpus_per_gpu: float | None, data: str | None, loader: str | None, machine: Machine, count: int, *,
+           detected: bool) -> InputPipeline:
+    """The input pipeline of a request: --cpus-per-gpu as given, else this machine's cores when its GPUs are
+    the ones planned for, else the default for a named server (the report states which)."""
+    if cpus_per_gpu is not None:
+        cores, src = cpus_per_gpu, f"--cpus-per-gpu {cpus_per_gpu:g}"
+    elif detected:
+        cores, src = detected_cpus(max(1, len(machine.gpus)))
+    else:
+        cores, src = DEFAULT_CPUS_PER_GPU, InputPipeline.model_fields["cpus_source"].default
+    return InputPipeline(data=data or "auto", loader=loader or "pytorch", cpus_per_gpu=max(cores, 0.01), cpus_source=src)

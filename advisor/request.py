@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from advisor import units
+from advisor.comm import NetworkLink
 from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.errors import UserError
 from advisor.plan import ModelRef
@@ -33,7 +35,8 @@ CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision"
 # (BooleanOptionalAction); "switch": --flag when true; "hours": --flag <hours>h.
 FLAGS: dict[str, tuple[str, str]] = {
     "gpu": ("--gpu", "value"), "gpus": ("--gpus", "value"), "nodes": ("--nodes", "value"),
-    "interconnect": ("--interconnect", "value"), "network_gbps": ("--network-gbps", "value"),
+    "interconnect": ("--interconnect", "value"), "network": ("--network", "value"),
+    "cpus_per_gpu": ("--cpus-per-gpu", "value"), "data_format": ("--data-format", "value"), "loader": ("--loader", "value"),
     "strategy": ("--strategy", "value"), "micro_batch": ("--micro-batch", "value"),
     "batch_size": ("--batch-size", "value"), "grad_accum": ("--grad-accum", "value"),
     "seq_len": ("--seq-len", "value"), "image_size": ("--image-size", "value"),
@@ -61,8 +64,14 @@ class Request(BaseModel):
     gpu: str | None = Field(None, description="GPU kind; None = what is detected")
     gpus: int | None = Field(None, ge=1, description="GPUs per node; None = all detected (or 1 with --gpu)")
     nodes: int = Field(1, ge=1)
-    interconnect: Literal["nvlink", "pcie"] | None = None
-    network_gbps: float | None = Field(None, gt=0)
+    interconnect: Literal["nvlink", "pcie", "pcie-nop2p"] | None = None
+    network: NetworkLink | None = Field(None, description="between nodes, with its unit: '100GbE', '400G-IB', '25GB/s'")
+    cpus_per_gpu: float | None = Field(None, gt=0, description="CPU cores each GPU's data loader gets; None: detected, "
+                                       "or the default for named GPUs (advisor.loader.DEFAULT_CPUS_PER_GPU)")
+    data_format: Literal["auto", "jpeg", "decoded", "tokenized", "synthetic"] | None = Field(
+        None, description="what the loader reads; None/auto: JPEG files for vision models, tokenized text otherwise")
+    loader: Literal["pytorch", "dali-cpu", "dali"] | None = Field(
+        None, description="pytorch DataLoader (default), DALI decoding on the CPU, or DALI decoding on the GPU")
     # configuration (pinned when given)
     micro_batch: int | None = Field(None, ge=1)
     grad_accum: int | None = Field(None, ge=1)
@@ -92,6 +101,22 @@ class Request(BaseModel):
     task: str | None = None
     # output
     alternatives: bool = Field(False, description="list the memory compromises even when the standard setup fits")
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network_text(cls, v):
+        """'100GbE', '400G-IB', '12.5GB/s' (advisor.units.network); a number without a unit is refused."""
+        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            try:
+                return units.network(str(v))
+            except ValueError as exc:
+                raise UserError(str(exc).split("; ")[0], fix=_NETWORK_FIX) from None
+        return v
+
+    def hardware_args(self) -> dict:
+        """The keyword arguments of advisor.hardware.resolve_hardware this request gives."""
+        return dict(gpu=self.gpu, gpus=self.gpus, nodes=self.nodes, interconnect=self.interconnect, network=self.network,
+                    cpus_per_gpu=self.cpus_per_gpu, data=self.data_format, loader=self.loader)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Request":
@@ -147,7 +172,12 @@ class Request(BaseModel):
         return argv
 
 
+_NETWORK_FIX = "give a unit: --network 100GbE, --network 400G-IB (InfiniBand), --network 25Gb/s or --network 12.5GB/s"
+
+
 def _text(value) -> str:
+    if isinstance(value, NetworkLink):
+        return value.text
     if hasattr(value, "value"):  # str enums
         return str(value.value)
     if isinstance(value, float):

@@ -29,8 +29,9 @@ Precision: ``fp32`` is PyTorch's default, fp32 matmuls but TF32 cuDNN convolutio
 (torch.backends.cudnn.allow_tf32 defaults to True); ``tf32`` uses TF32 for matmuls too.
 Compiled steps (inductor) run convolutions channels_last (layout_optimization, on by default).
 Per optimizer step: micro-steps x grad_accum + the optimizer's streaming pass + exposed
-communication (ring all-reduce of gradients for DDP, all-gather/reduce-scatter for FSDP, the
-GPU-0 broadcast/reduce of DataParallel).
+communication and the wait for the slowest rank (advisor.comm: DDP's buckets, FSDP's/HSDP's per-unit
+gathers, alpha-beta by link; the GPU-0 broadcast/reduce of DataParallel here). samples/s is then the
+smaller of that and what the input pipeline delivers (advisor.loader), when the hardware states one.
 
 Training FLOPs are 3x the forward (backward = 2x: Kaplan et al. 2020, sec. 2.1); checkpointing
 adds one forward; attention's backward is 2.5x its forward (FlashAttention recomputes the
@@ -43,11 +44,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import host_speed
 from advisor.calibration import Calibration, calibration_key
+from advisor.comm import CommBreakdown, Topology, comm_constants, ddp_comm, fsdp_comm
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.gpu_perf import work_kind
 from advisor.gpus import GpuSpec, get_gpu
 from advisor.hardware import HardwareSpec
+from advisor.loader import LoaderEstimate, data_kind, loader_estimate
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
 from advisor.step_work import StepWork, step_work
@@ -93,6 +96,15 @@ class ThroughputEstimate(BaseModel):
     host_speed: str = Field(host_speed.ASSUMED, description="whose dispatch speed host_s assumes: the benchmark "
                                                             "host's, or this machine's as `advise probe` measured it")
     scaling_efficiency: float = Field(1.0, description="samples/s over (GPUs x one-GPU samples/s)")
+    sync_s: float = Field(0.0, description="per optimizer step: waiting for the slowest rank (grows with ranks)")
+    comm: CommBreakdown | None = Field(None, description="collectives, buckets, exposure and the link assumed")
+    gpu_samples_per_s: float | None = Field(None, description="what the GPUs do with the data already on the device")
+    loader: LoaderEstimate | None = Field(None, description="what the input pipeline delivers per GPU")
+    loader_bound: bool = Field(False, description="the input pipeline, not the GPUs, sets samples_per_s")
+    conservative_samples_per_s: float | None = Field(
+        None, description="samples/s without gains measured only on another GPU kind (compile's, fit on the H200); "
+                          "what a deadline check counts on")
+    transferred: list[str] = Field(default_factory=list, description="gains in samples_per_s measured on another GPU kind only")
     calibrated: bool = False
     notes: list[str] = Field(default_factory=list)
 
@@ -280,22 +292,6 @@ def combine(gpu_s: float, host_s: float, p: float) -> float:
     return (gpu_s**p + host_s**p) ** (1.0 / p)
 
 
-def _ring_s(nbytes: float, world: int, per_node: int, nodes: int, hw: HardwareSpec, cal: Calibration) -> float:
-    """Ring all-reduce time: 2(N-1)/N of the bytes over the slowest link (Patarasuk & Yuan 2009);
-    across nodes the inter-node share goes over the per-node network (hierarchical, as NCCL does)."""
-    if world <= 1:
-        return 0.0
-    kind = hw.interconnect if hw.interconnect != "none" else "pcie"
-    intra_bw = hw.intra_node_gbps / 2 * 1e9 * cal.link_efficiency.get(kind, 0.7)  # per direction
-    t = 0.0
-    if per_node > 1:
-        t += 2 * (per_node - 1) / per_node * nbytes / intra_bw
-    if nodes > 1:
-        net = hw.network_gbps * 1e9 * cal.link_efficiency["network"]
-        t += 2 * (nodes - 1) / nodes * nbytes / net
-    return t
-
-
 def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> ThroughputEstimate:
     p = config.precision
     gpu = hw.gpu
@@ -331,26 +327,22 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     grad_bytes = nt * (2 if p is Precision.pure_bf16 else 4)
     per_node = min(world, hw.gpus_per_node)
     nodes = max(1, world // max(1, per_node))
-    comm = exposed = 0.0
-    if config.strategy is Strategy.ddp and world > 1:
-        comm = _ring_s(grad_bytes, world, per_node, nodes, hw, cal)
-        backward_s = micro_s * 2.0 / 3.0
-        # DDP overlaps buckets with the last micro-batch's backward; the final bucket never hides.
-        exposed = max(comm - cal.ddp_overlap * backward_s, comm * (1 - cal.ddp_overlap) * 0.5)
-    elif config.strategy is Strategy.fsdp and world > 1:
-        pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
-        # all-gather (forward), all-gather (backward), reduce-scatter (grads): each (N-1)/N of the
-        # bytes, i.e. 1.5x a ring all-reduce, every micro-batch.
-        comm = 1.5 * _ring_s(pbytes, world, per_node, nodes, hw, cal) * config.grad_accum
-        exposed = max(0.0, comm - cal.fsdp_overlap * compute_s)
-    elif config.strategy is Strategy.hsdp and world > 1:
-        # HSDP: FSDP's three collectives inside the node every micro-batch, then one all-reduce of
-        # the node's gradient shard across nodes per step (rank i of each node with rank i of the others).
-        pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
-        inner = 1.5 * _ring_s(pbytes, per_node, per_node, 1, hw, cal) * config.grad_accum
-        across = _ring_s(grad_bytes / max(1, per_node), nodes, 1, nodes, hw, cal)
-        comm = inner + across
-        exposed = max(0.0, comm - cal.fsdp_overlap * compute_s)
+    comm = exposed = sync = 0.0
+    breakdown = None
+    decoded = hw.input is not None and data_kind(hw.input, model.is_vision, config.image_size) in ("jpeg", "decoded")
+    strategy = config.strategy.value
+    if strategy in ("ddp", "fsdp", "hsdp") and world > 1:
+        k = cal.comm or comm_constants()
+        net = hw.network_link
+        topo = Topology(per_node=per_node, nodes=nodes, intra=hw.link, intra_gbps=hw.intra_node_gbps / 2,
+                        network=net.kind, network_gbps=net.gbytes_s)
+        if strategy == "ddp":
+            breakdown = ddp_comm(grad_bytes, topo, micro_s, config.grad_accum, k, decoded_input=decoded)
+        else:
+            pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
+            breakdown = fsdp_comm(pbytes, grad_bytes, _shard_units(model), topo, micro_s, config.grad_accum, k,
+                                  hybrid=strategy == "hsdp", decoded_input=decoded)
+        comm, exposed, sync = breakdown.total_s, breakdown.exposed_s, breakdown.sync_s
     elif config.strategy is Strategy.dp and world > 1:
         # DataParallel: each forward broadcasts weights from GPU 0 and each backward reduces grads
         # to GPU 0, serially, with no overlap (PyTorch docs, "Use DistributedDataParallel instead").
@@ -366,9 +358,22 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     elif extra.optimizer_s is not None:
         opt_s = extra.optimizer_s
     notes += extra.notes
-    step_s = compute_s + opt_s + exposed + extra.extra_s
+    step_s = compute_s + opt_s + exposed + sync + extra.extra_s
     samples = mb * config.grad_accum * world
     sps = samples / step_s
+    gpu_sps = sps
+    loader = None
+    if hw.input is not None and gpu.name != "cpu":
+        loader = loader_estimate(hw.input, is_vision=model.is_vision, image_size=config.image_size,
+                                 gpu_rate_per_gpu=sps / world, dali_cpu_per_core=(cal.comm or comm_constants()).dali_cpu_per_core,
+                                 probe=cal.loader_probe)
+        if loader.bound and loader.samples_per_s_per_gpu:
+            # the GPUs wait for data; the step's exposed collectives and the straggler wait still follow
+            step_s = max(step_s, mb * config.grad_accum / loader.samples_per_s_per_gpu + exposed + sync)
+            sps = samples / step_s
+            notes.append(f"input-bound: the loader delivers {loader.samples_per_s_per_gpu:,.0f} samples/s per GPU "
+                         f"({loader.workers:g} cores x {loader.per_core_samples_per_s:,.0f}/s), the GPUs would take "
+                         f"{gpu_sps / world:,.0f}; samples/s is the loader's")
     calibrated = False
     factor = cal.measured.get(calibration_key(gpu.name, model.family, p.value, config.strategy.value,
                                               compile=config.compile, channels_last=config.channels_last))
@@ -388,4 +393,16 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         compute_s=compute_s, matmul_s=mm_s * config.grad_accum, gpu_s=gpu_s * config.grad_accum,
         host_s=host_s * config.grad_accum, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
         host_bound=host_s > gpu_s, host_speed=cal.host_source, calibrated=calibrated, notes=notes,
+        sync_s=sync, comm=breakdown, gpu_samples_per_s=gpu_sps if loader is not None else None, loader=loader,
+        loader_bound=bool(loader and loader.bound),
     )
+
+
+def _shard_units(model: ModelSpec) -> int:
+    """FSDP's wrapped units: one per transformer layer (Accelerate's transformer auto-wrap policy), else
+    ~30 forward ops per block of a traced model."""
+    if model.arch is not None:
+        return max(1, model.arch.n_layers)
+    if model.trace is not None and model.trace.kernels:
+        return max(1, round(model.trace.kernels / 30))
+    return 1

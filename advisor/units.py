@@ -169,3 +169,41 @@ def strict_json_loads(text: str) -> Any:
     if _json_depth(data) > MAX_DEPTH:
         raise JSONLimitError(f"nested more than {MAX_DEPTH} levels deep")
     return data
+
+
+# ---------------------------------------------------------------- network links
+# Names people type for the network between nodes, Gbit/s (IBTA link speeds: EDR 100, HDR 200, NDR 400,
+# XDR 800 at 4x; Ethernet by its line rate).
+_IB_NAMES = {"edr": 100.0, "hdr": 200.0, "ndr": 400.0, "xdr": 800.0}
+_NETWORK_HELP = ("give a unit: --network 100GbE, --network 400G-IB (InfiniBand), --network NDR, "
+                 "--network 25Gb/s or --network 12.5GB/s")
+
+
+def network(text: str):
+    """'100GbE', '400G-IB', 'HDR', '100Gb/s', '12.5GB/s' -> comm.NetworkLink; a bare number is refused
+    (Gb/s and GB/s differ 8x, the old --network-gbps's trap)."""
+    from advisor.comm import NetworkLink
+
+    raw = text.strip()
+    t = raw.lower().replace(" ", "")
+    if t in _IB_NAMES:
+        return NetworkLink(kind="infiniband", gbit_s=_IB_NAMES[t], text=raw, source=f"--network {raw}")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(gbe|g-?ib|gib|gbit/?s|gb/s|gbps|gbyte/?s|gb/?s)?", t.replace("gigabit", "gbit"))
+    # Keep the case of "Gb/s" vs "GB/s": they differ by 8.
+    if m is None:
+        raise ValueError(f"cannot read the network '{text}'; {_NETWORK_HELP}")
+    value, unit = float(m.group(1)), m.group(2)
+    if not unit:
+        raise ValueError(f"the network '{text}' has no unit (Gb/s and GB/s differ 8x); {_NETWORK_HELP}")
+    if value <= 0:
+        raise ValueError(f"the network must be faster than 0, got '{text}'")
+    if unit == "gbe":
+        return NetworkLink(kind="ethernet", gbit_s=value, text=raw, source=f"--network {raw}")
+    if unit in ("g-ib", "gib"):
+        return NetworkLink(kind="infiniband", gbit_s=value, text=raw, source=f"--network {raw}")
+    bytes_unit = re.search(r"GB/?s|GByte", raw.replace(" ", "")) is not None
+    if unit in ("gbps",):
+        bytes_unit = False  # "Gbps" is gigabits by convention
+    gbit = value * 8 if bytes_unit else value
+    return NetworkLink(kind="infiniband" if gbit >= 100 else "ethernet", gbit_s=gbit, text=raw,
+                       source=f"--network {raw} (kind assumed from the rate: InfiniBand at 100 Gb/s and up, else Ethernet)")

@@ -93,12 +93,31 @@ def render(est, applied: list[str], console=None) -> None:
     thr.add_row("MFU", f"{t.mfu:.1%}")
     if hw.count > 1:
         thr.add_row("communication per step (s)", f"{t.comm_s:.3g} ({t.exposed_comm_s:.3g} exposed)")
+        if t.comm is not None:
+            thr.add_row("  link", f"{t.comm.link}, {t.comm.bus_gbps:.0f} GB/s bus" + (
+                f"; network {t.comm.network_bus_gbps:.1f} GB/s bus" if t.comm.network_bus_gbps else "")
+                + (f"; {t.comm.buckets} DDP buckets" if t.comm.buckets else ""))
+        thr.add_row("waiting for the slowest rank (s)", f"{t.sync_s:.3g}")
         thr.add_row("scaling efficiency", f"{t.scaling_efficiency:.0%}")
+    if t.loader is not None:
+        ld = t.loader
+        rate = "not limited" if ld.samples_per_s_per_gpu is None else f"{ld.samples_per_s_per_gpu:,.0f} samples/s per GPU"
+        thr.add_row("input pipeline", f"{ld.data} via {ld.loader}: {rate}" + (" (LIMITS samples/s)" if t.loader_bound else ""))
+        thr.add_row("  cores per GPU", f"{ld.cpus_per_gpu:g} ({ld.cpus_source})")
+        if t.loader_bound:
+            thr.add_row("  GPUs alone", f"{t.gpu_samples_per_s:,.2f} samples/s")
+    if t.transferred:
+        thr.add_row("without transferred gains", f"{t.conservative_samples_per_s:,.2f} samples/s")
     if t.host_bound:
         thr.add_row("bound by", "kernel launches (host)")
     if est.time_to_train_h is not None:
         thr.add_row("time to train", format_hours(est.time_to_train_h))
     console.print(thr)
+    if hw.network:
+        console.print(Text(f"network between nodes: {hw.network}"))
+    if t.loader_bound:
+        for fix in t.loader.fixes:
+            console.print(Text(f"input fix: {fix}", style="yellow"))
     console.print(Text("calibration: " + ("; ".join(c.summary() for c in est.calibration)
                                           or "packaged constants only (advise probe / advise bench measure this machine)")))
     for n in est.notes:

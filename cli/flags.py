@@ -45,6 +45,13 @@ port = _argparse_type(units.port)
 shape = _argparse_type(units.shape)
 duration_hours = _argparse_type(units.duration_hours)
 margin = _argparse_type(units.margin)
+network = _argparse_type(units.network)
+
+
+def _network_gbps_refused(text: str):
+    raise argparse.ArgumentTypeError(
+        "--network-gbps is gone: it took gigabytes per second, so 100 meant 800 Gb/s; "
+        "say the unit instead: --network 100GbE, --network 400G-IB or --network 12.5GB/s")
 
 
 def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -90,7 +97,16 @@ def add_hardware_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs per node")
     g.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="machines")
     g.add_argument("--interconnect", choices=_choices("interconnect"), help="GPU links within a node")
-    g.add_argument("--network-gbps", type=positive_float, metavar="GB/s", help="per-node network bandwidth between nodes (GB/s)")
+    g.add_argument("--network", type=network, metavar="LINK",
+                   help="network between nodes, with its unit: 100GbE, 400G-IB, NDR, 25Gb/s, 12.5GB/s "
+                        "(default with --nodes > 1: one 200 Gb/s InfiniBand port per node, stated in the report)")
+    g.add_argument("--network-gbps", type=_network_gbps_refused, help=argparse.SUPPRESS)
+    g.add_argument("--cpus-per-gpu", type=positive_float, metavar="N",
+                   help="CPU cores each GPU's data loader gets (default: detected; 8 for named GPUs)")
+    g.add_argument("--data-format", choices=_choices("data_format"),
+                   help="what the loader reads: jpeg files (default for vision), decoded tensors, tokenized text, synthetic")
+    g.add_argument("--loader", choices=_choices("loader"),
+                   help="pytorch DataLoader (default), dali-cpu (DALI decoding on the CPU), dali (decoding on the GPU)")
 
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:

@@ -4,11 +4,14 @@
     advise probe --hf-config ./gpt2/config.json --seq-len 1024 --compile
     advise probe --module net.py:build --input-shape 3,224,224 --channels-last
     advise probe --cpu --model mini-transformer --seq-len 32 --micro-batch 4 --json
+    advise probe --data ~/imagenet/train [--image-size 224]     # this machine's loader rate on your files
 
 It plans as ``advise launch`` does (the rules on the detected GPU; ``launcher.cpu_plan`` with
 ``--cpu``), then ``launcher.probe`` runs the per-GPU configuration in a child process on one
 device and prints measured peak memory (allocated and reserved), samples/s and GPU utilisation
-beside the estimate, with measured/estimated. A CUDA OOM tries half the micro-batch. The ratios
+beside the estimate, with measured/estimated. A CUDA OOM tries half the micro-batch. ``--data DIR`` instead times the
+input pipeline (JPEG decode + RandomResizedCrop + flip + normalise, launcher.loader_probe) on the image
+files under DIR, one core, and stores the rate for later estimates (advisor.loader.LoaderProbe). The ratios
 are stored under ``--home`` for this model, GPU kind and variant, so later estimates of this model
 there use them (``advisor.probe_factors``; ``--no-save`` keeps them out). Progress goes to stderr.
 Exit status: 0 measured, 1 the child failed, 2 a mistake in the flags or OOM at every
@@ -18,7 +21,9 @@ micro-batch, 130 cancelled.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from cli import flags
 
@@ -30,6 +35,9 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     add_probe_flags(parser)
     parser.add_argument("--cpu", action="store_true", help="probe on the CPU (no GPU needed; CPU factors only)")
     parser.add_argument("--no-save", dest="save", action="store_false", help="measure only; store no factors")
+    parser.add_argument("--data", type=Path, metavar="DIR",
+                        help="time the data loader on the image files under DIR (one core; at --image-size, default 224) "
+                             "and store the rate: later estimates' input pipeline uses it")
     flags.add_home_flag(parser)
     flags.add_json_flag(parser)
 
@@ -89,7 +97,28 @@ def run_probe(args: argparse.Namespace, plan, machine, *, spec=None, save: bool 
                           progress=lambda text: print(f"advise: probe: {text}", file=sys.stderr, flush=True))
 
 
+def run_data(args: argparse.Namespace) -> int:
+    """``--data DIR``: this machine's loader rate on the user's files, stored beside the other probe files."""
+    from advisor.loader import save_loader_probe
+    from launcher.loader_probe import probe_directory
+
+    size = args.image_size or 224
+    probe = probe_directory(args.data, size,
+                            progress=lambda text: print(f"advise: probe: {text}", file=sys.stderr, flush=True))
+    stored = str(save_loader_probe(flags.home_dir(args), probe)) if args.save else None
+    if args.json:
+        print(json.dumps({**probe.model_dump(), "stored": stored}, indent=2))
+        return 0
+    print(f"loader: {probe.per_core:,.0f} images/s per core at {size} px on {probe.cpu} ({probe.files} files)")
+    print("  a GPU whose loader has N cores (one left for the training process) gets (N - 1) x that")
+    if stored:
+        print(f"  stored in {stored}: later estimates' JPEG input pipeline uses it")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.data is not None:
+        return run_data(args)
     plan, machine, spec, notes = make_plan(args)
     for note in notes:
         print(f"advise: note: {note}", file=sys.stderr)

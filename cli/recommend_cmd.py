@@ -157,8 +157,18 @@ def render_report(rec, console=None) -> None:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("hardware", f"{hw.count}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, "
-                 f"{hw.nodes} node(s); {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
+    if hw.nodes_at_hand != hw.nodes:  # the nodes named, then what this plan uses of them
+        count = f"{hw.gpus_at_hand}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, " \
+                f"{hw.nodes_at_hand} nodes (this plan uses {hw.count} GPU(s) on {hw.nodes})"
+    else:
+        count = f"{hw.count}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, {hw.nodes} node(s)"
+    head.add_row("hardware", f"{count}; {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
+    if hw.network:
+        head.add_row("network", hw.network)
+    t = e.throughput
+    if t.loader is not None and (t.loader.data in ("jpeg", "decoded") or t.loader_bound):  # text never waits on it
+        head.add_row("input", f"{t.loader.data} via {t.loader.loader}, {t.loader.cpus_per_gpu:g} CPU cores per GPU "
+                     f"({t.loader.cpus_source})" + (f": LIMITS samples/s to {t.samples_per_s:,.0f}" if t.loader_bound else ""))
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
                  f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
                  + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))

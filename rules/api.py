@@ -63,8 +63,7 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
         if machine is None:
             # A named GPU needs no NVML (only the CPU core count, for dataloader workers).
             machine = Machine(cpu_cores=_cpu_cores()) if req.gpu else _hardware.detect_machine()
-        hardware = resolve_hardware(machine, req.gpu, req.gpus, req.nodes, req.interconnect, req.network_gbps,
-                                    assume_if_none=assume_if_none)
+        hardware = resolve_hardware(machine, **req.hardware_args(), assume_if_none=assume_if_none)
     flow.check_request(req, spec, hardware)
     # Host RAM is known only for this machine (CPU offload's check): not for a GPU named with --gpu.
     ram = machine.ram_gib if machine is not None and hardware.detected and machine.ram_gib else None
@@ -106,7 +105,7 @@ def advise(model: str | ModelSpec | ModelRef, gpu: str | GpuSpec | HardwareSpec 
     config pins (``micro_batch``, ``precision``, ``strategy``, ``lora_rank`` ...), workload
     (``batch_size``, ``dataset_size``, ``epochs``, ``deadline`` as "6h" or hours,
     ``base_lr``, ``base_batch``, ``lr_scaling``, ``keep_global_batch``, ``task``), hardware
-    (``nodes``, ``interconnect``, ``network_gbps``) and ``alternatives=True``. ``machine``: a
+    (``nodes``, ``interconnect``, ``network``) and ``alternatives=True``. ``machine``: a
     ``Machine`` to plan for instead of reading NVML (tests, the wizard); ``home``: where
     ``advise bench`` stored measured calibration (default: the packaged constants only).
 

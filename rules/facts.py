@@ -34,6 +34,7 @@ class HardwareFacts(_Section):
     multi_gpu: bool
     interconnect: str
     network_gbps: float
+    network: str = Field("", description="the network between nodes and where its number came from (nodes > 1)")
     cpu_cores: int = Field(description="CPU cores per node")
     detected: bool
 
@@ -172,8 +173,14 @@ class DataFacts(_Section):
     prefetch_factor: int
     samples_per_s_per_worker: float
     cores_needed_per_gpu: float
-    decode_rate: float = Field(description="images per second one core decodes and augments (rule of thumb)")
-    cpu_bound: bool
+    decode_rate: float = Field(description="samples per second one core prepares (measured: advisor.loader)")
+    cpu_bound: bool = Field(description="the input pipeline, not the GPUs, sets samples/s (the estimate counts on the loader's rate)")
+    loader_rate_per_gpu: float = Field(0.0, description="samples/s per GPU the loader delivers (0: not limited)")
+    gpu_rate_per_gpu: float = Field(0.0, description="samples/s per GPU the GPUs would take with data on the device")
+    cores_source: str = ""
+    data_kind: str = ""
+    loader: str = ""
+    fixes: str = Field("", description="what would lift the limit, with its effect")
 
 
 class Facts(BaseModel):

@@ -226,11 +226,12 @@ class Planner:
         per_node = self.hw.gpus_per_node
         if hypothetical:
             per_node = max(per_node, 8)
+        at_hand = self.hw.at_hand()  # the report's header counts the GPUs and nodes named (issue 28)
         if n <= per_node:
-            return self.hw.model_copy(update={"gpus_per_node": n, "nodes": 1})
+            return self.hw.model_copy(update={"gpus_per_node": n, "nodes": 1, **at_hand})
         if n % per_node:
             raise ValueError(f"{n} GPUs is not a whole number of {per_node}-GPU nodes")
-        return self.hw.model_copy(update={"gpus_per_node": per_node, "nodes": n // per_node})
+        return self.hw.model_copy(update={"gpus_per_node": per_node, "nodes": n // per_node, **at_hand})
 
     def counts(self, hypothetical_max: int | None = None) -> list[int]:
         """GPU counts the policy compares: the divisors of the node size, then whole nodes (powers of

@@ -30,6 +30,7 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
                      memory_gib=g.memory_gib, usable_gib=g.memory_gib * p.cal.fit_fraction, nvlink=g.nvlink_gbps > 0),
         hw=HardwareFacts(gpus=hw.total_gpus, gpus_per_node=hw.gpus_per_node, nodes=hw.nodes, multi_gpu=hw.total_gpus > 1,
                          interconnect=hw.interconnect, network_gbps=hw.network_gbps, cpu_cores=hw.cpu_cores,
+                         network=hw.network_link.summary() if hw.nodes > 1 else "",
                          detected=hw.detected),
         model=ModelFacts(name=m.name, family=m.family, params=m.params, params_b=m.params / 1e9, is_cnn=m.family == "cnn",
                          is_vision=m.is_vision, is_text=m.is_text, is_llm=m.family == "decoder" and m.params >= 1e9,
@@ -69,16 +70,23 @@ def compile_facts(p: Planner, ch: Choice) -> CompileFacts:
 
 def data_facts(p: Planner, ch: Choice, est: Estimate) -> DataFacts:
     d = p.defaults.data
+    t = est.throughput
+    ld = t.loader
     # Cores per GPU of the node (all its GPUs share the CPU, used by this run or not), so that the
-    # same node gives the same workers whatever count the tree picks.
-    cores_per_gpu = p.hw.cpu_cores / p.hw.gpus_per_node
+    # same node gives the same workers whatever count the tree picks; the loader's own when it states them.
+    cores_per_gpu = ld.cpus_per_gpu if ld is not None else p.hw.cpu_cores / p.hw.gpus_per_node
     cap = d.text_max_workers if p.model.is_text else d.max_workers
     workers = int(max(1, min(cap, math.floor(cores_per_gpu) - 1)))
-    sps_gpu = est.throughput.samples_per_s / ch.gpus
-    need = sps_gpu / d.decode_rate if p.model.is_vision else 0.0
+    sps_gpu = t.samples_per_s / ch.gpus
+    gpu_rate = (t.gpu_samples_per_s or t.samples_per_s) / ch.gpus
+    per_core = ld.per_core_samples_per_s if ld is not None and ld.per_core_samples_per_s else d.decode_rate
+    need = gpu_rate / per_core + 1 if p.model.is_vision else 0.0
     return DataFacts(workers=workers, cores_per_gpu=cores_per_gpu, prefetch_factor=2,
-                     samples_per_s_per_worker=sps_gpu / workers, cores_needed_per_gpu=need, decode_rate=d.decode_rate,
-                     cpu_bound=p.model.is_vision and need > max(1, cores_per_gpu - 1))
+                     samples_per_s_per_worker=sps_gpu / workers, cores_needed_per_gpu=need, decode_rate=per_core,
+                     cpu_bound=t.loader_bound, loader_rate_per_gpu=(ld.samples_per_s_per_gpu or 0.0) if ld else 0.0,
+                     gpu_rate_per_gpu=gpu_rate, cores_source=ld.cpus_source if ld else "",
+                     data_kind=ld.data if ld else "", loader=ld.loader if ld else "",
+                     fixes="; ".join(ld.fixes) if ld else "")
 
 
 def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, path: str) -> PlanFacts:

@@ -15,7 +15,6 @@ from advisor.estimate import estimate
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
-from advisor.throughput import _ring_s
 
 GIB = 2**30
 N8B = 8_030_261_248
@@ -138,17 +137,6 @@ def test_tracer_errors_are_user_errors(spec, shape, msg):
     with pytest.raises(UserError) as err:
         trace_module_spec(spec, shape)
     assert msg in err.value.message()
-
-
-def test_ring_allreduce_by_hand():
-    h = hw("H100", n=8)
-    cal = Calibration()
-    nbytes = 4e9
-    # 2 * 7/8 of the bytes over 450 GB/s per direction at the NVLink efficiency
-    expected = 2 * 7 / 8 * nbytes / (450e9 * cal.link_efficiency["nvlink"])
-    assert _ring_s(nbytes, 8, 8, 1, h, cal) == pytest.approx(expected)
-    pcie = h.model_copy(update={"interconnect": "pcie"})
-    assert _ring_s(nbytes, 8, 8, 1, pcie, cal) > 5 * expected
 
 
 def test_more_gpus_more_throughput_less_than_linear():

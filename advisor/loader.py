@@ -1,0 +1,234 @@
+"""The input pipeline as a throughput limit: what the data loader delivers per GPU.
+
+samples/s = min(what the GPUs do, what the loader delivers) (DESIGN.md). The loader's rate is the CPU
+cores each GPU's workers get (one left for the training process) x the per-core rate of the data kind:
+  jpeg       decode + RandomResizedCrop + flip + normalise at the model's resolution: measured on a CPU by
+             ``python -m benchmarks.calibration.loader_rate`` (Pillow; torchvision's transforms are the
+             same Pillow calls), stored in advisor/data/loader_rates.json with the CPU model
+  decoded    pre-decoded uint8 tensors: crop, flip, normalise only (same script)
+  tokenized  pre-tokenized text: indexing and collation (same script); never the limit in practice
+  synthetic  data made on the device: no limit
+("auto": JPEG files for vision models from 128 px, decoded arrays below, as CIFAR's loaders hold them).
+DALI on the CPU (``--loader dali-cpu``) decodes with libjpeg-turbo and ROI decoding at the rate fit on
+NVIDIA's DALI-CPU rows (advisor/data/multi_gpu.json, ``dali_cpu_per_core``); DALI on the GPU
+(``--loader dali``: nvJPEG / the A100's and H100's hardware JPEG decoder) takes the CPU out of it.
+
+Cores per GPU: detected (os.sched_getaffinity and the cgroup's cpu.max quota) when the GPUs are this
+machine's, else ``--cpus-per-gpu`` or DEFAULT_CPUS_PER_GPU, and the report says which.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DataKind = Literal["auto", "jpeg", "decoded", "tokenized", "synthetic"]
+LoaderKind = Literal["pytorch", "dali-cpu", "dali"]
+RATES = Path(__file__).with_name("data") / "loader_rates.json"
+# A named (not detected) server: 8 cores per GPU, as cloud 8-GPU nodes give (AWS p4d.24xlarge: 96 vCPUs
+# = 48 cores for 8 A100s is 6; p5.48xlarge 192 vCPUs = 96 cores for 8 H100s is 12; DGX A100 128 cores = 16).
+DEFAULT_CPUS_PER_GPU = 8.0
+
+
+class InputPipeline(BaseModel):
+    """What feeds the GPUs: the data's form, the loader, and the cores each GPU's loader gets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: DataKind = Field("auto", description="auto: JPEG files for vision models, tokenized text otherwise")
+    loader: LoaderKind = "pytorch"
+    cpus_per_gpu: float = Field(DEFAULT_CPUS_PER_GPU, gt=0)
+    cpus_source: str = f"default for named GPUs ({DEFAULT_CPUS_PER_GPU:g} per GPU; --cpus-per-gpu N to state yours)"
+    measured_per_core: float | None = Field(None, description="samples/s per core `advise probe --data` measured here")
+    measured_source: str | None = None
+
+
+class LoaderRates(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: str = Field(description="the CPU the rates were measured on")
+    jpeg_per_core: dict[str, float] = Field(description="output resolution (px) -> images/s per core")
+    decoded_per_core: dict[str, float]
+    tokenized_per_core: float
+    source_image: str = ""
+    source: str = "python -m benchmarks.calibration.loader_rate"
+
+
+class LoaderEstimate(BaseModel):
+    """What the input pipeline delivers per GPU, and whether it sets the pace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str
+    loader: str
+    cpus_per_gpu: float
+    cpus_source: str
+    workers: float = Field(description="cores decoding per GPU (one left for the training process)")
+    per_core_samples_per_s: float | None = Field(None, description="None: not limited by the CPU")
+    rate_source: str
+    samples_per_s_per_gpu: float | None = Field(None, description="None: not limited")
+    bound: bool = Field(False, description="the loader, not the GPUs, sets samples/s")
+    fixes: list[str] = Field(default_factory=list, description="what would lift the limit, with its effect")
+
+
+@lru_cache(maxsize=1)
+def loader_rates() -> LoaderRates | None:
+    return LoaderRates(**json.loads(RATES.read_text())) if RATES.exists() else None
+
+
+def _at_resolution(table: dict[str, float], px: int) -> float:
+    """Per-core rate at ``px``: interpolated in pixels (the resize and normalise scale with them)."""
+    pts = sorted((int(k), v) for k, v in table.items())
+    if px <= pts[0][0]:
+        return pts[0][1]
+    for (p0, v0), (p1, v1) in zip(pts, pts[1:]):
+        if px <= p1:
+            w = (px * px - p0 * p0) / (p1 * p1 - p0 * p0)
+            return 1.0 / ((1 - w) / v0 + w / v1)  # times interpolate, not rates
+    p, v = pts[-1]
+    return v * (p * p) / (px * px)
+
+
+# Below this side, images usually sit in memory as decoded arrays (CIFAR, MNIST: torchvision's datasets
+# load them whole): "auto" assumes decoded tensors there, JPEG files from it up (ImageNet-style folders).
+JPEG_FROM_PX = 128
+
+
+def data_kind(pipe: InputPipeline, is_vision: bool, image_size: int | None = None) -> str:
+    if pipe.data != "auto":
+        return pipe.data
+    if not is_vision:
+        return "tokenized"
+    return "decoded" if image_size is not None and image_size < JPEG_FROM_PX else "jpeg"
+
+
+def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | None, gpu_rate_per_gpu: float,
+                    dali_cpu_per_core: float, probe: "LoaderProbe | None" = None) -> LoaderEstimate:
+    """The loader's samples/s per GPU for this pipeline, against what one GPU would consume. ``probe``: this
+    machine's rate on the user's files (``advise probe --data``), used for JPEG through the PyTorch loader."""
+    kind = data_kind(pipe, is_vision, image_size)
+    workers = max(1.0, math.floor(pipe.cpus_per_gpu) - 1.0)
+    base = dict(data=kind, loader=pipe.loader, cpus_per_gpu=pipe.cpus_per_gpu, cpus_source=pipe.cpus_source, workers=workers)
+    rates = loader_rates()
+    px = image_size or 224
+    if kind == "synthetic" or (pipe.loader == "dali" and kind == "jpeg"):
+        why = "data made on the device" if kind == "synthetic" else "decoded on the GPU (DALI, nvJPEG): no CPU limit"
+        return LoaderEstimate(**base, rate_source=why)
+    if pipe.measured_per_core:
+        per_core, src = pipe.measured_per_core, pipe.measured_source or "advise probe --data"
+    elif probe is not None and kind == "jpeg" and pipe.loader == "pytorch":
+        per_core, src = probe.rate_at(px), probe.summary()
+    elif kind == "jpeg" and pipe.loader == "dali-cpu":
+        per_core = dali_cpu_per_core
+        src = "DALI on the CPU, fit on NVIDIA's DALI-CPU rows (advisor/data/multi_gpu.json)"
+    elif rates is None:
+        return LoaderEstimate(**base, rate_source="no loader rates packaged")
+    elif kind == "jpeg":
+        per_core = _at_resolution(rates.jpeg_per_core, px)
+        src = f"Pillow decode + RandomResizedCrop + flip + normalise at {px} px, measured on {rates.cpu} ({rates.source})"
+    elif kind == "decoded":
+        per_core = _at_resolution(rates.decoded_per_core, px)
+        src = f"pre-decoded uint8 tensors: crop + flip + normalise at {px} px, measured on {rates.cpu} ({rates.source})"
+    else:
+        per_core = rates.tokenized_per_core
+        src = f"pre-tokenized text: indexing + collation, measured on {rates.cpu} ({rates.source})"
+    rate = per_core * workers
+    bound = rate < gpu_rate_per_gpu
+    fixes: list[str] = []
+    if bound and kind in ("jpeg", "decoded"):
+        need = math.ceil(gpu_rate_per_gpu / per_core) + 1
+        fixes.append(f"{need} CPU cores per GPU would keep up (--cpus-per-gpu {need}): x{gpu_rate_per_gpu / rate:.2f}")
+        if kind == "jpeg":
+            if rates is not None:
+                dec = _at_resolution(rates.decoded_per_core, px) * workers
+                fixes.append(f"pre-decoded, pre-resized images (FFCV, or uint8 tensors: --data decoded): "
+                             f"{min(dec, gpu_rate_per_gpu):,.0f} images/s per GPU (x{min(dec, gpu_rate_per_gpu) / rate:.2f})")
+            fixes.append(f"decoding on the GPU (NVIDIA DALI, --loader dali): {gpu_rate_per_gpu:,.0f} images/s per GPU "
+                         f"(x{gpu_rate_per_gpu / rate:.2f}), no CPU decode")
+    return LoaderEstimate(**base, per_core_samples_per_s=per_core, rate_source=src, samples_per_s_per_gpu=rate,
+                          bound=bound, fixes=fixes)
+
+
+def detected_cpus(gpus_on_node: int) -> tuple[float, str]:
+    """Cores per GPU this process may use: the CPU affinity set, capped by the cgroup v2 cpu.max quota."""
+    try:
+        cores = float(len(os.sched_getaffinity(0)))
+        how = "CPU affinity"
+    except (AttributeError, OSError):
+        cores, how = float(os.cpu_count() or 1), "os.cpu_count"
+    quota = _cgroup_quota()
+    if quota is not None and quota < cores:
+        cores, how = quota, "cgroup cpu.max quota"
+    per_gpu = cores / max(1, gpus_on_node)
+    return per_gpu, f"detected: {cores:g} cores ({how}) / {gpus_on_node} GPU(s)"
+
+
+def _cgroup_quota(path: str = "/sys/fs/cgroup/cpu.max") -> float | None:
+    try:
+        quota, period = Path(path).read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return float(quota) / float(period)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- a measured rate (`advise probe --data DIR`)
+PROBE_FILE = "loader-rate.json"
+
+
+class LoaderProbe(BaseModel):
+    """This machine's loader rate on the user's own files, measured by ``advise probe --data DIR``
+    (launcher.loader_probe): one core's samples/s through the same chain the packaged rates time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_core: float = Field(gt=0, description="images/s one core decodes and augments")
+    data: Literal["jpeg"] = "jpeg"
+    image_size: int = Field(description="output resolution the chain produced, px")
+    files: int = Field(description="files timed")
+    directory: str
+    cpu: str
+    when: float
+    source: str = "advise probe --data"
+
+    def rate_at(self, px: int) -> float:
+        """At another output resolution: the decode is the same file's, the resize and normalise scale with
+        pixels; the packaged table's ratio between the two resolutions carries the difference."""
+        rates = loader_rates()
+        if rates is None or px == self.image_size:
+            return self.per_core
+        return self.per_core * _at_resolution(rates.jpeg_per_core, px) / _at_resolution(rates.jpeg_per_core, self.image_size)
+
+    def summary(self) -> str:
+        import datetime as _dt
+
+        return (f"measured by advise probe --data {self.directory} on {self.cpu} "
+                f"({_dt.date.fromtimestamp(self.when).isoformat()}, {self.files} files)")
+
+
+def read_loader_probe(home: Path | None) -> LoaderProbe | None:
+    if home is None:
+        return None
+    try:
+        return LoaderProbe.model_validate_json((Path(home) / PROBE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_loader_probe(home: Path, probe: LoaderProbe) -> Path:
+    """Replace the stored measurement; atomic, mode 0600 like the other probe files."""
+    from advisor.paths import write_private_atomic
+
+    home = Path(home)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return write_private_atomic(home / PROBE_FILE, probe.model_dump_json(indent=2) + "\n")

@@ -1,0 +1,109 @@
+"""Per-core rate of the CPU input pipeline by data kind (advisor/data/loader_rates.json).
+
+    python -m benchmarks.calibration.loader_rate            # measure, write the JSON and the results file
+    python -m benchmarks.calibration.loader_rate --seconds 2
+
+One process, one thread (torch.set_num_threads(1)): what one DataLoader worker does per second.
+- jpeg: ImageNet-like JPEGs (500x375, quality 90, ImageNet's median size; natural-looking content made of
+  gradients, shapes and blended noise, so the files are ImageNet's average ~110 KB) decoded with Pillow,
+  then launcher.loader_probe's chain: RandomResizedCrop(size) + horizontal flip (Pillow, as torchvision's
+  transforms call it) + to tensor + normalise (torch ops). torchvision is not installable beside the CPU
+  torch here, so the chain is written with Pillow + torch, the calls torchvision.transforms makes on PIL
+  images; `advise probe --data DIR` times the same chain on the user's files.
+- decoded: uint8 CHW tensors already at 1.14x the size (pre-resized): random crop + flip + float + normalise.
+- tokenized: indexing 512-token rows out of a token array and stacking them (collation).
+Results with the CPU model in benchmarks/calibration/results/loader-rate.json.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import platform
+import random
+import sys
+from pathlib import Path
+
+from launcher.loader_probe import MEAN, STD, cpu_model, imagenet_train_transform
+from launcher.loader_probe import calls_per_cpu_second as rate
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "advisor" / "data" / "loader_rates.json"
+RESULTS = Path(__file__).parent / "results" / "loader-rate.json"
+SIZES = (128, 160, 224, 288, 384)
+
+
+def make_jpegs(n: int = 16, w: int = 500, h: int = 375, quality: int = 90) -> list[bytes]:
+    from PIL import Image, ImageDraw, ImageFilter
+
+    rng = random.Random(0)
+    out = []
+    for _ in range(n):
+        img = Image.linear_gradient("L").resize((w, h)).convert("RGB")
+        d = ImageDraw.Draw(img)
+        for _ in range(40):
+            x, y = rng.randrange(w), rng.randrange(h)
+            r = rng.randrange(10, 120)
+            d.ellipse([x - r, y - r, x + r, y + r], fill=tuple(rng.randrange(256) for _ in range(3)))
+        img = img.filter(ImageFilter.GaussianBlur(2))
+        # photographs' texture: sensor-like noise blended in, so the files land at ImageNet's ~110 KB
+        noise = Image.merge("RGB", [Image.effect_noise((w, h), 64) for _ in range(3)])
+        img = Image.blend(img, noise, 0.35)
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=quality)
+        out.append(buf.getvalue())
+    return out
+
+
+def measure(seconds: float) -> dict:
+    import torch
+
+    rng = random.Random(1)
+    jpegs = make_jpegs()
+    mean = torch.tensor(MEAN).view(3, 1, 1)
+    std = torch.tensor(STD).view(3, 1, 1)
+    jpeg, decoded = {}, {}
+    for size in SIZES:
+        i = [0]
+        chain = imagenet_train_transform(size, rng)  # the same chain `advise probe --data` times
+
+        def one_jpeg(chain=chain):
+            i[0] += 1
+            return chain(jpegs[i[0] % len(jpegs)])
+
+        jpeg[str(size)] = round(rate(one_jpeg, seconds), 1)
+        stored = torch.randint(0, 256, (3, int(size * 1.14), int(size * 1.14)), dtype=torch.uint8)
+
+        def one_decoded(size=size, stored=stored):
+            y, x = rng.randint(0, stored.shape[1] - size), rng.randint(0, stored.shape[2] - size)
+            t = stored[:, y:y + size, x:x + size]
+            if rng.random() < 0.5:
+                t = t.flip(2)
+            return (t.float().div_(255) - mean) / std
+
+        decoded[str(size)] = round(rate(one_decoded, seconds), 1)
+    tokens = torch.randint(0, 50000, (10000, 512), dtype=torch.int64)
+
+    def one_text():
+        idx = [rng.randrange(tokens.shape[0]) for _ in range(32)]
+        return torch.stack([tokens[j] for j in idx])
+
+    text = round(rate(one_text, seconds) * 32, 1)
+    from PIL import __version__ as pil_version
+
+    return {"cpu": cpu_model(), "jpeg_per_core": jpeg, "decoded_per_core": decoded, "tokenized_per_core": text,
+            "source_image": f"500x375 JPEG q90, Pillow {pil_version}, torch {torch.__version__}, 1 thread",
+            "source": "python -m benchmarks.calibration.loader_rate"}
+
+
+def main() -> None:
+    seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 3.0
+    res = measure(seconds)
+    OUT.write_text(json.dumps(res, indent=1) + "\n")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({**res, "python": sys.version.split()[0], "platform": platform.platform()}, indent=1) + "\n")
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
