@@ -43,7 +43,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "keep_global_batch": ("--keep-global-batch", "switch"), "alternatives": ("--alternatives", "switch"),
 }
 # Fields whose default is not None: written only when they differ from it.
-_DEFAULTS = {"nodes": 1, "lr_scaling": "linear", "keep_global_batch": False, "alternatives": False}
+_DEFAULTS = {"nodes": 1, "keep_global_batch": False, "alternatives": False}
 
 
 class Request(BaseModel):
@@ -81,9 +81,12 @@ class Request(BaseModel):
     deadline_h: float | None = Field(None, gt=0)
     base_lr: float | None = Field(None, gt=0)
     base_batch: int | None = Field(None, ge=1)
-    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+    lr_scaling: Literal["linear", "sqrt", "none"] | None = Field(
+        None, description="how the LR follows the global batch; None = the recipe's rule, else linear for SGD and "
+                          "square root for Adam-family optimizers (rules.lr)")
     keep_global_batch: bool = False
-    task: str | None = None
+    task: Literal["pretrain", "finetune"] | None = Field(
+        None, description="picks the learning-rate recipe (rules/data/defaults.toml); None = the family's default")
     # output
     alternatives: bool = Field(False, description="list the memory compromises even when the standard setup fits")
 

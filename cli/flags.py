@@ -100,9 +100,12 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--deadline", type=duration_hours, metavar="6h", help="time the training must finish in")
     g.add_argument("--base-lr", type=positive_float, metavar="X", help="learning rate tuned at --base-batch")
     g.add_argument("--base-batch", type=positive_int, metavar="N", help="global batch --base-lr was tuned at")
-    g.add_argument("--lr-scaling", choices=_choices("lr_scaling"), default="linear")
+    g.add_argument("--lr-scaling", choices=_choices("lr_scaling"),
+                   help="how the LR follows the global batch (default: the recipe's rule, else linear for SGD, sqrt for AdamW)")
     g.add_argument("--keep-global-batch", action="store_true", help="keep --batch-size fixed; use accumulation")
-    g.add_argument("--task", help="what is trained (free text; recipes use it)")
+    g.add_argument("--task", choices=_choices("task"),
+                   help="picks the learning-rate recipe (default: finetune for transformers, pretrain for CNNs/ViTs; "
+                        "`advise rules defaults.lr`)")
 
 
 def add_home_flag(p: argparse.ArgumentParser) -> None:

@@ -61,8 +61,10 @@ def plan_from_flags(args: argparse.Namespace):
         return plan, []
     if args.cpu:
         from launcher.cpu_plan import cpu_plan
+        from rules.lr import recipe_for_request
 
-        return cpu_plan(flags.request_from_namespace(args), processes=args.processes or 1,
+        req = flags.request_from_namespace(args)
+        return cpu_plan(req, recipe_for_request(req), processes=args.processes or 1,
                         max_steps=args.max_steps, warmup_steps=args.warmup_steps, num_workers=args.num_workers)
     if args.processes is not None:
         raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")

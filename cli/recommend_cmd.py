@@ -224,7 +224,8 @@ def render_report(rec, console=None) -> None:
     if r.cpu_offload:
         extras.append("FSDP CPU offload")
     kv.add_row("training", ", ".join(extras))
-    kv.add_row("learning rate", f"{r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at batch {r.base_batch}), warmup {r.warmup_steps} steps"
+    kv.add_row("learning rate", f"{r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at batch "
+               f"{r.base_batch}), warmup {r.warmup_steps} steps"
                + (f" of {r.total_steps:,}" if r.total_steps else ""))
     kv.add_row("data loading", f"{r.num_workers} workers per GPU, pin_memory={r.pin_memory}, prefetch_factor={r.prefetch_factor}")
     tp = e.throughput

@@ -3,7 +3,7 @@ configuration that fits, ranked by risk (DESIGN.md node H).
 
 The ladder, lowest risk first: no accumulation (a smaller global batch), pure-bf16 with a
 Kahan-compensated update, 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA
-(a different training: last, unless ``--task`` says adapter fine-tuning, then first).
+(a different training: last).
 
 How "the fastest that fits, ranked by risk" resolves: every level is evaluated on the standard
 configuration, its variants being checkpointing off/on, the micro-batch the search picks, and
@@ -31,7 +31,6 @@ LORA_RANK = 16
 # Share of host RAM CPU offload may take (the OS, dataloader workers and pinned buffers need the rest;
 # a rule of thumb, not measured).
 HOST_RAM_FRACTION = 0.8
-ADAPTER_TASKS = ("adapter", "lora", "peft", "adapter fine-tuning", "adapter-finetune", "instruction-lora")
 
 
 @dataclass(frozen=True)
@@ -92,12 +91,9 @@ class Outcome:
     tried: list[Tried] = field(default_factory=list)
 
 
-def ranked(task: str | None) -> list[Level]:
-    """The ladder in risk order; LoRA first when the task is adapter fine-tuning."""
-    levels = list(LEVELS)
-    if task and any(t in task.lower() for t in ADAPTER_TASKS):
-        levels.sort(key=lambda lv: lv.name != names.LORA)
-    return levels
+def ranked() -> list[Level]:
+    """The ladder in risk order."""
+    return list(LEVELS)
 
 
 def _blocked(p: Planner, level: Level, n: int) -> str:
@@ -183,7 +179,7 @@ def try_level(p: Planner, level: Level, n: int) -> Tried:
 
 def find(p: Planner, n: int) -> Outcome:
     """Every level on ``n`` GPUs; the lowest-risk one that fits is chosen."""
-    tried = [try_level(p, lv, n) for lv in ranked(p.req.task)]
+    tried = [try_level(p, lv, n) for lv in ranked()]
     chosen = next((t for t in tried if isinstance(t.result, Choice)), None)
     return Outcome(chosen, tried)
 

@@ -30,6 +30,7 @@ from rules.defaults import load_defaults
 from rules.engine import Engine, RuleTrace, get_rule
 from rules.facts import Facts
 from rules.nodes import deadline_measures, walk
+from rules.lr import recipe as lr_recipe
 from rules.planner import Choice, Infeasible, Planner
 from rules.practice import base_facts, with_plan
 from rules.recommend import (FiredRule, PathStep, Recommendation, RecommendationCore, RuleSummary, ScalingRow,
@@ -87,12 +88,11 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
 def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
-    fam = defaults.for_model(spec.name, spec.family)
-    base_lr = req.base_lr or fam.base_lr
-    base_batch = req.base_batch or (req.batch_size if req.base_lr else None) or fam.base_batch
-    lr_defaulted = req.base_lr is None
-    applied = [f"base lr {base_lr:g} at batch {base_batch} ({fam.source})"] if lr_defaulted else []
     seq_len = req.seq_len or (spec.default_seq_len if spec.is_text else None)
+    rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.lora_rank is not None,
+                    optimizer=req.optimizer.value if req.optimizer else None)
+    base_lr, base_batch, lr_defaulted = rec.base_lr, rec.base_batch, rec.defaulted
+    applied = [f"task {rec.task_rule}"] + ([f"base lr {base_lr:g} at batch {base_batch} ({rec.source})"] if lr_defaulted else [])
     image_size = req.image_size or (spec.default_image_size if spec.is_vision else None)
     cfg = TrainConfig(micro_batch=req.micro_batch or 1, grad_accum=req.grad_accum or 1, seq_len=seq_len,
                       image_size=image_size, precision=req.precision or Precision.bf16,
@@ -102,7 +102,8 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
                       cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
-    return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
+    planner.start_recipe = rec
+    return Run(req, planner, Engine(), lr_defaulted, f"{rec.task} recipe: {rec.source}", applied)
 
 
 def setup_rules(run: Run) -> None:
@@ -224,9 +225,9 @@ def _core(run: Run, command: str) -> RecommendationCore:
     return RecommendationCore(
         strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum, global_batch=ch.global_batch, precision=cfg.precision.value,
-        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=req.lr_scaling,
+        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=lr.lr_scaling,
         warmup_steps=extra.get("warmup_steps", lr.warmup_steps), num_workers=extra.get("num_workers", 0),
-        fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, optimizer=cfg.optimizer.value,
+        fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, task=lr.task, optimizer=cfg.optimizer.value,
         channels_last=cfg.channels_last, lora_rank=cfg.lora_rank, seq_len=cfg.seq_len,
         image_size=cfg.image_size, sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
@@ -244,8 +245,9 @@ def _plan(run: Run, core: RecommendationCore) -> Plan:
     return Plan(
         model=req.model, config=ch.config, gpu=core.gpu, processes_per_node=ch.estimate.hardware.per_node,
         nodes=core.nodes, global_batch=ch.global_batch, lr=lr.lr, base_lr=lr.base_lr, base_batch=lr.base_batch,
-        lr_scaling=req.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr.total_steps, epochs=req.epochs,
-        dataset_size=req.dataset_size, num_workers=workers, pin_memory=core.pin_memory, task=req.task,
+        lr_scaling=lr.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr.total_steps, epochs=req.epochs,
+        warmup=run.planner.recipe(ch.config).warmup,
+        dataset_size=req.dataset_size, num_workers=workers, pin_memory=core.pin_memory, task=lr.task,
         prefetch_factor=core.prefetch_factor if workers else None, sync_batchnorm=core.sync_batchnorm,
         no_accumulation=_no_accumulation(req, core.compromise),
     )
@@ -304,7 +306,7 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
         cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
         e = p.est(cfg, n)
     gb = cfg.micro_batch * cfg.grad_accum * n
-    return Choice(n, strategy, cfg, e, gb, lr=p.lr_for(gb))
+    return Choice(n, strategy, cfg, e, gb, lr=p.lr_for(gb, cfg))
 
 
 def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:

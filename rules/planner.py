@@ -28,7 +28,8 @@ from advisor.models import ModelSpec
 from advisor.request import Request
 from advisor.throughput import ThroughputEstimate
 from rules.defaults import Defaults
-from rules.lr import LrPlan, lr_plan
+from advisor.schedule import LrRecipe
+from rules.lr import LrPlan, lr_plan, recipe
 
 
 @dataclass
@@ -125,9 +126,21 @@ class Planner:
         self.host_ram_gib: float | None = None  # this machine's RAM when planning for it (CPU offload's check)
         self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
+        self._recipes: dict[tuple, LrRecipe] = {}
+        self.start_recipe: LrRecipe | None = None  # the recipe of the request's pins (rules.flow.start)
 
-    def lr_for(self, global_batch: int) -> LrPlan:
-        return lr_plan(self.req, self.defaults.warmup, self.base_lr, self.base_batch, global_batch)
+    def recipe(self, config: TrainConfig | None = None) -> LrRecipe:
+        """The learning-rate recipe for ``config`` (adapters and the optimizer pick the row: rules.lr)."""
+        cfg = config or self.base
+        key = (bool(cfg.lora_rank), cfg.optimizer.value, cfg.seq_len)
+        hit = self._recipes.get(key)
+        if hit is None:
+            hit = self._recipes[key] = recipe(self.req, self.model, self.defaults, seq_len=cfg.seq_len,
+                                              adapter=bool(cfg.lora_rank), optimizer=cfg.optimizer.value)
+        return hit
+
+    def lr_for(self, global_batch: int, config: TrainConfig | None = None) -> LrPlan:
+        return lr_plan(self.req, self.recipe(config), global_batch)
 
     # -- hardware
     @property
@@ -271,7 +284,7 @@ class Planner:
                 gain = self.compile_gain(cfg, n, hypothetical, model)
                 if gain["repays"]:
                     cfg, e = gain["config"], gain["estimate"]
-            return Choice(n, strategy, cfg, e, global_batch=share * n, lr=self.lr_for(share * n), grown=grown,
+            return Choice(n, strategy, cfg, e, global_batch=share * n, lr=self.lr_for(share * n, cfg), grown=grown,
                           rounded=rounded, ckpt_needed=ckpt and req.grad_ckpt is None)
         if batch_reason:
             return Infeasible(n, strategy, "batch", batch_reason, closest)
@@ -311,7 +324,7 @@ class Planner:
             reason = f"~{closest.memory.device_gib:.1f} GiB per GPU at micro-batch {micros[0]}" if closest else "nothing fits"
             return Infeasible(n, strategy, "memory", reason, closest)
         gb = best.config.micro_batch * n
-        return Choice(n, strategy, best.config, best, global_batch=gb, lr=self.lr_for(gb), ckpt_needed=ckpt)
+        return Choice(n, strategy, best.config, best, global_batch=gb, lr=self.lr_for(gb, best.config), ckpt_needed=ckpt)
 
     def compile_minutes(self, model: ModelSpec | None = None) -> float:
         """Rough one-off torch.compile time (rules/data/defaults.toml [compile])."""

@@ -53,6 +53,7 @@ class RecommendationCore(BaseModel):
     prefetch_factor: int = 2
     base_lr: float
     base_batch: int
+    task: str = Field("", description="the task whose learning-rate recipe applies (--task, or the family's default)")
     total_steps: int | None = None
     time_to_train_h: float | None = None
     deadline_h: float | None = None
@@ -212,7 +213,8 @@ def render_text(rec: Recommendation) -> str:
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
                  + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))
-    lines.append(f"  lr {r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), warmup {r.warmup_steps} steps, "
+    lines.append(f"  lr {r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), "
+                 f"warmup {r.warmup_steps} steps, "
                  f"{r.num_workers} dataloader workers per GPU")
     lines.append(f"  memory: peak {m.peak_gib:.1f} GiB allocated, ~{m.device_gib:.1f} GiB in nvidia-smi, of {m.gpu_memory_gib:.0f} GiB per GPU")
     speed = f"  speed: {t.samples_per_s:,.1f} samples/s, {t.step_s:.3g} s/step, MFU {t.mfu:.0%}"
