@@ -57,7 +57,8 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
     cfg = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image,
                       precision=precision, optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
-                      lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                      lora_rank=req.lora_rank, quantize_base=req.quantize_base,
+                      optimizer_in_backward=bool(req.optimizer_in_backward),
                       cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     est = estimate(spec, cfg, hw, dataset_size=req.dataset_size, epochs=req.epochs, calibration=calibration)
     return est, applied

@@ -150,10 +150,10 @@ class Plan(BaseModel):
     def schedule(self, max_steps: int | None = None) -> Schedule:
         """The steps and warmup that run when ``--max-steps`` (if any) caps the plan (advisor.schedule)."""
         total = steps_to_run(self.total_steps, max_steps)
-        if self.warmup is None or total == self.total_steps:
+        if self.warmup is None or (total is not None and total == self.total_steps):
             warm = min(self.warmup_steps, total) if total else self.warmup_steps
             return Schedule(total_steps=total, steps_per_epoch=self.steps_per_epoch(), warmup_steps=warm,
-                            warmup_rule=f"{warm} steps (the plan's)")
+                            warmup_rule=f"{warm} steps (the plan's" + (f", of {total:,})" if total else ")"))
         warm, rule = warmup_for(total, self.warmup, self.steps_per_epoch())
         return Schedule(total_steps=total, steps_per_epoch=self.steps_per_epoch(), warmup_steps=warm, warmup_rule=rule)
 

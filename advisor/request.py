@@ -22,7 +22,7 @@ from advisor.plan import ModelRef
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "pure_bf16_update", "compile",
-               "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload")
+               "channels_last", "grad_ckpt", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload")
 
 # field -> (flag, how it is written). "value": --flag VALUE; "toggle": --flag / --no-flag
 # (BooleanOptionalAction); "switch": --flag when true; "hours": --flag <hours>h.
@@ -36,6 +36,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "pure_bf16_update": ("--pure-bf16-update", "value"),
     "compile": ("--compile", "toggle"), "channels_last": ("--channels-last", "toggle"),
     "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
+    "quantize_base": ("--quantize-base", "value"),
     "optimizer_in_backward": ("--optimizer-in-backward", "toggle"), "cpu_offload": ("--cpu-offload", "toggle"),
     "dataset_size": ("--dataset-size", "value"), "epochs": ("--epochs", "value"),
     "deadline_h": ("--deadline", "hours"), "base_lr": ("--base-lr", "value"),
@@ -72,6 +73,7 @@ class Request(BaseModel):
     grad_ckpt: bool | None = None
     strategy: Strategy | None = None
     lora_rank: int | None = Field(None, ge=1)
+    quantize_base: Literal["4bit"] | None = Field(None, description="QLoRA: LoRA's frozen base in 4-bit NF4")
     optimizer_in_backward: bool | None = None
     cpu_offload: bool | None = None
     # workload
@@ -112,6 +114,9 @@ class Request(BaseModel):
         if b is not None and self.micro_batch and self.grad_accum and b % (self.micro_batch * self.grad_accum):
             raise UserError(f"--batch-size {b} is not a multiple of --micro-batch {self.micro_batch} x --grad-accum {self.grad_accum}",
                             fix="drop --grad-accum and let cardwise derive it, or change the numbers")
+        if self.quantize_base and self.lora_rank is None:
+            raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
+                            "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")
         if self.strategy is Strategy.single and self.nodes > 1:
             raise UserError("--strategy single with --nodes > 1", fix="drop --nodes, or use --strategy ddp|fsdp")
         return self

@@ -71,7 +71,7 @@ REFERENCE_GPU = get_gpu("H200")
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
 # not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
-_OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
+_OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0, Optimizer.paged_adamw_8bit: 16.0}
 
 
 class ThroughputEstimate(BaseModel):

@@ -77,6 +77,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
     g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
     g.add_argument("--lora-rank", type=positive_int, metavar="R", help="LoRA rank (train adapters only)")
+    g.add_argument("--quantize-base", choices=_choices("quantize_base"),
+                   help="QLoRA: LoRA's frozen base in 4-bit NF4 (bitsandbytes; needs --lora-rank)")
     g.add_argument("--optimizer-in-backward", action=argparse.BooleanOptionalAction, default=None,
                    help="step each parameter in its gradient hook (no full gradient buffer; no accumulation)")
     g.add_argument("--cpu-offload", action=argparse.BooleanOptionalAction, default=None,

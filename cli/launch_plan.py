@@ -14,7 +14,7 @@ from cli import flags
 
 # Flags that shape a plan; with --plan they would be ignored, so giving them is an error.
 _PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "grad_accum", "seq_len", "image_size",
-               "precision", "optimizer", "pure_bf16_update", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload", "gpu",
+               "precision", "optimizer", "pure_bf16_update", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload", "gpu",
                "gpus", "interconnect", "network_gbps", "batch_size", "dataset_size", "epochs", "deadline",
                "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
 

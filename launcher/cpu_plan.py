@@ -85,7 +85,8 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
                          precision=precision, optimizer=optimizer, compile=bool(req.compile),
                          channels_last=bool(req.channels_last),
                          grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
-                         lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                         lora_rank=req.lora_rank, quantize_base=req.quantize_base,
+                         optimizer_in_backward=bool(req.optimizer_in_backward),
                          cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     rec = lr_recipe(config)
     lr = rec.lr_for(global_batch)

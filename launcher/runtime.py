@@ -186,7 +186,7 @@ class Runtime:
                 print("cardwise: the plan asks for --grad-ckpt but this model has no checkpointing switch", file=sys.stderr)
         from launcher import compromises
 
-        return compromises.apply_to_model(self.plan, model)  # LoRA adapters (peft), last
+        return compromises.apply_to_model(self.plan, model, self.device)  # LoRA adapters (peft), last
 
     def optimizer(self, model_or_params: torch.nn.Module | Iterable, weight_decay: float = 0.01) -> torch.optim.Optimizer:
         """The plan's optimizer at the plan's LR (the schedule multiplies it from step 0)."""

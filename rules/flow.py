@@ -54,6 +54,7 @@ class Run:
     steps: list[Step] = field(default_factory=list)
     fits: bool = False  # the configuration recommended fits (the standard one, or node H's compromise)
     compromise: str | None = None  # node H's compromise (rules.compromise), None for the standard setup
+    compromise_rule: str | None = None  # which part of node H's policy chose it
     gives_up: str | None = None
     tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
     path: str = ""
@@ -74,6 +75,11 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
         raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
                         "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
                         "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
+    if req.optimizer is not None and req.optimizer.eight_bit and (req.strategy is Strategy.fsdp or req.cpu_offload):
+        from rules.compromise import EIGHT_BIT_FSDP
+
+        raise UserError(f"--optimizer {req.optimizer.value} with {'--cpu-offload' if req.cpu_offload else '--strategy fsdp'}: "
+                        + EIGHT_BIT_FSDP, fix="use --strategy ddp or single, or drop --optimizer")
     if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
         raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
                         fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
@@ -98,7 +104,8 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
                       image_size=image_size, precision=req.precision or Precision.bf16,
                       optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
                       channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=Strategy.single,
-                      lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                      lora_rank=req.lora_rank, quantize_base=req.quantize_base,
+                      optimizer_in_backward=bool(req.optimizer_in_backward),
                       cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
@@ -128,6 +135,16 @@ def tree(run: Run) -> None:
     if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
                                  or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
+    if isinstance(choice, Choice) and choice.strategy is Strategy.fsdp and (choice.config.optimizer.eight_bit
+                                                                             or choice.config.quantize_base):
+        from rules.compromise import EIGHT_BIT_FSDP
+
+        what = (f"--optimizer {choice.config.optimizer.value}" if choice.config.optimizer.eight_bit
+                else "--quantize-base 4bit")
+        raise UserError(f"{what} on {choice.gpus}x {run.planner.hw.gpu.name} needs FSDP (a full replica does not fit "
+                        f"one GPU), and " + (EIGHT_BIT_FSDP if choice.config.optimizer.eight_bit else
+                                             "QLoRA's 4-bit base is not sharded by FSDP here"),
+                        fix=f"drop {what} (the rules pick a compromise that fits), or use GPUs that hold a replica")
     run.fits = isinstance(choice, Choice)
     out = ctx.compromise
     if out is not None and out.chosen is not None and choice is out.chosen.result:
@@ -135,6 +152,7 @@ def tree(run: Run) -> None:
 
         run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
+        run.compromise_rule = out.rule
     elif isinstance(choice, Choice):
         from rules.compromise import level_gives_up, pinned
 
@@ -233,7 +251,8 @@ def _core(run: Run, command: str) -> RecommendationCore:
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
-        compromise=run.compromise, gives_up=run.gives_up, optimizer_in_backward=cfg.optimizer_in_backward,
+        compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
+        optimizer_in_backward=cfg.optimizer_in_backward,
         cpu_offload=cfg.cpu_offload,
         standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )

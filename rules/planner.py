@@ -90,7 +90,8 @@ def model_layers(m: ModelSpec) -> int:
 def _config_key(cfg: TrainConfig) -> tuple:
     """Everything of a config the estimate depends on, except the strategy."""
     return (cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision, cfg.optimizer, cfg.compile,
-            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload)
+            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload,
+            cfg.quantize_base, cfg.pure_bf16_update)
 
 
 def _ladder(n: int, dense: int = 8) -> list[int]:

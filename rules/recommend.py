@@ -60,6 +60,8 @@ class RecommendationCore(BaseModel):
     compromise: str | None = Field(None, description="node H's memory compromise (no-accumulation, pure-bf16, adamw-8bit, "
                                    "optimizer-in-backward, cpu-offload, lora); None for the standard setup")
     gives_up: str | None = Field(None, description="what the compromise gives up")
+    compromise_rule: str | None = Field(None, description="which part of node H's policy chose the compromise "
+                                                          "(exact before lossy unless > 2x slower; batch changes last)")
     standard_verdict: str | None = Field(None, description="why the standard setup does not fit, when it does not")
     optimizer_in_backward: bool = False
     cpu_offload: bool = False
@@ -209,6 +211,8 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"standard setup: {r.standard_verdict}")
     lines.append(f"recommendation: {r.strategy} on {r.gpus}x {r.gpu} ({fit})"
                  + (f", COMPROMISE {r.compromise}: gives up {r.gives_up}" if r.compromise else ""))
+    if r.compromise_rule:
+        lines.append(f"  policy: {r.compromise_rule}")
     lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
