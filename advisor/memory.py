@@ -205,7 +205,11 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         notes.append(f"LoRA rank {config.lora_rank}: {nt:,} trainable of {n:,} parameters; frozen base in bf16, adapters fp32")
     if p is Precision.pure_bf16:
         notes.append("pure-bf16: weights, gradients and optimizer states in bf16, updates compensated (Kahan summation)"
-                     if config.kahan or config.optimizer is not Optimizer.adamw else
+                     if config.kahan else
+                     f"pure-bf16 with bitsandbytes' {config.optimizer.value}: bf16 weights and gradients, 8-bit states, "
+                     "no compensation (updates below bf16's resolution round away)" if config.optimizer.eight_bit else
+                     "pure-bf16 with SGD: weights, gradients and momentum in bf16, no compensation"
+                     if config.optimizer is Optimizer.sgd else
                      "pure-bf16 with plain torch AdamW (--pure-bf16-update plain): weights, gradients and optimizer "
                      "states in bf16, no compensation buffer (updates below bf16's resolution round away)")
     return MemoryEstimate(

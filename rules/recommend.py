@@ -252,7 +252,7 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                 batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
                 channels_last=config.channels_last or None, grad_ckpt=config.grad_ckpt or None,
-                lora_rank=config.lora_rank, base_lr=base_lr, base_batch=base_batch,
+                lora_rank=config.lora_rank, quantize_base=config.quantize_base, base_lr=base_lr, base_batch=base_batch,
                 optimizer_in_backward=config.optimizer_in_backward or None, cpu_offload=config.cpu_offload or None,
                 # only plain is written: kahan is the default, and the flag needs --precision pure-bf16
                 pure_bf16_update=(config.pure_bf16_update if config.precision is Precision.pure_bf16

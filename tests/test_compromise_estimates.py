@@ -216,3 +216,41 @@ def test_pins_and_compromises_never_crash_and_the_command_gives_the_plan_back(pi
         assert not (c.optimizer.eight_bit and c.strategy is Strategy.fsdp)  # bitsandbytes#1633
     else:
         assert r.compromise is None and rec.alternatives
+
+
+def test_qlora_alternative_launches_what_it_estimates():
+    """The QLoRA alternative's command gives back a plan with the 4-bit base (not plain LoRA's), and
+    its estimate holds the 4-bit weights: 0.516 bytes per projection weight (compromise_memory)."""
+    from cli.flags import request_from_namespace
+    from cli.main import build_parser
+    from rules.api import plan
+
+    rec = _recommend(["--model", "llama3-8b", "--gpu", "RTX-4090", "--gpus", "1", "--no-cpu-offload"])
+    alts = {a.name.split(" ")[0]: a for a in rec.alternatives if a.fits}
+    q = alts.get("qlora") or alts.get("lora")
+    assert "qlora" in alts or rec.recommendation.compromise == "qlora"
+    cmd = alts["qlora"].command if "qlora" in alts else rec.recommendation.command
+    again = plan(request_from_namespace(build_parser("launch").parse_args(shlex.split(cmd)[2:] + ["--recipe", "synthetic"])))
+    assert again.config.quantize_base == "4bit" and again.config.lora_rank == 16
+    assert q.device_gib < 24
+    lora = _est(lora_rank=16, grad_ckpt=True).memory
+    qlora = _est(lora_rank=16, quantize_base="4bit", grad_ckpt=True).memory
+    assert lora.weights_gib - qlora.weights_gib == pytest.approx(6.98e9 * (2 - 0.516) / GIB, rel=0.02)
+
+
+def test_paged_8bit_states_are_outside_torchs_peak_and_page_out_beyond_the_gpu():
+    """PagedAdamW8bit's states live in CUDA unified memory: not in peak_gib (max_memory_allocated), resident
+    in the GPU's room, the rest paged to host RAM at a PCIe cost per step."""
+    plain = _est(precision=Precision.pure_bf16, optimizer=Optimizer.adamw_8bit, grad_ckpt=True)
+    paged = _est(precision=Precision.pure_bf16, optimizer=Optimizer.paged_adamw_8bit, grad_ckpt=True)
+    assert paged.memory.peak_gib == pytest.approx(plain.memory.peak_gib - plain.memory.optimizer_gib, abs=0.01)
+    assert paged.memory.detail["paged_states_gib"] == pytest.approx(plain.memory.optimizer_gib)
+    assert paged.memory.detail["paged_out_gib"] == 0  # an H200 has the room: all resident, no paging cost
+    assert paged.throughput.samples_per_s == pytest.approx(plain.throughput.samples_per_s)
+    small = _est(gpu="RTX-4090", precision=Precision.pure_bf16, optimizer=Optimizer.paged_adamw_8bit, grad_ckpt=True,
+                 model="llama3.2-3b", micro_batch=4)
+    ref = _est(gpu="RTX-4090", precision=Precision.pure_bf16, optimizer=Optimizer.adamw_8bit, grad_ckpt=True,
+               model="llama3.2-3b", micro_batch=4)
+    assert not ref.memory.fits and small.memory.fits  # micro-batch 4 fits a 24 GB card only with paged states
+    assert small.memory.detail["paged_out_gib"] > 0 and small.memory.host_gib > 0
+    assert small.throughput.samples_per_s < ref.throughput.samples_per_s
