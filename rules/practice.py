@@ -40,7 +40,7 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
                                base_batch=p.base_batch, lr_defaulted=lr_defaulted, defaults_source=defaults_source,
                                want_alternatives=req.alternatives),
         pinned=PinnedFacts(**{k: getattr(req, k) is not None for k in PinnedFacts.model_fields if k != "compromise"},
-                           compromise=req.precision is Precision.pure_bf16 or req.optimizer is Optimizer.adamw_8bit
+                           compromise=req.precision is Precision.pure_bf16 or (req.optimizer is not None and req.optimizer.eight_bit)
                            or req.lora_rank is not None or bool(req.optimizer_in_backward) or bool(req.cpu_offload)),
         config=_config_facts(cfg, p.start_recipe.optimizer if p.start_recipe else cfg.optimizer.value, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None,
                              context=m.arch.max_seq if m.is_text and m.arch is not None else None),
