@@ -89,6 +89,8 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
                          optimizer_in_backward=bool(req.optimizer_in_backward),
                          cpu_offload=bool(req.cpu_offload), pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     rec = lr_recipe(config)
+    if not rec.defaulted and req.base_batch is None and req.batch_size is None:
+        rec = rec.model_copy(update={"base_batch": global_batch})  # --base-lr alone: the LR of this run's batch
     lr = rec.lr_for(global_batch)
     if rec.defaulted:
         notes.append(f"LR {lr:.3g}: the {rec.task} recipe's {rec.base_lr:g} at batch {rec.base_batch} ({rec.source}), "
