@@ -157,10 +157,10 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
     out = CompromiseCost()
     opt_host = opt_gpu = None  # an unsynchronised optimizer's host and GPU parts, when modelled here
     tensors = param_tensors(model)
-    if config.optimizer is Optimizer.adamw_8bit and not config.cpu_offload:
+    if config.optimizer.eight_bit and not config.cpu_offload:
         host, kernel = adamw_8bit_step_s(trainable / shard, tensors, hw.gpu, launch_us)
         out.optimizer_s = host + kernel
-        out.notes.append(f"8-bit AdamW (bitsandbytes): {tensors} per-tensor steps, each synchronised; "
+        out.notes.append(f"{'paged ' if config.optimizer is Optimizer.paged_adamw_8bit else ''}8-bit AdamW (bitsandbytes): {tensors} per-tensor steps, each synchronised; "
                          f"~{kernel * 1e3:.0f} ms of blockwise (de)quantising kernels + ~{host * 1e3:.0f} ms on the host")
     elif config.kahan and config.lora_rank is None and not config.cpu_offload:
         host, gpu = kahan_step_s(trainable / shard, tensors, bw, launch_us, gpu_kernel_us)
@@ -206,6 +206,15 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.notes.append(f"CPU offload: +{copies:.1f} s of PCIe copies not hidden by compute and +{cpu_step:.1f} s of "
                          f"gradient clipping and AdamW on {offload_threads(hw, config)} host thread(s) per step")
     return out
+
+
+def paging_s(paged_out_bytes: float, hw: HardwareSpec) -> float:
+    """Time one step spends moving paged optimizer states (bitsandbytes PagedAdamW8bit) that did not fit
+    on the GPU: in before their update and out again when backward needs the room, at the pinned-copy
+    rate of the PCIe link (the driver migrates unified-memory pages in bulk when bitsandbytes prefetches
+    them with cudaMemPrefetchAsync; rough, not measured)."""
+    link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
+    return 2.0 * paged_out_bytes / link
 
 
 def cpu_step_s(params: float, threads: int = 1, rate: float | None = None, host_gbps: float | None = None) -> float:

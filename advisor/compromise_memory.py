@@ -11,8 +11,16 @@ The semantics are the ones the runtime runs (launcher/compromises/):
   256-element block and moment; tensors under ``min_8bit_size`` = 4096 elements keep fp32 moments
   (bitsandbytes/optim/optimizer.py, ``Optimizer2State.init_state``; Dettmers et al. 2022).
 * ``sgd``: one momentum buffer in the weight dtype.
+* ``paged-adamw-8bit``: bitsandbytes ``PagedAdamW8bit``: the same states as ``adamw-8bit``,
+  allocated in CUDA unified memory (bitsandbytes/functional.py ``get_paged``, cudaMallocManaged),
+  so torch's allocator never counts them and the driver pages them to host RAM when the GPU runs
+  short (Dettmers et al. 2023, QLoRA, sec. 3 "Paged Optimizers").
 * LoRA: peft on every linear projection of attention and MLP (Hu et al. 2021), rank r: A is
   r x in, B is out x r.
+* QLoRA (``--quantize-base 4bit``): those projections' frozen weights in 4-bit NF4 (bitsandbytes
+  ``Linear4bit``, blocksize 64) with double quantization: 0.5 byte a weight plus one 8-bit absmax
+  per 64 weights and one fp32 constant per 256 of those (Dettmers et al. 2023, sec. 3: 0.127 bits a
+  weight instead of 0.5); embeddings, the LM head and norms stay bf16.
 """
 
 from __future__ import annotations
@@ -29,6 +37,16 @@ BNB_MIN_8BIT = 4096
 # Kahan-compensated AdamW for pure-bf16: one bf16 compensation buffer per parameter
 # (launcher/compromises/kahan.py; Zamirai et al. 2020).
 KAHAN_BYTES = 2
+# NF4 with double quantization, bytes per quantized weight (bitsandbytes Linear4bit defaults:
+# blocksize 64, compress_statistics=True -> nested absmax blocks of 256): 4/8 + 1/64 + 4/(64 x 256).
+NF4_BLOCK = 64
+NF4_NESTED_BLOCK = 256
+NF4_BYTES = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_NESTED_BLOCK)
+
+
+def quantized_base_params(model: ModelSpec) -> int:
+    """Frozen weights QLoRA quantizes: the adapted projections' (every layer's attention and MLP)."""
+    return model.arch.n_layers * sum(i * o for i, o in lora_shapes(model))
 
 
 def lora_shapes(model: ModelSpec) -> list[tuple[int, int]]:
@@ -70,7 +88,7 @@ def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     """Optimizer state bytes over all ``trainable`` parameters (unsharded)."""
     p, opt = config.precision, config.optimizer
     lora = config.lora_rank is not None
-    if opt is Optimizer.adamw_8bit:
+    if opt.eight_bit:
         small = min(trainable, small_tensor_params(model, config))
         big = trainable - small
         return big * (2 + 2 * 4 / BNB_BLOCK) + small * 8

@@ -15,7 +15,9 @@ PURE_BF16 = "pure-bf16"
 ADAMW_8BIT = "adamw-8bit"
 OPTIMIZER_IN_BACKWARD = "optimizer-in-backward"
 CPU_OFFLOAD = "cpu-offload"
+PAGED_ADAMW_8BIT = "paged-adamw-8bit"
 LORA = "lora"
+QLORA = "qlora"  # LoRA on a 4-bit NF4 base: lora_rank and quantize_base together
 
 # The compromises that are a TrainConfig setting, in the ladder's (risk) order: name -> (field, the
 # value the compromise sets). LoRA's value is its rank, chosen by the ladder (rules.compromise.LORA_RANK)
@@ -25,22 +27,28 @@ SETTINGS: dict[str, tuple[str, object]] = {
     ADAMW_8BIT: ("optimizer", Optimizer.adamw_8bit),
     OPTIMIZER_IN_BACKWARD: ("optimizer_in_backward", True),
     CPU_OFFLOAD: ("cpu_offload", True),
+    PAGED_ADAMW_8BIT: ("optimizer", Optimizer.paged_adamw_8bit),
     LORA: ("lora_rank", None),
+    QLORA: ("quantize_base", "4bit"),
 }
 
 # The TrainConfig fields a compromise changes, in ladder order.
-FIELDS: tuple[str, ...] = tuple(field for field, _ in SETTINGS.values())
+FIELDS: tuple[str, ...] = tuple(dict.fromkeys(field for field, _ in SETTINGS.values()))
 
 
 def setting(name: str, value: object = None) -> dict[str, object]:
-    """The config update that applies compromise ``name`` (``value``: LoRA's rank)."""
+    """The config update that applies compromise ``name`` (``value``: LoRA's or QLoRA's rank)."""
     field, fixed = SETTINGS[name]
+    if name == QLORA:
+        return {"lora_rank": value, field: fixed}
     return {field: fixed if value is None else value}
 
 
 def has(config: TrainConfig, name: str) -> bool:
     """Whether ``config`` runs compromise ``name`` (LoRA: at any rank)."""
     field, value = SETTINGS[name]
+    if name == LORA and config.quantize_base:  # adapters on a quantized base are QLoRA's
+        return False
     current = getattr(config, field)
     return bool(current) if value is None else current == value
 

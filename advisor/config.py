@@ -6,6 +6,7 @@ Enums subclass ``str`` so they serialise as plain strings in JSON and plans.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -51,7 +52,14 @@ class PureBf16Update(str, Enum):
 class Optimizer(str, Enum):
     adamw = "adamw"
     sgd = "sgd"  # with momentum (one state)
-    adamw_8bit = "adamw-8bit"  # bitsandbytes-style blockwise 8-bit states
+    adamw_8bit = "adamw-8bit"  # bitsandbytes AdamW8bit: blockwise 8-bit states
+    # bitsandbytes PagedAdamW8bit: the same states in CUDA unified memory, paged to host RAM when the
+    # GPU runs short (Dettmers et al. 2023, QLoRA, "paged optimizers")
+    paged_adamw_8bit = "paged-adamw-8bit"
+
+    @property
+    def eight_bit(self) -> bool:
+        return self in (Optimizer.adamw_8bit, Optimizer.paged_adamw_8bit)
 
 
 class Strategy(str, Enum):
@@ -93,6 +101,9 @@ class TrainConfig(BaseModel):
         "full gradient buffer lives at once (needs grad_accum 1)")
     cpu_offload: bool = Field(
         False, description="FSDP CPU offload: parameters, gradients and optimizer states live in host memory")
+    quantize_base: Literal["4bit"] | None = Field(
+        None, description="QLoRA: LoRA's frozen base projections quantized to 4-bit NF4 with double quantization "
+                          "(bitsandbytes Linear4bit; Dettmers et al. 2023); needs lora_rank")
 
     @property
     def kahan(self) -> bool:
@@ -107,6 +118,9 @@ class TrainConfig(BaseModel):
             if v is not None and v < 1:
                 flag = "--" + name.replace("_", "-")
                 raise UserError(f"{flag} must be a positive integer, got {v}", fix=f"e.g. {flag} 8")
+        if self.quantize_base and self.lora_rank is None:
+            raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
+                            "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")
         if self.optimizer_in_backward and (self.grad_accum > 1 or self.strategy not in (Strategy.single,)):
             what = f"--grad-accum {self.grad_accum}" if self.grad_accum > 1 else f"--strategy {self.strategy.value}"
             raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there "

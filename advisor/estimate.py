@@ -78,6 +78,8 @@ def estimate(
     cal = calibration or default_calibration()
     mem = estimate_memory(model, config, hardware, cal)
     thr = estimate_throughput(model, config, hardware, cal)
+    if mem.detail.get("paged_out_gib"):
+        thr = _with_paging(thr, mem.detail["paged_out_gib"] * 2**30, hardware)
     if hardware.total_gpus > 1 and config.strategy.value != "single":
         one = one_gpu or one_gpu_throughput(model, config, hardware, cal)
         # Against the same configuration on one GPU, never above 100%: FSDP's sharded optimizer
@@ -137,6 +139,20 @@ def _mark_transferred_compile(est: Estimate, model: ModelSpec, config: TrainConf
     thr.transferred.append(what)
     est.notes.append(what + "; a deadline check counts on that rate (`advise bench`/`advise probe` here measure it)")
     return est
+
+
+def _with_paging(thr: ThroughputEstimate, paged_out_bytes: float, hw: HardwareSpec) -> ThroughputEstimate:
+    """The step time of paged optimizer states that do not fit on the GPU (advisor.compromise_cost.paging_s)."""
+    from advisor.compromise_cost import paging_s
+
+    extra = paging_s(paged_out_bytes, hw)
+    f = thr.step_s / (thr.step_s + extra)
+    return thr.model_copy(update={
+        "step_s": thr.step_s + extra, "samples_per_s": thr.samples_per_s * f,
+        "tokens_per_s": thr.tokens_per_s * f if thr.tokens_per_s else None, "mfu": thr.mfu * f,
+        "tflops_per_gpu": thr.tflops_per_gpu * f,
+        "notes": thr.notes + [f"paged optimizer states: +{extra:.2f} s a step moving {paged_out_bytes / 2**30:.1f} GiB "
+                              "to host RAM and back over PCIe"]})
 
 
 def _precision_notes(config: TrainConfig, hardware: HardwareSpec) -> list[str]:

@@ -30,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.activations import activation_profile, backward_bytes
 from advisor.calibration import Calibration
-from advisor.compromise_memory import largest_tensor_params, lora_params, state_bytes
+from advisor.compromise_memory import (NF4_BYTES, largest_tensor_params, lora_params, lora_shapes, quantized_base_params,
+                                       state_bytes)
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
@@ -89,15 +90,25 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     gb = 2 if p is Precision.pure_bf16 else 4  # gradients in the weight dtype
     states = state_bytes(model, config, nt)  # optimizer states (+ Kahan buffer), all trainable params, bytes
 
+    dequantized = 0.0
     if lora:
         # peft users load the frozen base in bf16; adapters (and their gradients, states) stay fp32.
         base_b = 2 if p is not Precision.fp32 and p is not Precision.tf32 else 4
-        weights = ((n - nt) * base_b + nt * 4) / shard
+        q = quantized_base_params(model) if config.quantize_base else 0
+        weights = ((n - nt - q) * base_b + q * NF4_BYTES + nt * 4) / shard
         gb = 4
+        if q:
+            # bitsandbytes' 4-bit matmul for training dequantizes the projection's weight to bf16, then
+            # runs the GEMM (MatMul4Bit): one projection's bf16 copy at a time.
+            dequantized = max(i * o for i, o in lora_shapes(model)) * 2.0
     else:
         weights = n * p.weight_bytes / shard
     grads = nt * gb / shard
     states /= shard
+    paged = 0.0
+    if config.optimizer is Optimizer.paged_adamw_8bit and not offload:
+        # Unified memory (compromise_memory): not in torch's peak; resident as far as the GPU has room.
+        paged, states = states, 0.0
 
     prof = activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
     if lora and p.autocast and model.arch is not None:
@@ -160,7 +171,8 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
                       ("autocast weight copies", copies), ("activations", acts - copies),
                       ("loss temporaries", temps if temps >= grad_moment else 0.0),
                       ("gradients so far, above the activations freed", grad_moment if grad_moment > temps else 0.0),
-                      ("DDP buckets", buckets), ("FSDP gathered units", gathered)]
+                      ("DDP buckets", buckets), ("FSDP gathered units", gathered),
+                      ("4-bit base dequantized", dequantized)]
     step_parts = [("weights", weights), ("gradients", live_grads), ("optimizer states", states), ("DDP buckets", buckets)]
     backward_peak = sum(v for _, v in backward_parts)
     step_peak = sum(v for _, v in step_parts)
@@ -174,23 +186,43 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     other_moment = (f"the {other_name} holds {sum(v for _, v in other) / GIB + WORKSPACE_GIB:.1f} GiB"
                     + (f"; larger there than at the peak: {', '.join(larger)}" if larger else ""))
     device = peak * cal.allocator_reserve + cal.cuda_context_gib
-    fits = device <= hw.gpu.memory_gib * cal.fit_fraction
+    usable = hw.gpu.memory_gib * cal.fit_fraction
+    fits = device <= usable
+    paged_out = 0.0
+    if paged:
+        # Paged states fill the room left; the rest is paged out to host RAM while backward needs the GPU and
+        # in again for the step (bitsandbytes prefetches each tensor's state before its update).
+        resident = min(paged, max(0.0, usable - device) * GIB)
+        paged_out = paged - resident
+        device += resident / GIB
+        host += paged_out
+        notes.append(f"paged 8-bit AdamW: {paged / GIB:.1f} GiB of optimizer states in CUDA unified memory (not in "
+                     f"torch's max_memory_allocated)" + (f"; ~{paged_out / GIB:.1f} GiB of them paged to host RAM and "
+                                                         "back every step" if paged_out > 0 else ", all resident"))
+    if dequantized:
+        notes.append(f"QLoRA: {quantized_base_params(model):,} base weights in 4-bit NF4 with double quantization "
+                     f"({NF4_BYTES:.3f} bytes each); each projection is dequantized to bf16 for its GEMMs")
     if lora:
         notes.append(f"LoRA rank {config.lora_rank}: {nt:,} trainable of {n:,} parameters; frozen base in bf16, adapters fp32")
     if p is Precision.pure_bf16:
         notes.append("pure-bf16: weights, gradients and optimizer states in bf16, updates compensated (Kahan summation)"
-                     if config.kahan or config.optimizer is not Optimizer.adamw else
+                     if config.kahan else
+                     f"pure-bf16 with bitsandbytes' {config.optimizer.value}: bf16 weights and gradients, 8-bit states, "
+                     "no compensation (updates below bf16's resolution round away)" if config.optimizer.eight_bit else
+                     "pure-bf16 with SGD: weights, gradients and momentum in bf16, no compensation"
+                     if config.optimizer is Optimizer.sgd else
                      "pure-bf16 with plain torch AdamW (--pure-bf16-update plain): weights, gradients and optimizer "
                      "states in bf16, no compensation buffer (updates below bf16's resolution round away)")
     return MemoryEstimate(
         weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=states / GIB,
-        activations_gib=acts / GIB, other_gib=(temps + buckets + gathered) / GIB + WORKSPACE_GIB,
+        activations_gib=acts / GIB, other_gib=(temps + buckets + gathered + dequantized) / GIB + WORKSPACE_GIB,
         peak_gib=peak, device_gib=device, gpu_memory_gib=hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
         trainable_params=nt, autocast_copies_gib=copies / GIB, peak_parts=parts, other_moment=other_moment,
         host_gib=host / GIB,
         detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
                 "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
-                "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB},
+                "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB,
+                "paged_states_gib": paged / GIB, "paged_out_gib": paged_out / GIB},
         notes=notes,
     )
 

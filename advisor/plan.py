@@ -7,7 +7,6 @@ It lives in ``advisor`` (not ``launcher``) because it is pure data every layer s
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from advisor.config import TrainConfig
 from advisor.errors import UserError
+from advisor.schedule import Schedule, WarmupPolicy, steps_per_epoch, steps_to_run, warmup_for
 
 PLAN_VERSION = 1
 
@@ -101,7 +101,10 @@ class Plan(BaseModel):
     base_lr: float = Field(gt=0)
     base_batch: int = Field(ge=1)
     lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, description="warmup for total_steps (a shorter run resizes it: schedule())")
+    warmup: WarmupPolicy | None = Field(None, description="how the warmup was sized, so a run cut short by --max-steps "
+                                                          "warms up over a share of the steps it runs; None = "
+                                                          "warmup_steps as given")
     total_steps: int | None = Field(None, ge=1, description="optimizer steps of the whole run, if known")
     epochs: float | None = None
     dataset_size: int | None = None
@@ -142,7 +145,17 @@ class Plan(BaseModel):
     def steps_per_epoch(self) -> int | None:
         if not self.dataset_size:
             return None
-        return max(1, math.ceil(self.dataset_size / self.global_batch))
+        return steps_per_epoch(self.dataset_size, self.global_batch)
+
+    def schedule(self, max_steps: int | None = None) -> Schedule:
+        """The steps and warmup that run when ``--max-steps`` (if any) caps the plan (advisor.schedule)."""
+        total = steps_to_run(self.total_steps, max_steps)
+        if self.warmup is None or (total is not None and total == self.total_steps):
+            warm = min(self.warmup_steps, total) if total else self.warmup_steps
+            return Schedule(total_steps=total, steps_per_epoch=self.steps_per_epoch(), warmup_steps=warm,
+                            warmup_rule=f"{warm} steps (the plan's" + (f", of {total:,})" if total else ")"))
+        warm, rule = warmup_for(total, self.warmup, self.steps_per_epoch())
+        return Schedule(total_steps=total, steps_per_epoch=self.steps_per_epoch(), warmup_steps=warm, warmup_rule=rule)
 
     def save(self, path: Path) -> None:
         try:
@@ -169,16 +182,6 @@ class Plan(BaseModel):
         except Exception as exc:  # pydantic ValidationError or JSON error: name the file and field
             raise UserError(f"not a valid cardwise plan: {_first_error(exc)}", where=str(path),
                             fix="write it with `advise ... --save-plan plan.json`") from None
-
-
-def scaled_lr(base_lr: float, base_batch: int, global_batch: int, rule: str) -> float:
-    """Scale the LR with the batch: linear (Goyal et al. 2017), sqrt (Krizhevsky 2014), or none."""
-    ratio = global_batch / base_batch
-    if rule == "linear":
-        return base_lr * ratio
-    if rule == "sqrt":
-        return base_lr * math.sqrt(ratio)
-    return base_lr
 
 
 def _first_error(exc: Exception) -> str:

@@ -29,7 +29,7 @@ DEFAULT_MARGIN = 0.15
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "pure_bf16_update", "compile",
-               "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload")
+               "channels_last", "grad_ckpt", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload")
 
 # field -> (flag, how it is written). "value": --flag VALUE; "toggle": --flag / --no-flag
 # (BooleanOptionalAction); "switch": --flag when true; "hours": --flag <hours>h.
@@ -44,6 +44,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "pure_bf16_update": ("--pure-bf16-update", "value"),
     "compile": ("--compile", "toggle"), "channels_last": ("--channels-last", "toggle"),
     "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
+    "quantize_base": ("--quantize-base", "value"),
     "optimizer_in_backward": ("--optimizer-in-backward", "toggle"), "cpu_offload": ("--cpu-offload", "toggle"),
     "dataset_size": ("--dataset-size", "value"), "epochs": ("--epochs", "value"),
     "deadline_h": ("--deadline", "hours"), "margin": ("--margin", "value"), "base_lr": ("--base-lr", "value"),
@@ -51,7 +52,7 @@ FLAGS: dict[str, tuple[str, str]] = {
     "keep_global_batch": ("--keep-global-batch", "switch"), "alternatives": ("--alternatives", "switch"),
 }
 # Fields whose default is not None: written only when they differ from it.
-_DEFAULTS = {"nodes": 1, "margin": DEFAULT_MARGIN, "lr_scaling": "linear", "keep_global_batch": False, "alternatives": False}
+_DEFAULTS = {"nodes": 1, "margin": DEFAULT_MARGIN, "keep_global_batch": False, "alternatives": False}
 
 
 class Request(BaseModel):
@@ -86,6 +87,7 @@ class Request(BaseModel):
     grad_ckpt: bool | None = None
     strategy: Strategy | None = None
     lora_rank: int | None = Field(None, ge=1)
+    quantize_base: Literal["4bit"] | None = Field(None, description="QLoRA: LoRA's frozen base in 4-bit NF4")
     optimizer_in_backward: bool | None = None
     cpu_offload: bool | None = None
     # workload
@@ -96,9 +98,12 @@ class Request(BaseModel):
     margin: float = Field(DEFAULT_MARGIN, ge=0, lt=1, description="plan to finish this fraction of the deadline early")
     base_lr: float | None = Field(None, gt=0)
     base_batch: int | None = Field(None, ge=1)
-    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+    lr_scaling: Literal["linear", "sqrt", "none"] | None = Field(
+        None, description="how the LR follows the global batch; None = the recipe's rule, else linear for SGD and "
+                          "square root for Adam-family optimizers (rules.lr)")
     keep_global_batch: bool = False
-    task: str | None = None
+    task: Literal["pretrain", "finetune"] | None = Field(
+        None, description="picks the learning-rate recipe (rules/data/defaults.toml); None = the family's default")
     # output
     alternatives: bool = Field(False, description="list the memory compromises even when the standard setup fits")
 
@@ -147,6 +152,9 @@ class Request(BaseModel):
         if self.strategy is Strategy.hsdp and self.nodes < 2:
             raise UserError("--strategy hsdp with one node: HSDP shards inside each node and replicates across nodes",
                             fix="add --nodes N (N >= 2), or use --strategy fsdp")
+        if self.quantize_base and self.lora_rank is None:
+            raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
+                            "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")
         if self.strategy is Strategy.single and self.nodes > 1:
             raise UserError("--strategy single with --nodes > 1", fix="drop --nodes, or use --strategy ddp|fsdp")
         return self

@@ -90,7 +90,8 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
     config = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image_size,
                          precision=precision, optimizer=optimizer, compile=bool(req.compile),
                          channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
-                         lora_rank=req.lora_rank, optimizer_in_backward=bool(req.optimizer_in_backward),
+                         lora_rank=req.lora_rank, quantize_base=req.quantize_base,
+                         optimizer_in_backward=bool(req.optimizer_in_backward),
                          cpu_offload=bool(req.cpu_offload),
                          pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
     return config, notes

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from advisor.activations import activation_profile, compiled_attention_keeps_probs
 from advisor.calibration import Calibration
-from advisor.compromise_memory import lora_shapes
+from advisor.compromise_memory import NF4_BYTES, lora_shapes, quantized_base_params
 from advisor.config import Precision, TrainConfig
 from advisor.models import ModelSpec
 
@@ -83,6 +83,9 @@ MATH_ATTENTION_FUSED = 2
 # Fused attention's training FLOPs in forwards' worth: the forward, and a backward that recomputes the
 # scores, 2.5x the forward (FlashAttention, Dao 2022).
 FLASH_PASSES = 3.5
+# bitsandbytes' 4-bit dequantization with double quantization (functional.dequantize_4bit): the nested
+# absmax is dequantized first, then the NF4 weights: two launches per projection and pass.
+DEQUANT_KERNELS = 2
 # peft's LoRA Linear (peft 0.21 tuners/lora/layer.py, Linear.forward), per adapted projection and token, with
 # the frozen base in bf16 under bf16 autocast and fp32 adapters (launcher/compromises/lora.py):
 #   x = self._cast_input_dtype(x, lora_A.weight.dtype)   bf16 -> fp32 copy of the input: read 2, write 4 per in
@@ -221,6 +224,13 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         work.bytes += a.n_layers * per_tok * tokens
         work.kernels += a.n_layers * len(shapes) * (fwds * LORA_FWD_KERNELS + LORA_BWD_KERNELS)
         work.light_kernels += a.n_layers * len(shapes) * LORA_LIGHT_KERNELS * (fwds + 1) / 2
+        if config.quantize_base:
+            # QLoRA: bitsandbytes' MatMul4Bit dequantizes each frozen projection to bf16 before its GEMM, in
+            # the forward, the input-gradient backward and a recomputed forward: it reads the NF4 weights and
+            # constants and writes the bf16 copy (DEQUANT_KERNELS launches: the nested absmax, then the weights).
+            passes = fwds + 1
+            work.bytes += quantized_base_params(model) * (NF4_BYTES + 2.0) * passes
+            work.kernels += a.n_layers * len(shapes) * DEQUANT_KERNELS * passes
     if math_path:
         _add_math_attention(work, model, config, attn_forward)
     return work

@@ -74,7 +74,7 @@ REFERENCE_GPU = get_gpu("H200")
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
 # not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
-_OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0}
+_OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0, Optimizer.paged_adamw_8bit: 16.0}
 
 
 class ThroughputEstimate(BaseModel):
@@ -122,6 +122,21 @@ def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     if t.scales_with == "pixels" and config.image_size and t.ref_input:
         scale = (config.image_size / t.ref_input[-1]) ** 2
     return t.fwd_flops * scale, 0.0
+
+
+def model_flops_per_sample(model: ModelSpec, config: TrainConfig) -> float:
+    """The training FLOPs MFU counts for one sample: the work the step needs, not the work it does.
+
+    PaLM's definition (Chowdhery et al. 2022, Appendix B): 6N per token for the weights (forward 2N,
+    backward 4N: input and weight gradients) plus the attention's 12 L d s^2 (here halved when causal),
+    and never the recomputed forward of activation checkpointing. LoRA trains no base weight, so
+    its step needs no base weight gradient: the base costs 4N (forward and input gradients), the
+    adapters 6 per adapter parameter; counting 6N would show a LoRA run's MFU a third too high."""
+    dense, attn = forward_flops(model, config)
+    if config.lora_rank is None or model.arch is None:
+        return 3.0 * dense + 3.0 * attn
+    tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size)
+    return 2.0 * dense + 3.0 * attn + 6.0 * trainable_params(model, config) * tokens
 
 
 def conv_dominated(model: ModelSpec) -> bool:
@@ -298,7 +313,6 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     notes: list[str] = []
     world = hw.total_gpus if config.strategy is not Strategy.single else 1
     mb = config.micro_batch
-    dense, attn = forward_flops(model, config)
     peak = peak_flops(model, config, hw)
     if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
         notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
@@ -382,7 +396,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         step_s = samples / sps
         calibrated = True
         notes.append("calibrated on this machine (advise bench)")
-    model_flops = (3.0 * dense + 3.0 * attn) * sps  # no recompute, per PaLM's MFU
+    model_flops = model_flops_per_sample(model, config) * sps  # PaLM's: no recompute, LoRA's work only
     tokens = None
     if model.is_text or model.family == "vit":
         tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) if model.arch else \

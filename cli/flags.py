@@ -85,6 +85,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
     g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
     g.add_argument("--lora-rank", type=positive_int, metavar="R", help="LoRA rank (train adapters only)")
+    g.add_argument("--quantize-base", choices=_choices("quantize_base"),
+                   help="QLoRA: LoRA's frozen base in 4-bit NF4 (bitsandbytes; needs --lora-rank)")
     g.add_argument("--optimizer-in-backward", action=argparse.BooleanOptionalAction, default=None,
                    help="step each parameter in its gradient hook (no full gradient buffer; no accumulation)")
     g.add_argument("--cpu-offload", action=argparse.BooleanOptionalAction, default=None,
@@ -119,9 +121,12 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
                    help="plan to finish this fraction before --deadline (default 0.15: the estimates' stated error)")
     g.add_argument("--base-lr", type=positive_float, metavar="X", help="learning rate tuned at --base-batch")
     g.add_argument("--base-batch", type=positive_int, metavar="N", help="global batch --base-lr was tuned at")
-    g.add_argument("--lr-scaling", choices=_choices("lr_scaling"), default="linear")
+    g.add_argument("--lr-scaling", choices=_choices("lr_scaling"),
+                   help="how the LR follows the global batch (default: the recipe's rule, else linear for SGD, sqrt for AdamW)")
     g.add_argument("--keep-global-batch", action="store_true", help="keep --batch-size fixed; use accumulation")
-    g.add_argument("--task", help="what is trained (free text; recipes use it)")
+    g.add_argument("--task", choices=_choices("task"),
+                   help="picks the learning-rate recipe (default: finetune for transformers, pretrain for CNNs/ViTs; "
+                        "`advise rules defaults.lr`)")
 
 
 def add_home_flag(p: argparse.ArgumentParser) -> None:

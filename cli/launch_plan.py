@@ -14,7 +14,7 @@ from cli import flags
 
 # Flags that shape a plan; with --plan they would be ignored, so giving them is an error.
 _PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "grad_accum", "seq_len", "image_size",
-               "precision", "optimizer", "pure_bf16_update", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "optimizer_in_backward", "cpu_offload", "gpu",
+               "precision", "optimizer", "pure_bf16_update", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload", "gpu",
                "gpus", "interconnect", "network", "cpus_per_gpu", "data_format", "loader", "batch_size", "dataset_size", "epochs", "deadline",
                "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
 
@@ -62,8 +62,10 @@ def plan_from_flags(args: argparse.Namespace):
         return plan, []
     if args.cpu:
         from launcher.cpu_plan import cpu_plan
+        from rules.lr import recipe_for_request
 
-        return cpu_plan(flags.request_from_namespace(args), processes=args.processes or 1,
+        req = flags.request_from_namespace(args)
+        return cpu_plan(req, recipe_for_request(req), processes=args.processes or 1,
                         max_steps=args.max_steps, warmup_steps=args.warmup_steps, num_workers=args.num_workers)
     if args.processes is not None:
         raise UserError("--processes is for --cpu runs", fix="add --cpu, or use --gpus N for GPU processes")

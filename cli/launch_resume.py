@@ -84,11 +84,11 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
     if plan is None:
         raise UserError(f"run {old.id} has no recorded plan", fix="launch it again with the same flags")
     max_steps, every = _count(env, ENV_MAX_STEPS), _count(env, ENV_CHECKPOINT_EVERY)
-    caps = [s for s in (plan.total_steps, max_steps) if s]
-    if old.status == "succeeded" and caps and read_meta(ckpt)["step"] >= min(caps):
+    steps = plan.schedule(max_steps).total_steps  # the steps the run was to train (advisor.schedule)
+    if old.status == "succeeded" and steps and read_meta(ckpt)["step"] >= steps:
         # The ranks would load it, train nothing and save the same weights again. (A run that failed
         # after its last checkpoint may still resume: that saves the final weights it did not.)
-        raise UserError(f"run {old.id} already trained all its {min(caps)} steps (its last checkpoint is {ckpt.name})",
+        raise UserError(f"run {old.id} already trained all its {steps} steps (its last checkpoint is {ckpt.name})",
                         fix=f"nothing to resume ({ckpt} holds its final state); to train longer, launch a new run "
                             "with a larger --max-steps")
     target = _old_target(old)

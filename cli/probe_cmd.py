@@ -71,10 +71,10 @@ def make_plan(args: argparse.Namespace):
     spec = resolve_model(req.model)
     if args.cpu:
         from launcher.cpu_plan import cpu_plan
-
         from launcher.host_fit import check_host_fit
+        from rules.lr import recipe_for_request
 
-        plan, notes = cpu_plan(req, processes=1)
+        plan, notes = cpu_plan(req, recipe_for_request(req), processes=1)
         check_host_fit(plan)  # the probe's child holds the whole training state in host RAM
         return plan, None, spec, notes
     from advisor.calibration import load_calibration

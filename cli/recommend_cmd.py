@@ -223,6 +223,8 @@ def render_report(rec, console=None) -> None:
         kv.add_row("standard setup", Text(r.standard_verdict, style="red"))
     if r.compromise:
         kv.add_row("compromise", Text.assemble((r.compromise, "bold yellow"), f": gives up {r.gives_up}"))
+        if r.compromise_rule:
+            kv.add_row("policy", r.compromise_rule)
     kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {'on' if r.grad_ckpt else 'off'}"]
@@ -237,7 +239,8 @@ def render_report(rec, console=None) -> None:
     if r.cpu_offload:
         extras.append("FSDP CPU offload")
     kv.add_row("training", ", ".join(extras))
-    kv.add_row("learning rate", f"{r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at batch {r.base_batch}), warmup {r.warmup_steps} steps"
+    kv.add_row("learning rate", f"{r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at batch "
+               f"{r.base_batch}), warmup {r.warmup_steps} steps"
                + (f" of {r.total_steps:,}" if r.total_steps else ""))
     kv.add_row("data loading", f"{r.num_workers} workers per GPU, pin_memory={r.pin_memory}, prefetch_factor={r.prefetch_factor}")
     tp = e.throughput

@@ -80,11 +80,49 @@ def run(args: argparse.Namespace) -> int:
         near = close_names(key, [r.id for r in rules])
         raise UserError(f"unknown rule '{key}'", fix=(f"did you mean {', '.join(near)}? " if near else "")
                         + "`advise rules` lists every rule")
+    table = _DEFAULT_TABLES.get(rule.id)
     if args.json:
-        sys.stdout.write(json.dumps(_rule_dict(rule), indent=2) + "\n")
+        sys.stdout.write(json.dumps({**_rule_dict(rule), **({"defaults": table()} if table else {})}, indent=2) + "\n")
         return 0
     _render_rule(rule)
+    if table:
+        _render_defaults(table())
     return 0
+
+
+def _lr_defaults() -> dict:
+    """The recipes ``defaults.lr`` starts from, the default task per family and the warmup policy."""
+    from rules.defaults import load_defaults
+
+    d = load_defaults()
+    return {"task": dict(d.task), "warmup": d.warmup.model_dump(),
+            "recipes": [r.model_dump(exclude_none=True) for r in d.lr],
+            "models": {k: v.model_dump(exclude_none=True) for k, v in d.model.items()}}
+
+
+# Rules whose defaults live in a table of rules/data/defaults.toml: `advise rules ID` shows it.
+_DEFAULT_TABLES = {"defaults.lr": _lr_defaults}
+
+
+def _render_defaults(d: dict) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(width=max(100, Console().width))
+    console.print(escape("recipes (rules/data/defaults.toml [[lr]]; the row of the nearest size applies):"), style="bold")
+    for r in d["recipes"]:
+        size = f" {r['params'] / 1e9:g}B" if r.get("params") else ""
+        batch = f"{r['batch_tokens']:,} tokens" if r.get("batch_tokens") else f"{r['base_batch']:,}"
+        console.print(f"  {r['family']} {r['task']}{' (adapters)' if r.get('adapter') else ''}{size}: {r['optimizer']} "
+                      f"lr {r['base_lr']:g} at batch {batch}, scaling {r.get('scaling') or 'by optimizer'} -- "
+                      + escape(r["source"]))
+    for name, m in d["models"].items():
+        console.print(f"  {name} ({m.get('task', '-')}): lr {m['base_lr']:g} at batch {m['base_batch']:,} -- " + escape(m["source"]))
+    w = d["warmup"]
+    console.print("default task: " + ", ".join(f"{k} {v}" for k, v in d["task"].items())
+                  + f"; warmup {w['fraction']:.0%} of the steps that run, at most {w['max_steps']:,} steps"
+                  + (f" and {w['max_epochs']:g} epochs" if w.get("max_epochs") else "")
+                  + f" ({w['unknown_steps']} when the length is unknown)", style="dim")
 
 
 def _render_list(rules, nodes) -> None:

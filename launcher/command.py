@@ -130,16 +130,17 @@ class LaunchSpec(BaseModel):
         return (prefix + " " if prefix else "") + shlex.join(self.cmd)
 
 
-def placeholder_values(plan: Plan) -> dict[str, str]:
+def placeholder_values(plan: Plan, max_steps: int | None = None) -> dict[str, str]:
     c = plan.config
     return {"lr": f"{plan.lr:.8g}", "micro_batch": str(c.micro_batch), "grad_accum": str(c.grad_accum),
             "global_batch": str(plan.global_batch), "precision": c.precision.value,
-            "warmup_steps": str(plan.warmup_steps)}
+            # the warmup of the steps that run (advisor.schedule), as the runtime's own schedule
+            "warmup_steps": str(plan.schedule(max_steps).warmup_steps)}
 
 
-def fill_placeholders(args: list[str], plan: Plan) -> list[str]:
+def fill_placeholders(args: list[str], plan: Plan, max_steps: int | None = None) -> list[str]:
     """Replace ``{lr}`` etc. in each argument with the plan's value; ``{{lr}}`` -> ``{lr}``."""
-    values = placeholder_values(plan)
+    values = placeholder_values(plan, max_steps)
 
     def sub(m: re.Match) -> str:
         return "{" + m.group(1) + "}" if m.group(1) else values[m.group(2)]
@@ -189,7 +190,7 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
         cmd += ["-m", target.name]
     else:
         cmd.append(target.name)
-    cmd += fill_placeholders(target.args, plan)
+    cmd += fill_placeholders(target.args, plan, max_steps)
 
     env = {
         ENV_PLAN: str(plan_path),

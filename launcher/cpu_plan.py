@@ -5,28 +5,30 @@ is estimated: the flags give the shape, and only arithmetic fills the rest, the 
 the rules use on GPUs:
 
     global batch = micro-batch x accumulation x processes x nodes
-    lr           = scaled_lr(base_lr, base_batch, global batch, --lr-scaling)
+    lr, warmup   = the learning-rate recipe (``lr_recipe``: the CLI passes ``rules.lr``'s, the table
+                   the recommendation uses) scaled to the global batch, and ``advisor.schedule``'s
+                   steps and warmup for the steps that run
 
 Every default applied is reported once (returned as notes), never silently.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
-from advisor.config import Optimizer
+from advisor.config import TrainConfig
 from advisor.errors import UserError
-from advisor.plan import Plan, scaled_lr
+from advisor.plan import Plan
 from advisor.request import Request
+from advisor.schedule import LrRecipe, schedule
 from advisor.starting_config import starting_config
 
-BASE_LR = {Optimizer.sgd: 0.1, Optimizer.adamw: 3e-4, Optimizer.adamw_8bit: 3e-4}
-WARMUP_FRACTION = 0.05
 
-
-def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, warmup_steps: int | None = None,
+def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, processes: int = 1,
+             max_steps: int | None = None, warmup_steps: int | None = None,
              num_workers: int | None = None) -> tuple[Plan, list[str]]:
-    """(plan, notes on defaults applied) for ``req`` on ``processes`` CPU ranks per node."""
+    """(plan, notes on defaults applied) for ``req`` on ``processes`` CPU ranks per node;
+    ``lr_recipe(config)`` is the learning rate the configuration starts from (``rules.lr``)."""
     notes: list[str] = []
     if req.gpus is not None or req.gpu is not None:
         raise UserError("--gpu/--gpus do not apply to --cpu runs", fix="use --processes N for N CPU ranks, or drop --cpu")
@@ -62,31 +64,23 @@ def cpu_plan(req: Request, *, processes: int = 1, max_steps: int | None = None, 
     accum = accum or 1
     global_batch = micro * accum * ranks
 
-    optimizer = start.optimizer
-    base_lr = req.base_lr
-    if base_lr is None:
-        base_lr = BASE_LR[optimizer]
-        notes.append(f"base LR {base_lr:g} for {optimizer.value} (--base-lr to change)")
-    base_batch = req.base_batch or global_batch
-    rule = req.lr_scaling
-    lr = scaled_lr(base_lr, base_batch, global_batch, rule)
-    if base_batch != global_batch:
-        notes.append(f"LR {lr:g}: {base_lr:g} scaled {rule} from batch {base_batch} to {global_batch}")
-
-    total = None
-    dataset, epochs = req.dataset_size, req.epochs
-    if dataset:
-        total = max(1, math.ceil(dataset * (epochs or 1) / global_batch))
-    steps_known = total or max_steps
-    warmup = warmup_steps
-    if warmup is None:
-        warmup = max(1, round(WARMUP_FRACTION * steps_known)) if steps_known else 0
-        if warmup:
-            notes.append(f"{warmup} warmup step(s), {WARMUP_FRACTION:.0%} of the run (--warmup-steps to change)")
-
     config = start.model_copy(update={"grad_accum": accum})
+    rec = lr_recipe(config)
+    if not rec.defaulted and req.base_batch is None and req.batch_size is None:
+        rec = rec.model_copy(update={"base_batch": global_batch})  # --base-lr alone: the LR of this run's batch
+    lr = rec.lr_for(global_batch)
+    if rec.defaulted:
+        notes.append(f"LR {lr:.3g}: the {rec.task} recipe's {rec.base_lr:g} at batch {rec.base_batch} ({rec.source}), "
+                     f"{rec.scaling} to batch {global_batch} (--base-lr/--base-batch to change)")
+    elif rec.base_batch != global_batch:
+        notes.append(f"LR {lr:.3g}: {rec.base_lr:g} scaled {rec.scaling} from batch {rec.base_batch} to {global_batch}")
+    full = schedule(req.dataset_size, req.epochs, global_batch, rec.warmup, warmup_steps=warmup_steps)
     plan = Plan(model=model, config=config, gpu=None, processes_per_node=procs, nodes=nodes, cpu=True,
-                global_batch=global_batch, lr=lr, base_lr=base_lr, base_batch=base_batch, lr_scaling=rule,
-                warmup_steps=warmup, total_steps=total, epochs=epochs, dataset_size=dataset,
-                num_workers=num_workers or 0, pin_memory=False, task=req.task)
+                global_batch=global_batch, lr=lr, base_lr=rec.base_lr, base_batch=rec.base_batch, lr_scaling=rec.scaling,
+                warmup_steps=full.warmup_steps, warmup=None if warmup_steps is not None else rec.warmup,
+                total_steps=full.total_steps, epochs=req.epochs, dataset_size=req.dataset_size,
+                num_workers=num_workers or 0, pin_memory=False, task=rec.task)
+    if warmup_steps is None:
+        run = plan.schedule(max_steps)  # what the runtime will do: the steps that run decide the warmup
+        notes.append(f"{run.warmup_steps} warmup step(s): {run.warmup_rule} (--warmup-steps to change)")
     return plan, notes

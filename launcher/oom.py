@@ -27,7 +27,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from advisor.plan import Plan, scaled_lr
+from advisor.plan import Plan
+from advisor.schedule import planned_steps, scaled_lr
 
 DEFAULT_MAX_RETRIES = 3
 OOM_ERROR = "out of GPU memory"  # how records, reports and the bench say it
@@ -105,7 +106,7 @@ def _shrink_batch(plan: Plan) -> Plan:
     ratio = plan.global_batch / gb
     total = plan.total_steps
     if plan.dataset_size and plan.epochs:
-        total = max(1, math.ceil(math.ceil(plan.dataset_size / gb) * plan.epochs))
+        total = planned_steps(plan.dataset_size, plan.epochs, gb)
     warmup = math.ceil(plan.warmup_steps * ratio)
     if total:
         warmup = min(warmup, total)

@@ -14,7 +14,8 @@ What it applies, and why here rather than in each script:
 - ``Accelerator`` with the plan's mixed precision (autocast, fp32 master weights) and gradient
   accumulation; gradients are all-reduced only on the last micro-batch (``no_sync``).
 - LR: the plan's (already scaled) LR with linear warmup, then cosine to 10% when the number of
-  steps is known (nanoGPT's min_lr = lr/10), else constant. One scheduler step per optimizer step.
+  steps is known (nanoGPT's min_lr = lr/10), else constant; warmup and cosine follow the steps
+  that run (``advisor.schedule``). One scheduler step per optimizer step.
 - pure-bf16 = ``model.to(bfloat16)``: weights, gradients and AdamW states in bf16, stepped by
   ``KahanAdamW`` (a compensated update). The other memory compromises (8-bit AdamW, the step in
   backward, LoRA; FSDP CPU offload is the Accelerate config's) live in ``launcher.compromises``.
@@ -38,7 +39,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import math
 import os
 import signal
 import sys
@@ -51,24 +51,14 @@ import torch
 
 from advisor.config import Precision
 from advisor.plan import Plan
+from advisor.schedule import lr_factor
 from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR
 
-FINAL_LR_FRACTION = 0.1
 # final-rank*.json's param_sha256 (replicas bit-identical) is kept for models up to this size (cardwise's
 # choice): hashing copies every weight to the host first, and sha256 itself ran at 2.0 GB/s on this
 # project's 2-core CI-class VM (hashlib over 1 GiB of random bytes, 2026-12-04), so llama3-8b's 32 GB of
 # fp32 weights would add about 16 s of hashing alone to every run's end. The float64 sum is always kept.
 DIGEST_MAX_PARAMS = 200_000_000
-
-
-def lr_factor(step: int, warmup_steps: int, total_steps: int | None, final: float = FINAL_LR_FRACTION) -> float:
-    """Multiplier of the planned LR at optimizer step ``step`` (0-based)."""
-    if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if not total_steps or total_steps <= warmup_steps:
-        return 1.0
-    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
-    return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def _die_with_parent() -> None:
@@ -97,6 +87,7 @@ class Runtime:
 
         self.plan = plan
         self.max_steps = max_steps
+        self.schedule = plan.schedule(max_steps)  # steps and warmup that run (advisor.schedule)
         self.attempt = attempt
         self.run_dir = Path(run_dir) if run_dir else None
         self.metrics_path = Path(metrics_path) if metrics_path else None
@@ -128,6 +119,7 @@ class Runtime:
         self._since_log = 0
         self._t_log: float | None = None
         self.first_step_time: float | None = None
+        self._lr_used = plan.lr  # the LR of the last optimizer step (metrics.jsonl's "lr")
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "Runtime":
@@ -163,9 +155,8 @@ class Runtime:
 
     @property
     def total_steps(self) -> int | None:
-        """Optimizer steps to run: ``--max-steps`` caps the plan's total."""
-        caps = [s for s in (self.plan.total_steps, self.max_steps) if s]
-        return min(caps) if caps else None
+        """Optimizer steps to run: ``--max-steps`` caps the plan's total (advisor.schedule)."""
+        return self.schedule.total_steps
 
     def _fsdp_checkpoints(self) -> bool:
         plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
@@ -195,7 +186,7 @@ class Runtime:
                 print("cardwise: the plan asks for --grad-ckpt but this model has no checkpointing switch", file=sys.stderr)
         from launcher import compromises
 
-        return compromises.apply_to_model(self.plan, model)  # LoRA adapters (peft), last
+        return compromises.apply_to_model(self.plan, model, self.device)  # LoRA adapters (peft), last
 
     def optimizer(self, model_or_params: torch.nn.Module | Iterable, weight_decay: float = 0.01) -> torch.optim.Optimizer:
         """The plan's optimizer at the plan's LR (the schedule multiplies it from step 0)."""
@@ -215,9 +206,11 @@ class Runtime:
 
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *loaders):
         """``accelerator.prepare`` plus the LR schedule and compile; returns (model, optimizer, *loaders)."""
-        schedule_len = self.plan.total_steps or self.max_steps
+        # The schedule follows the steps that run: --max-steps shorter than the plan resizes the warmup
+        # and the cosine (Plan.schedule), so a short run still reaches its peak LR.
+        sched = self.schedule
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: lr_factor(s, self.plan.warmup_steps, schedule_len))
+            optimizer, lambda s: lr_factor(s, sched.warmup_steps, sched.total_steps))
         model, optimizer, *loaders = self.accelerator.prepare(model, optimizer, *loaders)
         if self.plan.config.compile and not self._accelerate_compiles():
             model = torch.compile(model)
@@ -271,6 +264,7 @@ class Runtime:
             d = loss.detach().float()
             total = d if total is None else total + d
         if self.scheduler is not None:
+            self._lr_used = self.scheduler.get_last_lr()[0]  # this step's LR, for metrics.jsonl
             self.scheduler.step()
         self.step += 1
         self._steps_here += 1
@@ -298,7 +292,7 @@ class Runtime:
         row = {
             "step": self.step,
             "loss": float(self._loss_sum.item() / self._since_log),
-            "lr": self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.plan.lr,
+            "lr": self._lr_used,  # the LR the last optimizer step used
             "samples_per_s": samples / dt,
             "tokens_per_s": samples * self.tokens_per_sample / dt if self.tokens_per_sample else None,
             "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,

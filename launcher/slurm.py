@@ -113,7 +113,7 @@ def sbatch_script(plan: Plan, target: Target, *, job_name: str | None = None, ma
         launch += ["-m", target.name]
     else:
         launch.append(target.name)
-    launch += fill_placeholders(target.args, plan)
+    launch += fill_placeholders(target.args, plan, max_steps)
     for arg in launch:
         _refuse_control("a launch argument", arg)
     inner = " ".join(_dq(a) if isinstance(a, Var) else shlex.quote(a) for a in launch)

@@ -1,17 +1,21 @@
 """Node H's memory compromises: when no standard configuration fits the GPUs at hand, the
-configuration that fits, ranked by risk (DESIGN.md node H).
+configuration that fits, ranked by how much of the user's training it keeps (DESIGN.md node H).
 
-The ladder, lowest risk first: no accumulation (a smaller global batch), pure-bf16 with a
-Kahan-compensated update, 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA
-(a different training: last, unless ``--task`` says adapter fine-tuning, then first).
+Three tiers:
+- exact: the same arithmetic and global batch (FSDP CPU offload; checkpointing is already part of the
+  standard search, more GPUs are the scale-out alternative);
+- close arithmetic: pure-bf16 with the Kahan-compensated update, 8-bit AdamW and paged 8-bit AdamW
+  (bitsandbytes; one GPU or DDP, never FSDP), the optimizer step in backward, no accumulation when
+  it changes the global batch by 2x at most;
+- a different training: LoRA, QLoRA (4-bit NF4 base), and last any change of the global batch by
+  more than 2x (no accumulation down to a batch of 1 is never a low-risk answer).
 
-How "the fastest that fits, ranked by risk" resolves: every level is evaluated on the standard
-configuration, its variants being checkpointing off/on, the micro-batch the search picks, and
-(``with_lower``) the level combined with lower-risk levels (8-bit AdamW or the optimizer step in
-backward with pure-bf16: a combination ranks at its riskiest member); the recommendation is the
-lowest-risk level that fits, and within that level its fastest fitting variant (samples/s). A
-faster level of higher risk is never preferred to a safer one that fits; the others are listed
-as alternatives with their numbers.
+The policy (docs/design.md "Memory compromises at launch"): the fastest exact compromise that fits,
+unless it is more than ``EXACT_SLOWDOWN_LIMIT`` times slower than the fastest fitting compromise of
+the best lossy tier; then that one. Within a tier, the fastest variant (samples/s). Every level is
+evaluated with checkpointing off/on, the micro-batch the search picks and (``with_lower``) combined
+with lower levels (8-bit AdamW with pure-bf16). ``Outcome.rule`` says which part of the policy
+applied; the others are listed as alternatives with their numbers.
 """
 
 from __future__ import annotations
@@ -31,7 +35,17 @@ LORA_RANK = 16
 # Share of host RAM CPU offload may take (the OS, dataloader workers and pinned buffers need the rest;
 # a rule of thumb, not measured).
 HOST_RAM_FRACTION = 0.8
-ADAPTER_TASKS = ("adapter", "lora", "peft", "adapter fine-tuning", "adapter-finetune", "instruction-lora")
+# An exact compromise is preferred to a lossy one unless it is more than this many times slower
+# (issue 27's policy: keep the user's arithmetic when it costs at most 2x in speed).
+EXACT_SLOWDOWN_LIMIT = 2.0
+# A change of the global batch by more than this factor is a different training (ranked last).
+BATCH_CHANGE_LIMIT = 2.0
+# bitsandbytes' 8-bit optimizers under FSDP: never measured here, and upstream reports illegal memory
+# accesses (bitsandbytes-foundation/bitsandbytes#1633 "illegal memory access with FSDP2", open;
+# #89 "8-bit optimizers dont work with FSDP", open).
+EIGHT_BIT_FSDP = ("bitsandbytes' 8-bit optimizers are not combined with FSDP: untested here, and upstream reports "
+                  "illegal memory accesses (bitsandbytes-foundation/bitsandbytes#1633, #89)")
+TIERS = ("exact", "close", "different", "batch")  # "batch": the global batch changed > 2x (last)
 
 
 @dataclass(frozen=True)
@@ -44,38 +58,52 @@ class Level:
     accum1: bool = False  # grad_accum must be 1
     single_only: bool = False  # one process only
     with_lower: tuple[str, ...] = ()  # lower-risk levels it may be combined with (same risk level then)
+    tier: str = "close"  # exact | close | different (TIERS)
 
 
+_PURE_BF16_KAHAN = ("fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated "
+                    "(Kahan summation, cardwise's KahanAdamW)")
 LEVELS: tuple[Level, ...] = (
+    Level(names.CPU_OFFLOAD, setting(names.CPU_OFFLOAD),
+          "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
+          "and every step copies the weights over PCIe",
+          "none (same arithmetic), but slower; needs the host RAM",
+          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", tier="exact"),
     Level(names.NO_ACCUMULATION, {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
           "per GPU, and the learning rate follows it",
-          "low: the same arithmetic on a smaller batch (noisier gradients; the scaled learning rate compensates)",
-          "Goyal et al. 2017 (linear scaling rule); the fp32 gradients of accumulation no longer meet the next "
-          "micro-batch's autocast weight copies", accum1=True),
-    Level(names.PURE_BF16, setting(names.PURE_BF16),
-          "fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated (Kahan summation, KahanAdamW)",
+          "the same arithmetic on a smaller batch: close when the batch changes by 2x at most, else a different "
+          "training (another batch, learning rate and number of steps)",
+          "Goyal et al. 2017 (linear scaling rule); Malladi et al. 2022 (sqrt rule for Adam)", accum1=True),
+    Level(names.PURE_BF16, setting(names.PURE_BF16), _PURE_BF16_KAHAN,
           "low-medium: Kahan-compensated bf16 updates track fp32 closely; plain bf16 would round small updates away",
           "Zamirai et al. 2020 (Revisiting BFloat16 Training)"),
     Level(names.ADAMW_8BIT, setting(names.ADAMW_8BIT),
-          "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs bitsandbytes)",
+          "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
+          "bitsandbytes; one GPU or DDP, not FSDP)",
           "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes",
           "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=(names.PURE_BF16,)),
+    Level(names.PAGED_ADAMW_8BIT, setting(names.PAGED_ADAMW_8BIT),
+          "32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
+          "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)",
+          "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit",
+          "Dettmers et al. 2023 (QLoRA, sec. 3: paged optimizers)", with_lower=(names.PURE_BF16,)),
     Level(names.OPTIMIZER_IN_BACKWARD, setting(names.OPTIMIZER_IN_BACKWARD),
           "gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
           "gradient hook as soon as its gradient is ready, and the gradient is freed",
           "medium: no global-norm clipping (per-parameter clipping only); same update otherwise",
           "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)",
           accum1=True, single_only=True, with_lower=(names.PURE_BF16,)),
-    Level(names.CPU_OFFLOAD, setting(names.CPU_OFFLOAD),
-          "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
-          "and every step copies the weights over PCIe",
-          "none (same arithmetic), but many times slower; needs the host RAM",
-          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload"),
     Level(names.LORA, setting(names.LORA, LORA_RANK),
           f"the full fine-tune: rank-{LORA_RANK} adapters on every attention and MLP projection are trained, "
           "the base (bf16) stays frozen",
           "a different training: adapters only; quality can trail a full fine-tune on hard tasks",
-          "Hu et al. 2021 (LoRA); Biderman et al. 2024 (LoRA Learns Less and Forgets Less)"),
+          "Hu et al. 2021 (LoRA); Biderman et al. 2024 (LoRA Learns Less and Forgets Less)", tier="different"),
+    Level(names.QLORA, setting(names.QLORA, LORA_RANK),
+          f"the full fine-tune and the bf16 base: rank-{LORA_RANK} adapters are trained on a frozen base whose "
+          "projections are quantized to 4-bit NF4 (bitsandbytes Linear4bit, double quantization) and dequantized "
+          "for every GEMM",
+          "a different training: adapters only, on a 4-bit base (Dettmers et al. 2023 report 16-bit LoRA quality)",
+          "Dettmers et al. 2023 (QLoRA: Efficient Finetuning of Quantized LLMs)", tier="different"),
 )
 
 
@@ -90,20 +118,45 @@ class Tried:
 class Outcome:
     chosen: Tried | None
     tried: list[Tried] = field(default_factory=list)
+    rule: str = ""  # which part of the policy chose it (exact vs lossy, tiers)
 
 
-def ranked(task: str | None) -> list[Level]:
-    """The ladder in risk order; LoRA first when the task is adapter fine-tuning."""
-    levels = list(LEVELS)
-    if task and any(t in task.lower() for t in ADAPTER_TASKS):
-        levels.sort(key=lambda lv: lv.name != names.LORA)
-    return levels
+def ranked() -> list[Level]:
+    """The ladder, exact first."""
+    return list(LEVELS)
+
+
+def _update(p: Planner, level: Level) -> dict:
+    """The level's config update (QLoRA quantizes the base of the rank the user pinned, if any)."""
+    if level.name == names.QLORA and p.req.lora_rank is not None:
+        return setting(names.QLORA, p.req.lora_rank)
+    return dict(level.update)
+
+
+def tier(t: Tried, p: Planner) -> str:
+    """The tier a fitting result ranks in: no accumulation that changes the global batch by more than
+    2x is "batch" (last); within 2x it is close arithmetic. (The other levels keep the batch the
+    standard search would use, pinned flags included.)"""
+    target = p.req.batch_size or p.base_batch
+    ch = t.result
+    if (t.level.name == names.NO_ACCUMULATION and isinstance(ch, Choice)
+            and max(ch.global_batch / target, target / ch.global_batch) > BATCH_CHANGE_LIMIT):
+        return "batch"
+    return t.level.tier
 
 
 def _blocked(p: Planner, level: Level, n: int) -> str:
     """Why a level cannot be offered here ('' when it can)."""
     req, base = p.req, p.base
     u = level.update
+    if level.name == names.QLORA:
+        if req.quantize_base is not None or p.model.arch is None:
+            return "--quantize-base is pinned" if req.quantize_base is not None else "QLoRA needs a transformer"
+        if not p.hw.gpu.supports_bf16:
+            return f"{p.hw.gpu.name} has no bf16 (QLoRA computes in bf16)"
+        return ""
+    if "optimizer" in u and u["optimizer"].eight_bit and (base.cpu_offload or req.strategy is Strategy.fsdp):
+        return EIGHT_BIT_FSDP
     if "precision" in u and (req.precision is not None or not p.hw.gpu.supports_bf16):
         return "the precision is pinned" if req.precision is not None else f"{p.hw.gpu.name} has no bf16"
     if "optimizer" in u and (req.optimizer is not None or base.optimizer is not Optimizer.adamw):
@@ -133,6 +186,8 @@ def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
         out = [Strategy.fsdp]
     else:
         out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]
+    if (level.update.get("optimizer") or p.base.optimizer).eight_bit or level.name == names.QLORA or p.base.quantize_base:
+        out = [s for s in out if s is not Strategy.fsdp]  # EIGHT_BIT_FSDP; QLoRA's 4-bit base is not sharded here
     pin = p.req.strategy
     return [s for s in out if pin is None or s is pin]
 
@@ -143,7 +198,7 @@ def try_level(p: Planner, level: Level, n: int) -> Tried:
     why = _blocked(p, level, n)
     if why:
         return Tried(level, None, why)
-    updates = [dict(level.update)]
+    updates = [_update(p, level)]
     for name in level.with_lower:
         partner = next(lv for lv in LEVELS if lv.name == name)
         if not _blocked(p, partner, n):
@@ -182,10 +237,32 @@ def try_level(p: Planner, level: Level, n: int) -> Tried:
 
 
 def find(p: Planner, n: int) -> Outcome:
-    """Every level on ``n`` GPUs; the lowest-risk one that fits is chosen."""
-    tried = [try_level(p, lv, n) for lv in ranked(p.req.task)]
-    chosen = next((t for t in tried if isinstance(t.result, Choice)), None)
-    return Outcome(chosen, tried)
+    """Every level on ``n`` GPUs, chosen by the policy: the fastest exact compromise unless it is more
+    than EXACT_SLOWDOWN_LIMIT x slower than the fastest of the best lossy tier that fits."""
+    tried = [try_level(p, lv, n) for lv in ranked()]
+    fitting = [t for t in tried if isinstance(t.result, Choice)]
+    by_tier = {name: sorted((t for t in fitting if tier(t, p) == name),
+                            key=lambda t: -t.result.estimate.throughput.samples_per_s) for name in TIERS}
+    exact = by_tier["exact"][0] if by_tier["exact"] else None
+    lossy_tier = next((name for name in TIERS[1:] if by_tier[name]), None)
+    lossy = by_tier[lossy_tier][0] if lossy_tier else None
+    if exact is None and lossy is None:
+        return Outcome(None, tried, "nothing fits")
+    if exact is not None and lossy is not None:
+        slow = lossy.result.estimate.throughput.samples_per_s / exact.result.estimate.throughput.samples_per_s
+        fast = name_of(lossy.level, lossy.result, p)
+        if slow <= EXACT_SLOWDOWN_LIMIT:
+            return Outcome(exact, tried, f"exact before lossy: {exact.level.name} keeps the arithmetic and is "
+                                         f"{slow:.2f}x slower than {fast}, within {EXACT_SLOWDOWN_LIMIT:g}x")
+        return Outcome(lossy, tried, f"{exact.level.name} (exact) is {slow:.1f}x slower than {fast}, more than "
+                                     f"{EXACT_SLOWDOWN_LIMIT:g}x: the fastest {_TIER_TEXT[lossy_tier]} instead")
+    if exact is not None:
+        return Outcome(exact, tried, f"exact: {exact.level.name} keeps the arithmetic; no lossy compromise fits")
+    return Outcome(lossy, tried, f"no exact compromise fits: the fastest {_TIER_TEXT[lossy_tier]}")
+
+
+_TIER_TEXT = {"close": "close-arithmetic compromise", "different": "different training (adapters)",
+              "batch": "compromise, which changes the global batch by more than 2x (a different training)"}
 
 
 def standard_cause(e: Estimate | None) -> str:
@@ -222,7 +299,13 @@ def name_of(level: Level, ch: Choice, p: Planner) -> str:
 
 
 def level_gives_up(level: Level, config) -> str:
-    """The level's ``gives_up``, for the update ``config`` runs (pure-bf16 pinned with --pure-bf16-update plain)."""
+    """The level's ``gives_up``, for the update ``config`` runs: pure-bf16 is Kahan-compensated only with
+    cardwise's KahanAdamW; with bitsandbytes' 8-bit AdamW (what launcher.compromises builds) or with
+    --pure-bf16-update plain, the bf16 weights take the update uncompensated."""
+    if level.name == names.PURE_BF16 and config.optimizer.eight_bit:
+        return ("fp32 master weights: weights and gradients in bf16, stepped by bitsandbytes' "
+                f"{'Paged' if config.optimizer is Optimizer.paged_adamw_8bit else ''}AdamW8bit without compensation: "
+                "updates below bf16's resolution round away")
     if level.name == names.PURE_BF16 and config.pure_bf16_update is PureBf16Update.plain:
         return ("fp32 master weights: weights, gradients and AdamW states in bf16, plain torch AdamW "
                 "(--pure-bf16-update plain): updates below bf16's resolution round away")
@@ -240,8 +323,10 @@ def gives_up(level: Level, ch: Choice, p: Planner) -> str:
 def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
     target = p.req.batch_size or p.base_batch
     if level.name == names.NO_ACCUMULATION:
-        return (f"gradient accumulation: global batch {ch.global_batch} instead of {target}; learning rate "
-                f"{ch.lr.lr:.3g} ({ch.lr.text})")
+        changed = max(ch.global_batch / target, target / ch.global_batch) > BATCH_CHANGE_LIMIT
+        return (f"gradient accumulation: global batch {ch.global_batch} instead of {target}"
+                + (" (a different training: the batch changes by more than 2x)" if changed else "")
+                + f"; learning rate {ch.lr.lr:.3g} ({ch.lr.text})")
     if level.name == names.CPU_OFFLOAD:
         return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
     return level_gives_up(level, ch.config)
@@ -272,8 +357,10 @@ def answer_memory(ctx):
     ctx.compromise_name, ctx.gives_up = name_of(lv, ch, p), gives_up(lv, ch, p)
     return Answer("compromise", f"{ctx.verdict}. Compromise: {ctx.compromise_name} on {ch.gpus}x {p.hw.gpu.name}, giving up "
                   f"{gives_up(lv, ch, p)}; {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
-                  f"The lowest-risk compromise that fits, its fastest variant (ranked by risk: {ladder}). Risk: {lv.risk}.",
-                  {"compromise": ctx.compromise_name, "gpus": ch.gpus})
+                  f"Policy: {out.rule}. Exact compromises before lossy ones unless more than {EXACT_SLOWDOWN_LIMIT:g}x "
+                  f"slower; a global batch changed by more than {BATCH_CHANGE_LIMIT:g}x last (tried: {ladder}). "
+                  f"Risk: {lv.risk}.",
+                  {"compromise": ctx.compromise_name, "gpus": ch.gpus, "rule": out.rule})
 
 
 def pinned(cfg, req) -> list[Level]:

@@ -1,31 +1,51 @@
-"""The defaults table the rules start from (``rules/data/defaults.toml``): per-family learning
-rates and optimizers (with sources), search limits, warmup, compile and dataloader constants."""
+"""The defaults table the rules start from (``rules/data/defaults.toml``): published learning-rate
+recipes by family, task and size (with sources; chosen by ``rules.lr``), search limits, warmup,
+compile and dataloader constants."""
 
 from __future__ import annotations
 
 import tomllib
 from functools import lru_cache
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from advisor.schedule import LrScaling, WarmupPolicy
 from rules.engine import DATA_DIR
 
 
-class FamilyDefaults(BaseModel):
+class LrRecipeRow(BaseModel):
+    """One published learning-rate recipe ([[lr]] in defaults.toml)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    optimizer: str = "adamw"
-    base_lr: float
-    base_batch: int
+    family: str = Field(description="decoder, encoder, cnn, vit, or 'any' (by optimizer)")
+    task: Literal["pretrain", "finetune", "any"]
+    adapter: bool = Field(False, description="for LoRA/QLoRA adapters (--lora-rank)")
+    params: float | None = Field(None, gt=0, description="the model size it was tuned at (nearest size wins)")
+    optimizer: str
+    base_lr: float = Field(gt=0)
+    base_batch: int | None = Field(None, ge=1, description="samples")
+    batch_tokens: int | None = Field(None, ge=1, description="tokens (the paper's unit): / the run's sequence length")
+    scaling: LrScaling | None = Field(None, description="the recipe's own batch-scaling rule; None = by optimizer")
     source: str
+
+    @model_validator(mode="after")
+    def _one_batch(self) -> "LrRecipeRow":
+        if (self.base_batch is None) == (self.batch_tokens is None):
+            raise ValueError(f"recipe '{self.source}': give exactly one of base_batch and batch_tokens")
+        return self
 
 
 class ModelDefaults(BaseModel):
+    """A catalog model whose family's recipe does not apply."""
+
     model_config = ConfigDict(extra="forbid")
 
+    task: Literal["pretrain", "finetune"] | None = None
     optimizer: str | None = None
-    base_lr: float | None = None
-    base_batch: int | None = None
+    base_lr: float
+    base_batch: int
     source: str
 
 
@@ -36,14 +56,6 @@ class SearchDefaults(BaseModel):
     one_gpu_enough_h: float
     min_scaling_efficiency: float
     lr_batch_ratio_warn: float
-
-
-class WarmupDefaults(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    warmup_fraction: float
-    warmup_epochs: float
-    min_steps: int
-    unknown_steps: int
 
 
 class CompileDefaults(BaseModel):
@@ -63,20 +75,13 @@ class DataDefaults(BaseModel):
 class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    family: dict[str, FamilyDefaults]
+    task: dict[str, Literal["pretrain", "finetune"]]
+    lr: list[LrRecipeRow]
     model: dict[str, ModelDefaults] = {}
     search: SearchDefaults
-    warmup: WarmupDefaults
+    warmup: WarmupPolicy
     compile: CompileDefaults
     data: DataDefaults
-
-    def for_model(self, name: str, family: str) -> FamilyDefaults:
-        fam = self.family.get(family, self.family["custom"])
-        over = self.model.get(name)
-        if over is None:
-            return fam
-        return FamilyDefaults(optimizer=over.optimizer or fam.optimizer, base_lr=over.base_lr or fam.base_lr,
-                              base_batch=over.base_batch or fam.base_batch, source=over.source)
 
 
 @lru_cache(maxsize=1)

@@ -31,6 +31,7 @@ from rules.defaults import load_defaults
 from rules.engine import Engine, RuleTrace, get_rule
 from rules.facts import Facts
 from rules.nodes import deadline_measures, walk
+from rules.lr import recipe as lr_recipe
 from rules.planner import Choice, Infeasible, Planner
 from rules.practice import base_facts, with_plan
 from rules.recommend import (FiredRule, PathStep, PolicySummary, Recommendation, RecommendationCore, RuleSummary,
@@ -54,6 +55,7 @@ class Run:
     steps: list[Step] = field(default_factory=list)
     fits: bool = False  # the configuration recommended fits (the standard one, or node H's compromise)
     compromise: str | None = None  # node H's compromise (rules.compromise), None for the standard setup
+    compromise_rule: str | None = None  # which part of node H's policy chose it
     gives_up: str | None = None
     tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
     path: str = ""
@@ -74,6 +76,11 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
         raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
                         "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
                         "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
+    if req.optimizer is not None and req.optimizer.eight_bit and (req.strategy is Strategy.fsdp or req.cpu_offload):
+        from rules.compromise import EIGHT_BIT_FSDP
+
+        raise UserError(f"--optimizer {req.optimizer.value} with {'--cpu-offload' if req.cpu_offload else '--strategy fsdp'}: "
+                        + EIGHT_BIT_FSDP, fix="use --strategy ddp or single, or drop --optimizer")
     if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
         raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
                         fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
@@ -103,19 +110,20 @@ def check_pins(p: Planner) -> None:
 def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
-    fam = defaults.for_model(spec.name, spec.family)
-    base_lr = req.base_lr or fam.base_lr
-    base_batch = req.base_batch or (req.batch_size if req.base_lr else None) or fam.base_batch
-    lr_defaulted = req.base_lr is None
-    applied = [f"base lr {base_lr:g} at batch {base_batch} ({fam.source})"] if lr_defaulted else []
+    seq_len = req.seq_len or (spec.default_seq_len if spec.is_text else None)
+    rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.lora_rank is not None,
+                    optimizer=req.optimizer.value if req.optimizer else None)
+    base_lr, base_batch, lr_defaulted = rec.base_lr, rec.base_batch, rec.defaulted
+    applied = [f"task {rec.task_rule}"] + ([f"base lr {base_lr:g} at batch {base_batch} ({rec.source})"] if lr_defaulted else [])
     # The one Request -> TrainConfig step (advisor.starting_config); its notes are the setup rules' to
     # say (precision, optimizer), and the planner searches micro-batch, accumulation and strategy.
     cfg, _ = starting_config(req.model_copy(update={"strategy": Strategy.single}), spec, device="gpu",
                              gpu=hardware.gpu)
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
+    planner.start_recipe = rec
     check_pins(planner)
-    return Run(req, planner, Engine(), lr_defaulted, fam.source, applied)
+    return Run(req, planner, Engine(), lr_defaulted, f"{rec.task} recipe: {rec.source}", applied)
 
 
 def setup_rules(run: Run) -> None:
@@ -140,6 +148,16 @@ def tree(run: Run) -> None:
     if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
                                  or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
+    if isinstance(choice, Choice) and choice.strategy is Strategy.fsdp and (choice.config.optimizer.eight_bit
+                                                                             or choice.config.quantize_base):
+        from rules.compromise import EIGHT_BIT_FSDP
+
+        what = (f"--optimizer {choice.config.optimizer.value}" if choice.config.optimizer.eight_bit
+                else "--quantize-base 4bit")
+        raise UserError(f"{what} on {choice.gpus}x {run.planner.hw.gpu.name} needs FSDP (a full replica does not fit "
+                        f"one GPU), and " + (EIGHT_BIT_FSDP if choice.config.optimizer.eight_bit else
+                                             "QLoRA's 4-bit base is not sharded by FSDP here"),
+                        fix=f"drop {what} (the rules pick a compromise that fits), or use GPUs that hold a replica")
     run.fits = isinstance(choice, Choice)
     out = ctx.compromise
     if out is not None and out.chosen is not None and choice is out.chosen.result:
@@ -147,6 +165,7 @@ def tree(run: Run) -> None:
 
         run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
+        run.compromise_rule = out.rule
     elif isinstance(choice, Choice):
         from rules.compromise import level_gives_up, pinned
 
@@ -238,15 +257,16 @@ def _core(run: Run, command: str) -> RecommendationCore:
     return RecommendationCore(
         strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum, global_batch=ch.global_batch, precision=cfg.precision.value,
-        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=req.lr_scaling,
+        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=lr.lr_scaling,
         warmup_steps=extra.get("warmup_steps", lr.warmup_steps), num_workers=extra.get("num_workers", 0),
-        fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, optimizer=cfg.optimizer.value,
+        fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, task=lr.task, optimizer=cfg.optimizer.value,
         channels_last=cfg.channels_last, lora_rank=cfg.lora_rank, seq_len=cfg.seq_len,
         image_size=cfg.image_size, sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
-        compromise=run.compromise, gives_up=run.gives_up, optimizer_in_backward=cfg.optimizer_in_backward,
+        compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
+        optimizer_in_backward=cfg.optimizer_in_backward,
         cpu_offload=cfg.cpu_offload,
         standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
@@ -258,8 +278,9 @@ def _plan(run: Run, core: RecommendationCore) -> Plan:
     return Plan(
         model=req.model, config=ch.config, gpu=core.gpu, processes_per_node=ch.estimate.hardware.per_node,
         nodes=core.nodes, global_batch=ch.global_batch, lr=lr.lr, base_lr=lr.base_lr, base_batch=lr.base_batch,
-        lr_scaling=req.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr.total_steps, epochs=req.epochs,
-        dataset_size=req.dataset_size, num_workers=workers, pin_memory=core.pin_memory, task=req.task,
+        lr_scaling=lr.lr_scaling, warmup_steps=core.warmup_steps, total_steps=lr.total_steps, epochs=req.epochs,
+        warmup=run.planner.recipe(ch.config).warmup,
+        dataset_size=req.dataset_size, num_workers=workers, pin_memory=core.pin_memory, task=lr.task,
         prefetch_factor=core.prefetch_factor if workers else None, sync_batchnorm=core.sync_batchnorm,
         no_accumulation=_no_accumulation(req, core.compromise),
     )
@@ -318,7 +339,7 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
         cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
         e = p.est(cfg, n)
     gb = cfg.micro_batch * cfg.grad_accum * n
-    return Choice(n, strategy, cfg, e, gb, lr=p.lr_for(gb))
+    return Choice(n, strategy, cfg, e, gb, lr=p.lr_for(gb, cfg))
 
 
 def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:

@@ -1,19 +1,26 @@
-"""Node J's arithmetic: the learning rate for a global batch, and the warmup that goes with it.
+"""Node J's arithmetic: which published recipe a run starts from, the learning rate for its
+global batch, and the warmup that goes with it.
 
-One ``LrPlan`` per ``Choice`` (the planner computes it when it makes the choice), so the
-recommendation, node J's answer, the plan rules' facts and the launch command all read the same
-numbers. The scaling itself is ``advisor.plan.scaled_lr`` (linear by default, Goyal et al. 2017;
-sqrt on request, Krizhevsky 2014), shared with the launcher's runtime.
+``recipe(...)`` picks the row of ``rules/data/defaults.toml [[lr]]`` for the model's family, the
+task (``--task pretrain|finetune``, else the family's default in ``[task]``), adapters or not
+(``--lora-rank``), the optimizer and the model size (nearest in log scale; GPT-3's table for
+decoders). ``lr_plan`` scales it to a global batch (the recipe's own rule where it states one, else
+linear for SGD and square root for Adam-family optimizers: ``advisor.schedule.scaling_for``) and
+sizes the warmup (``advisor.schedule``). One ``LrPlan`` per ``Choice``, so the recommendation,
+node J's answer, the plan rules' facts and the launch command all read the same numbers.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from advisor.plan import scaled_lr
+from advisor.config import TrainConfig
+from advisor.models import ModelSpec
 from advisor.request import Request
-from rules.defaults import WarmupDefaults
+from advisor.schedule import LrRecipe, Schedule, schedule, scaling_for
+from rules.defaults import Defaults, LrRecipeRow, load_defaults
 
 
 @dataclass(frozen=True)
@@ -29,37 +36,109 @@ class LrPlan:
     warmup_rule: str = ""  # why that many warmup steps
     total_steps: int | None = None  # known when --dataset-size and --epochs are
     steps_per_epoch: int | None = None
+    task: str = ""
+    source: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def lr_plan(req: Request, warmup: WarmupDefaults, base_lr: float, base_batch: int, global_batch: int) -> LrPlan:
-    """Learning rate for ``global_batch`` (``--lr-scaling`` from ``base_lr`` at ``base_batch``) and warmup steps.
+def _kind(optimizer: str) -> str:
+    return "sgd" if optimizer == "sgd" else "adam"
 
-    Warmup: ``warmup_fraction`` of the run or ``warmup_epochs`` epochs, whichever is shorter, at
-    least ``min_steps``; ``unknown_steps`` when the run length is not given (rules/data/defaults.toml).
-    """
-    w, gb, rule = warmup, global_batch, req.lr_scaling
-    lr = scaled_lr(base_lr, base_batch, gb, rule)
-    ratio = gb / base_batch
+
+def _row(defaults: Defaults, family: str, task: str, adapter: bool, optimizer: str | None, params: float) -> LrRecipeRow:
+    """The recipe row: this family and task (adapter rows for adapters, when the family has them),
+    of the optimizer's kind when one is pinned, the nearest size; else the 'any' row of that kind."""
+    rows = [r for r in defaults.lr if r.family == family and r.task == task]
+    if adapter and any(r.adapter for r in rows):
+        rows = [r for r in rows if r.adapter]
+    else:
+        rows = [r for r in rows if not r.adapter]
+    if optimizer is not None:
+        rows = [r for r in rows if _kind(r.optimizer) == _kind(optimizer)]
+    if not rows:
+        kind = _kind(optimizer or "adamw")
+        rows = [r for r in defaults.lr if r.family == "any" and _kind(r.optimizer) == kind]
+    return min(rows, key=lambda r: abs(math.log(params / r.params)) if r.params and params > 0 else 0.0)
+
+
+def recipe(req: Request, spec: ModelSpec | None, defaults: Defaults, *, seq_len: int | None, adapter: bool,
+           optimizer: str | None = None) -> LrRecipe:
+    """The recipe a run of ``spec`` starts from (``optimizer``: the one pinned or chosen, None = the
+    recipe's own; ``spec`` None: a model not resolved, as a custom one). ``--base-lr``/``--base-batch``
+    replace its numbers; ``--lr-scaling`` its rule."""
+    over = defaults.model.get(spec.name) if spec is not None and spec.source == "catalog" else None
+    family = spec.family if spec is not None and spec.family in defaults.task else "custom"
+    params = spec.params if spec is not None else 0.0
+    default_seq = spec.default_seq_len if spec is not None else None
+    if req.task:
+        task, task_rule = req.task, f"--task {req.task}"
+    elif over is not None and over.task:
+        task, task_rule = over.task, f"{over.task} ({over.source})"
+    else:
+        task = defaults.task[family]
+        task_rule = (f"{task} (the default for {family} models: "
+                     + ("pretrained weights exist; --task pretrain to train from scratch)" if task == "finetune"
+                        else "the published recipes train from scratch; --task finetune for a pretrained start)"))
+    if over is not None:
+        opt = over.optimizer or optimizer or "adamw"
+        base_lr, base_batch, source, scaling = over.base_lr, over.base_batch, over.source, None
+    else:
+        row = _row(defaults, family, task, adapter, optimizer, params)
+        opt = row.optimizer
+        base_lr, source, scaling = row.base_lr, row.source, row.scaling
+        if row.batch_tokens:
+            seq = seq_len or default_seq or 1
+            base_batch = max(1, row.batch_tokens // seq)
+            source += f" = {base_batch} sequences of {seq} tokens"
+        else:
+            base_batch = row.base_batch
+    used = optimizer or opt
+    if req.lr_scaling is not None:
+        rule, why = req.lr_scaling, f"--lr-scaling {req.lr_scaling}"
+    elif scaling is not None and _kind(used) == _kind(opt):
+        rule, why = scaling, f"{scaling}, as the recipe scales it"
+    else:
+        rule = scaling_for(used)
+        why = (f"{rule} for {used} " + ("(Goyal et al. 2017)" if rule == "linear" else "(Adam-family: Malladi et al. 2022)"))
+    defaulted = req.base_lr is None
+    if not defaulted:
+        base_batch = req.base_batch or req.batch_size or base_batch
+        base_lr, source = req.base_lr, "--base-lr" + (" --base-batch" if req.base_batch else "")
+    elif req.base_batch:
+        base_batch = req.base_batch
+    return LrRecipe(task=task, task_rule=task_rule, optimizer=opt, base_lr=base_lr, base_batch=base_batch, scaling=rule,
+                    scaling_rule=why, source=source, defaulted=defaulted, warmup=defaults.warmup)
+
+
+def recipe_for_request(req: Request) -> Callable[[TrainConfig], LrRecipe]:
+    """The recipe for each configuration of a request whose model is not estimated (``advise launch
+    --cpu``): a catalog model's family and size, else a custom model's."""
+    from advisor.catalog import catalog_model
+
+    spec = None
+    if req.model.name:
+        try:
+            spec = catalog_model(req.model.name)
+        except Exception:  # an unknown name is reported by the launch itself
+            spec = None
+    defaults = load_defaults()
+    return lambda cfg: recipe(req, spec, defaults, seq_len=cfg.seq_len, adapter=bool(cfg.lora_rank),
+                              optimizer=cfg.optimizer.value)
+
+
+def lr_plan(req: Request, rec: LrRecipe, global_batch: int) -> LrPlan:
+    """Learning rate for ``global_batch`` (the recipe scaled by its rule) and the schedule's steps and warmup."""
+    gb, rule = global_batch, rec.scaling
+    lr = rec.lr_for(gb)
+    ratio = gb / rec.base_batch
     if rule == "none" or ratio == 1:
-        text = f"base lr kept (global batch {gb}" + (f" = base batch)" if ratio == 1 else f", --lr-scaling none)")
+        text = f"base lr kept (global batch {gb}" + (" = base batch)" if ratio == 1 else ", --lr-scaling none)")
     else:
-        text = f"{rule} scaling: {base_lr:g} x {'sqrt(' if rule == 'sqrt' else ''}{gb}/{base_batch}{')' if rule == 'sqrt' else ''}"
-    steps_epoch = total = None
-    if req.dataset_size and req.epochs:
-        steps_epoch = max(1, math.ceil(req.dataset_size / gb))
-        total = max(1, math.ceil(steps_epoch * req.epochs))
-        by_frac = math.ceil(w.warmup_fraction * total)
-        by_epochs = math.ceil(w.warmup_epochs * steps_epoch)
-        warm = max(min(by_frac, by_epochs), min(w.min_steps, total))
-        warm_rule = (f"{w.warmup_fraction:.0%} of {total:,} steps" if by_frac <= by_epochs
-                     else f"{w.warmup_epochs:g} epochs of {steps_epoch:,} steps (Goyal et al. 2017)")
-        if warm == min(w.min_steps, total) and warm > min(by_frac, by_epochs):
-            warm_rule = f"at least {w.min_steps} steps"
-    else:
-        warm = w.unknown_steps
-        warm_rule = f"{w.unknown_steps} steps by default: give --dataset-size and --epochs to size it as {w.warmup_fraction:.0%} of the run"
-    return LrPlan(lr=lr, base_lr=base_lr, base_batch=base_batch, global_batch=gb, lr_scaling=rule, ratio=ratio,
-                  text=text, warmup_steps=warm, warmup_rule=warm_rule, total_steps=total, steps_per_epoch=steps_epoch)
+        text = (f"{rule} scaling: {rec.base_lr:g} x {'sqrt(' if rule == 'sqrt' else ''}{gb}/{rec.base_batch}"
+                f"{')' if rule == 'sqrt' else ''} ({rec.scaling_rule})")
+    s: Schedule = schedule(req.dataset_size, req.epochs, gb, rec.warmup)
+    return LrPlan(lr=lr, base_lr=rec.base_lr, base_batch=rec.base_batch, global_batch=gb, lr_scaling=rule, ratio=ratio,
+                  text=text, warmup_steps=s.warmup_steps, warmup_rule=s.warmup_rule, total_steps=s.total_steps,
+                  steps_per_epoch=s.steps_per_epoch, task=rec.task, source=rec.source)

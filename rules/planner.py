@@ -34,7 +34,8 @@ from advisor.models import ModelSpec
 from advisor.request import Request
 from advisor.throughput import ThroughputEstimate
 from rules.defaults import Defaults
-from rules.lr import LrPlan, lr_plan
+from advisor.schedule import LrRecipe
+from rules.lr import LrPlan, lr_plan, recipe
 
 # DDP is kept when its plan is at most this much slower than the fastest configuration scored at the
 # count (any strategy): one all-reduce a step, no per-micro-batch all-gathers to hide, and the
@@ -143,7 +144,7 @@ def _config_key(cfg: TrainConfig) -> tuple:
     """Everything of a config the estimate depends on, except the strategy."""
     return (cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision, cfg.optimizer, cfg.compile,
             cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload,
-            cfg.pure_bf16_update)
+            cfg.quantize_base, cfg.pure_bf16_update)
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -203,14 +204,26 @@ class Planner:
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
         self._search_memo: dict[tuple, Choice | Infeasible] = {}
         self._scored: dict[tuple, Candidate] = {}
+        self._recipes: dict[tuple, LrRecipe] = {}
+        self.start_recipe: LrRecipe | None = None  # the recipe of the request's pins (rules.flow.start)
 
     @property
     def target_batch(self) -> int:
         """The global batch every candidate keeps: --batch-size, else the recipe's base batch."""
         return self.req.batch_size or self.base_batch
 
-    def lr_for(self, global_batch: int) -> LrPlan:
-        return lr_plan(self.req, self.defaults.warmup, self.base_lr, self.base_batch, global_batch)
+    def recipe(self, config: TrainConfig | None = None) -> LrRecipe:
+        """The learning-rate recipe for ``config`` (adapters and the optimizer pick the row: rules.lr)."""
+        cfg = config or self.base
+        key = (bool(cfg.lora_rank), cfg.optimizer.value, cfg.seq_len)
+        hit = self._recipes.get(key)
+        if hit is None:
+            hit = self._recipes[key] = recipe(self.req, self.model, self.defaults, seq_len=cfg.seq_len,
+                                              adapter=bool(cfg.lora_rank), optimizer=cfg.optimizer.value)
+        return hit
+
+    def lr_for(self, global_batch: int, config: TrainConfig | None = None) -> LrPlan:
+        return lr_plan(self.req, self.recipe(config), global_batch)
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -389,7 +402,7 @@ class Planner:
             if gain["repays"]:
                 cfg, e = gain["config"], gain["estimate"]
         top = max(max(f[1].throughput.samples_per_s for f in fitting), e.throughput.samples_per_s)
-        return Choice(n, strategy, cfg, e, global_batch=target, lr=self.lr_for(target),
+        return Choice(n, strategy, cfg, e, global_batch=target, lr=self.lr_for(target, cfg),
                       ckpt_needed=cfg.grad_ckpt and not fits_without_ckpt and req.grad_ckpt is None, fastest_sps=top)
 
     def search_accum1(self, n: int, strategy: Strategy, base: TrainConfig, ckpt: bool) -> Choice | Infeasible:
@@ -423,7 +436,7 @@ class Planner:
             reason = f"~{closest.memory.device_gib:.1f} GiB per GPU at micro-batch {micros[0]}" if closest else "nothing fits"
             return Infeasible(n, strategy, "memory", reason, closest)
         gb = best.config.micro_batch * n
-        return Choice(n, strategy, best.config, best, global_batch=gb, lr=self.lr_for(gb), ckpt_needed=ckpt)
+        return Choice(n, strategy, best.config, best, global_batch=gb, lr=self.lr_for(gb, best.config), ckpt_needed=ckpt)
 
     def compile_minutes(self, model: ModelSpec | None = None) -> float:
         """Rough one-off torch.compile time (rules/data/defaults.toml [compile])."""

@@ -20,7 +20,6 @@ from rules.tree import TreeContext
 def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_source: str) -> Facts:
     req, hw, m = p.req, p.hw, p.model
     g = hw.gpu
-    fam = p.defaults.for_model(m.name, m.family)
     tokens = None
     if m.arch is not None:
         tokens = m.arch.tokens(cfg.seq_len or m.default_seq_len, cfg.image_size)
@@ -38,13 +37,13 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
                          max_positions=m.arch.max_seq if m.is_text and m.arch is not None and m.arch.max_seq else None),
         workload=WorkloadFacts(dataset_size=req.dataset_size, epochs=req.epochs, run_known=bool(req.dataset_size and req.epochs),
                                deadline_h=req.deadline_h, has_deadline=req.deadline_h is not None, batch_size=req.batch_size,
-                               keep_global_batch=req.keep_global_batch, lr_scaling=req.lr_scaling, base_lr=p.base_lr,
+                               keep_global_batch=req.keep_global_batch, lr_scaling=p.recipe(cfg).scaling, base_lr=p.base_lr,
                                base_batch=p.base_batch, lr_defaulted=lr_defaulted, defaults_source=defaults_source,
                                want_alternatives=req.alternatives),
         pinned=PinnedFacts(**{k: getattr(req, k) is not None for k in PinnedFacts.model_fields if k != "compromise"},
-                           compromise=req.precision is Precision.pure_bf16 or req.optimizer is Optimizer.adamw_8bit
+                           compromise=req.precision is Precision.pure_bf16 or (req.optimizer is not None and req.optimizer.eight_bit)
                            or req.lora_rank is not None or bool(req.optimizer_in_backward) or bool(req.cpu_offload)),
-        config=_config_facts(cfg, fam.optimizer, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None,
+        config=_config_facts(cfg, p.start_recipe.optimizer if p.start_recipe else cfg.optimizer.value, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None,
                              context=m.arch.max_seq if m.is_text and m.arch is not None else None),
     )
 
@@ -129,9 +128,8 @@ def estimate_facts(p: Planner, est: Estimate, ch: Choice) -> EstimateFacts:
 def with_plan(facts: Facts, ctx: TreeContext, ch: Choice, est: Estimate, strategy: Strategy, path: str,
               data: bool = True) -> Facts:
     p = ctx.planner
-    fam = p.defaults.for_model(p.model.name, p.model.family)
     return facts.model_copy(update={
-        "config": _config_facts(est.config, fam.optimizer, micro=True, patch=facts.config.patch_size,
+        "config": _config_facts(est.config, facts.config.default_optimizer, micro=True, patch=facts.config.patch_size,
                                 context=facts.model.max_positions),
         "plan": plan_facts(ctx, ch, strategy, est.memory.fits, path),
         "estimate": estimate_facts(p, est, ch),

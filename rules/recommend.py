@@ -53,12 +53,15 @@ class RecommendationCore(BaseModel):
     prefetch_factor: int = 2
     base_lr: float
     base_batch: int
+    task: str = Field("", description="the task whose learning-rate recipe applies (--task, or the family's default)")
     total_steps: int | None = None
     time_to_train_h: float | None = None
     deadline_h: float | None = None
     compromise: str | None = Field(None, description="node H's memory compromise (no-accumulation, pure-bf16, adamw-8bit, "
                                    "optimizer-in-backward, cpu-offload, lora); None for the standard setup")
     gives_up: str | None = Field(None, description="what the compromise gives up")
+    compromise_rule: str | None = Field(None, description="which part of node H's policy chose the compromise "
+                                                          "(exact before lossy unless > 2x slower; batch changes last)")
     standard_verdict: str | None = Field(None, description="why the standard setup does not fit, when it does not")
     optimizer_in_backward: bool = False
     cpu_offload: bool = False
@@ -237,11 +240,14 @@ def render_text(rec: Recommendation) -> str:
                  + (f", COMPROMISE {r.compromise}: gives up {r.gives_up}" if r.compromise else ""))
     if rec.policy is not None:
         lines.append(f"  policy: {rec.policy.rule}")
+    if r.compromise_rule:
+        lines.append(f"  compromise policy: {r.compromise_rule}")
     lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
                  + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))
-    lines.append(f"  lr {r.lr:.3g} ({r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), warmup {r.warmup_steps} steps, "
+    lines.append(f"  lr {r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), "
+                 f"warmup {r.warmup_steps} steps, "
                  f"{r.num_workers} dataloader workers per GPU")
     lines.append(f"  memory: peak {m.peak_gib:.1f} GiB allocated, ~{m.device_gib:.1f} GiB in nvidia-smi, of {m.gpu_memory_gib:.0f} GiB per GPU")
     speed = f"  speed: {t.samples_per_s:,.1f} samples/s, {t.step_s:.3g} s/step, MFU {t.mfu:.0%}"
@@ -275,7 +281,7 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                 batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
                 channels_last=config.channels_last or None, grad_ckpt=config.grad_ckpt or None,
-                lora_rank=config.lora_rank, base_lr=base_lr, base_batch=base_batch,
+                lora_rank=config.lora_rank, quantize_base=config.quantize_base, base_lr=base_lr, base_batch=base_batch,
                 optimizer_in_backward=config.optimizer_in_backward or None, cpu_offload=config.cpu_offload or None,
                 # only plain is written: kahan is the default, and the flag needs --precision pure-bf16
                 pure_bf16_update=(config.pure_bf16_update if config.precision is Precision.pure_bf16

@@ -141,7 +141,8 @@ def test_llama3_8b_on_one_gpu_recommends_a_compromise_that_fits_and_launches(gpu
     data = rec.model_dump(mode="json")["recommendation"]
     assert r.fits and rec.estimate.memory.fits and data["fits"] is True
     assert set(data["compromise"].split("+")) <= {"no-accumulation", "pure-bf16", "adamw-8bit", "optimizer-in-backward",
-                                                  "cpu-offload", "lora"}
+                                                  "cpu-offload", "lora", "qlora", "paged-adamw-8bit"}
+    assert r.global_batch == 128 and r.compromise_rule  # never global batch 1; the policy says which part applied
     assert r.gives_up and r.standard_verdict and rec.decision_path[-1].node == "H"
     # the command is `advise launch`'s, and the plan it gives back carries the compromise
     argv = shlex.split(r.command)
@@ -155,33 +156,45 @@ def test_llama3_8b_on_one_gpu_recommends_a_compromise_that_fits_and_launches(gpu
     assert rec.plan.no_accumulation is no_acc and ("--grad-accum" in argv) is no_acc
 
 
-def test_the_lowest_risk_level_that_fits_wins_over_a_faster_riskier_one():
+def test_exact_before_lossy_unless_more_than_twice_slower():
+    """Issue 27's policy: CPU offload (exact) is taken while within 2x of the fastest close-arithmetic
+    compromise; a global batch changed by more than 2x (no accumulation down to 1) ranks last."""
+    from rules.compromise import EXACT_SLOWDOWN_LIMIT
+
     rec = _recommend(["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1"])
+    r = rec.recommendation
     fitting = {a.name.split(" ")[0]: a for a in rec.alternatives if a.kind in ("compromise", "offload") and a.fits}
-    assert rec.recommendation.compromise == "no-accumulation"
-    assert "lora" in fitting and fitting["lora"].samples_per_s > rec.estimate.throughput.samples_per_s
+    assert r.compromise == "cpu-offload" and r.global_batch == 128 and "exact before lossy" in r.compromise_rule
+    close = max(fitting[n].samples_per_s for n in ("pure-bf16", "pure-bf16+adamw-8bit"))
+    assert close / rec.estimate.throughput.samples_per_s <= EXACT_SLOWDOWN_LIMIT
+    assert "lora" in fitting and fitting["lora"].samples_per_s > rec.estimate.throughput.samples_per_s  # faster, lower tier
+    assert fitting["no-accumulation"].samples_per_s > 0  # listed, never chosen
 
 
-def test_a_level_may_combine_with_lower_risk_levels_and_keeps_its_rank():
-    rec = _recommend(["--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "1"])
+def test_a_level_may_combine_with_lower_risk_levels_and_says_what_runs():
+    rec = _recommend(["--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "1", "--no-cpu-offload"])
     r = rec.recommendation
     # pure-bf16 alone (with its Kahan buffer) does not fit 80 GB, 8-bit AdamW alone neither; together they
-    # do, at the 8-bit level's risk, before the optimizer-in-backward and CPU offload levels
+    # do, in the close-arithmetic tier; the text says what launcher.compromises builds: bitsandbytes'
+    # AdamW8bit on bf16 weights, not the Kahan-compensated update
     assert r.compromise == "pure-bf16+adamw-8bit" and r.precision == "pure-bf16" and r.optimizer == "adamw-8bit"
     assert "fp32 master weights" in r.gives_up and "8 bits" in r.gives_up
+    assert "Kahan" not in r.gives_up and "without compensation" in r.gives_up
 
 
 def test_the_wizard_shows_the_verdict_the_compromise_and_the_peak_parts():
     from tui.screens.recommendation import config_text
 
     text = config_text(_recommend(["--model", "llama3-8b", "--gpu", "H200", "--gpus", "1"]))
-    assert "compromise: no-accumulation" in text and "gives up" in text and "fp32 gradients" in text
+    assert "compromise: cpu-offload" in text and "gives up" in text and "fp32 gradients" in text
     assert "autocast weight copies" in text or "peak at the" in text
 
 
 PINS = [[], ["--optimizer-in-backward"], ["--optimizer-in-backward", "--strategy", "single"], ["--cpu-offload"],
         ["--precision", "pure-bf16", "--optimizer", "adamw-8bit"], ["--lora-rank", "8"], ["--grad-accum", "4"],
-        ["--optimizer-in-backward", "--strategy", "single", "--lora-rank", "16"], ["--task", "adapter"]]
+        ["--optimizer-in-backward", "--strategy", "single", "--lora-rank", "16"], ["--task", "pretrain"],
+        ["--lora-rank", "16", "--quantize-base", "4bit"], ["--optimizer", "paged-adamw-8bit"],
+        ["--optimizer", "adamw-8bit", "--strategy", "fsdp"]]
 
 
 @pytest.mark.parametrize("gpus", ["1", "4"])
@@ -200,5 +213,44 @@ def test_pins_and_compromises_never_crash_and_the_command_gives_the_plan_back(pi
         c = rec.plan.config
         assert not (c.optimizer_in_backward and (c.grad_accum > 1 or rec.plan.world_size > 1))
         assert not (c.cpu_offload and c.strategy is not Strategy.fsdp)
+        assert not (c.optimizer.eight_bit and c.strategy is Strategy.fsdp)  # bitsandbytes#1633
     else:
         assert r.compromise is None and rec.alternatives
+
+
+def test_qlora_alternative_launches_what_it_estimates():
+    """The QLoRA alternative's command gives back a plan with the 4-bit base (not plain LoRA's), and
+    its estimate holds the 4-bit weights: 0.516 bytes per projection weight (compromise_memory)."""
+    from cli.flags import request_from_namespace
+    from cli.main import build_parser
+    from rules.api import plan
+
+    rec = _recommend(["--model", "llama3-8b", "--gpu", "RTX-4090", "--gpus", "1", "--no-cpu-offload"])
+    alts = {a.name.split(" ")[0]: a for a in rec.alternatives if a.fits}
+    q = alts.get("qlora") or alts.get("lora")
+    assert "qlora" in alts or rec.recommendation.compromise == "qlora"
+    cmd = alts["qlora"].command if "qlora" in alts else rec.recommendation.command
+    again = plan(request_from_namespace(build_parser("launch").parse_args(shlex.split(cmd)[2:] + ["--recipe", "synthetic"])))
+    assert again.config.quantize_base == "4bit" and again.config.lora_rank == 16
+    assert q.device_gib < 24
+    lora = _est(lora_rank=16, grad_ckpt=True).memory
+    qlora = _est(lora_rank=16, quantize_base="4bit", grad_ckpt=True).memory
+    assert lora.weights_gib - qlora.weights_gib == pytest.approx(6.98e9 * (2 - 0.516) / GIB, rel=0.02)
+
+
+def test_paged_8bit_states_are_outside_torchs_peak_and_page_out_beyond_the_gpu():
+    """PagedAdamW8bit's states live in CUDA unified memory: not in peak_gib (max_memory_allocated), resident
+    in the GPU's room, the rest paged to host RAM at a PCIe cost per step."""
+    plain = _est(precision=Precision.pure_bf16, optimizer=Optimizer.adamw_8bit, grad_ckpt=True)
+    paged = _est(precision=Precision.pure_bf16, optimizer=Optimizer.paged_adamw_8bit, grad_ckpt=True)
+    assert paged.memory.peak_gib == pytest.approx(plain.memory.peak_gib - plain.memory.optimizer_gib, abs=0.01)
+    assert paged.memory.detail["paged_states_gib"] == pytest.approx(plain.memory.optimizer_gib)
+    assert paged.memory.detail["paged_out_gib"] == 0  # an H200 has the room: all resident, no paging cost
+    assert paged.throughput.samples_per_s == pytest.approx(plain.throughput.samples_per_s)
+    small = _est(gpu="RTX-4090", precision=Precision.pure_bf16, optimizer=Optimizer.paged_adamw_8bit, grad_ckpt=True,
+                 model="llama3.2-3b", micro_batch=4)
+    ref = _est(gpu="RTX-4090", precision=Precision.pure_bf16, optimizer=Optimizer.adamw_8bit, grad_ckpt=True,
+               model="llama3.2-3b", micro_batch=4)
+    assert not ref.memory.fits and small.memory.fits  # micro-batch 4 fits a 24 GB card only with paged states
+    assert small.memory.detail["paged_out_gib"] > 0 and small.memory.host_gib > 0
+    assert small.throughput.samples_per_s < ref.throughput.samples_per_s

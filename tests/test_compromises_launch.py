@@ -260,3 +260,40 @@ def test_force_launches_what_the_estimate_refuses_and_the_oom_retry_still_guards
     assert "forced (--force): the estimate says mini-transformer needs" in err
     assert rec["status"] == "succeeded" and rec["plan"]["forced"].startswith("the estimate says")
     assert [(a["micro_batch"], a["status"]) for a in rec["attempts"]] == [(4, "oom"), (2, "succeeded")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes not installed")
+def test_qlora_runs_adapters_on_a_4bit_nf4_base(tmp_path, capsys):
+    """--lora-rank R --quantize-base 4bit: bitsandbytes Linear4bit (NF4, double quantization) under peft's
+    adapters; bitsandbytes runs NF4 on CPU too, so the whole path is tested here."""
+    rc, rec, what, run = _launch(capsys, tmp_path, "--lora-rank", "4", "--quantize-base", "4bit", "--base-lr", "0.005",
+                                 "--max-steps", "8")
+    assert rc == 0 and rec["status"] == "succeeded"
+    assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
+    assert what["compromises"] == ["qlora"] and what["quant_type"] == ["nf4"] and what["base_weight_dtypes"] == ["uint8"]
+    assert what["linear4bit_layers"] > 0 and what["trainable_dtypes"] == ["float32"]
+    assert (run / "adapters" / "adapter_model.safetensors").stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cpu", "--optimizer", "paged-adamw-8bit"], "a --cpu run has no GPU to page from"),
+    (["--gpu", "H100", "--gpus", "2", "--strategy", "fsdp", "--optimizer", "adamw-8bit"], "bitsandbytes#1633"),
+    (["--cpu", "--quantize-base", "4bit"], "add --lora-rank"),
+])
+def test_compromises_that_cannot_run_are_refused_before_anything_starts(argv, message, tmp_path, capsys):
+    rc = main(["launch", *TINY[:2], *argv, "--recipe", "synthetic", "--max-steps", "1", "--home", str(tmp_path)])
+    assert rc == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # refused before a record or a process
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes not installed")
+def test_qlora_and_paged_8bit_plan_for_a_24gb_card(tmp_path, capsys):
+    """The standard answers for an 8B model on one RTX 4090 are estimated and launchable (dry run)."""
+    for extra in (["--lora-rank", "16", "--quantize-base", "4bit"], ["--model", "llama3.2-1b", "--optimizer", "paged-adamw-8bit"]):
+        model = [] if "--model" in extra else ["--model", "llama3-8b"]
+        assert main(["launch", *model, *extra, "--gpu", "RTX-4090", "--gpus", "1", "--seq-len", "2048", "--recipe",
+                     "synthetic", "--dry-run", "--json", "--home", str(tmp_path)]) == 0
+        plan = json.loads(capsys.readouterr().out)["plan"]
+        assert plan["config"]["quantize_base"] == ("4bit" if "--quantize-base" in extra else None)
+        assert plan["config"]["optimizer"] == ("paged-adamw-8bit" if "--optimizer" in extra else "adamw")

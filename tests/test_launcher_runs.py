@@ -95,10 +95,11 @@ def test_oom_retries_with_smaller_micro_batch(tmp_path, capsys):
                           "--grad-accum", "{grad_accum}", "--lr", "{lr}", "--limit", "2")
     assert rc == 0 and rec["status"] == "succeeded"
     assert [(a["micro_batch"], a["grad_accum"], a["status"]) for a in rec["attempts"]] == [(4, 1, "oom"), (2, 2, "succeeded")]
-    assert rec["plan"]["global_batch"] == 4 and rec["plan"]["lr"] == pytest.approx(3e-4)
+    # mini-transformer's recipe, 5e-4 at 64, sqrt-scaled for AdamW to batch 4 (rules/data/defaults.toml)
+    assert rec["plan"]["global_batch"] == 4 and rec["plan"]["lr"] == pytest.approx(1.25e-4)
     run = Path(rec["run_dir"])
     argv2 = json.loads((run / "argv-attempt2-rank0.json").read_text())
-    assert argv2 == ["--micro-batch", "2", "--grad-accum", "2", "--lr", "0.0003", "--limit", "2"]
+    assert argv2 == ["--micro-batch", "2", "--grad-accum", "2", "--lr", "0.000125", "--limit", "2"]
     assert rec["metrics"]["steps"] == 3
 
 

@@ -21,7 +21,7 @@ from cli.main import main
 from launcher.command import Target, build_launch_spec, fill_placeholders
 from launcher.oom import retry_decision, retry_note, shrink, smaller_micro_batch, text_has_oom
 from launcher.run_logs import failing_rank
-from launcher.runtime import lr_factor
+from advisor.schedule import lr_factor
 from launcher.store import Attempt, MetricsSummary, RunStore
 
 SCRIPTS = Path(__file__).with_name("scripts")
@@ -246,7 +246,8 @@ def test_dry_run_prints_config_and_argv(tmp_path, capsys):
     assert main([*CPU2, "--home", str(tmp_path), "--dry-run", "--json", "--", str(SCRIPTS / "oom_train.py"),
                  "--micro-batch", "{micro_batch}", "--lr", "{lr}"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["command"]["cmd"][-4:] == ["--micro-batch", "2", "--lr", "0.0003"]
+    # mini-transformer's recipe (5e-4 at 64, rules/data/defaults.toml), sqrt-scaled for AdamW to 2 x 2 = 4
+    assert data["command"]["cmd"][-4:] == ["--micro-batch", "2", "--lr", "0.000125"]
     assert data["accelerate_config"]["num_processes"] == 2 and data["plan"]["global_batch"] == 4
 
 
@@ -255,7 +256,7 @@ def test_plan_round_trip(tmp_path, capsys):
     assert main([*CPU2, "--batch-size", "8", "--base-lr", "1e-3", "--base-batch", "4", "--max-steps", "20",
                  "--recipe", "synthetic", "--dry-run", "--json", "--save-plan", str(saved)]) == 0
     first = json.loads(capsys.readouterr().out)
-    assert first["plan"]["config"]["grad_accum"] == 2 and first["plan"]["lr"] == pytest.approx(2e-3)
+    assert first["plan"]["config"]["grad_accum"] == 2 and first["plan"]["lr"] == pytest.approx(1e-3 * 2 ** 0.5)  # sqrt for AdamW
     assert main(["launch", "--plan", str(saved), "--recipe", "synthetic", "--dry-run", "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second["plan"] == first["plan"] == json.loads(saved.read_text())

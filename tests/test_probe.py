@@ -46,10 +46,10 @@ def _no_gpu() -> Machine:
 
 
 def _cpu_hardware(model: str = "mini-transformer"):
-    from launcher.cpu_plan import cpu_plan
+    from plans import cpu_plan_for
     from launcher.probe import probe_target
 
-    plan, _ = cpu_plan(Request(model=ModelRef(name=model), micro_batch=4, seq_len=32))
+    plan, _ = cpu_plan_for(Request(model=ModelRef(name=model), micro_batch=4, seq_len=32))
     return probe_target(plan, _no_gpu()).hardware
 
 
@@ -199,10 +199,10 @@ def test_mistakes_exit_2_before_any_process(monkeypatch, capsys, tmp_path, argv,
 
 
 def test_fsdp_plans_are_refused():
-    from launcher.cpu_plan import cpu_plan
+    from plans import cpu_plan_for
     from launcher.probe import probe_target
 
-    plan, _ = cpu_plan(Request(model=ModelRef(name="mini-transformer"), strategy=Strategy.fsdp), processes=2)
+    plan, _ = cpu_plan_for(Request(model=ModelRef(name="mini-transformer"), strategy=Strategy.fsdp), processes=2)
     with pytest.raises(UserError, match="FSDP; a probe runs one device"):
         probe_target(plan, _no_gpu())
 

@@ -370,12 +370,12 @@ def _old_run(home: Path, *, nodes: int = 1, status: str = "failed", step: int | 
     """A terminal run of mini-transformer on CPU with a complete checkpoint at ``step`` (nothing ran)."""
     from advisor.request import ModelRef, Request
     from launcher.command import ENV_CHECKPOINT_EVERY, ENV_MAX_STEPS, Target
-    from launcher.cpu_plan import cpu_plan
+    from plans import cpu_plan_for
     from launcher.home import new_run
     from launcher.checkpoints import META_NAME, step_dir
     from launcher.store import RunStore
 
-    plan, _ = cpu_plan(Request(model=ModelRef(name="mini-transformer"), seq_len=32, micro_batch=4, nodes=nodes), processes=1)
+    plan, _ = cpu_plan_for(Request(model=ModelRef(name="mini-transformer"), seq_len=32, micro_batch=4, nodes=nodes), processes=1)
     store = RunStore.open(home)
     rec, rdir = new_run(store, home, plan, target or Target(kind="recipe", name="synthetic"))
     store.update(rec.id, command={"cmd": ["x"], "env": {ENV_MAX_STEPS: str(max_steps), ENV_CHECKPOINT_EVERY: "2",

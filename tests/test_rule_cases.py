@@ -75,8 +75,11 @@ def _check_value(path: str, actual, want) -> None:
         ok = {"==": lambda: actual == value, "!=": lambda: actual != value,
               "<": lambda: actual is not None and actual < value, "<=": lambda: actual is not None and actual <= value,
               ">": lambda: actual is not None and actual > value, ">=": lambda: actual is not None and actual >= value,
-              "missing": lambda: actual is None, "in": lambda: actual in value}[op]()
-        assert ok, f"{path}: {actual!r} is not {op} {value!r}"
+              "missing": lambda: actual is None, "in": lambda: actual in value,
+              # within a factor of a published value (tests/cases/lr.toml: the recipe's source is named)
+              "within": lambda: actual is not None and value / want["factor"] <= actual <= value * want["factor"]}[op]()
+        assert ok, (f"{path}: {actual!r} is not {op} {value!r}" + (f" x/ {want['factor']} ({want.get('source')})"
+                                                                    if op == "within" else ""))
     elif isinstance(want, float):
         assert actual == pytest.approx(want, rel=1e-6), f"{path}: {actual!r} != {want!r}"
     else:

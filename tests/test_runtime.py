@@ -6,12 +6,12 @@ import torch
 
 from advisor.plan import ModelRef
 from advisor.request import Request
-from launcher.cpu_plan import cpu_plan
+from plans import cpu_plan_for
 from launcher.runtime import Runtime
 
 
 def _runtime(tmp_path, **kw) -> Runtime:
-    plan, _ = cpu_plan(Request(model=ModelRef(name="mini-transformer"), micro_batch=2, seq_len=8), processes=1, max_steps=8)
+    plan, _ = cpu_plan_for(Request(model=ModelRef(name="mini-transformer"), micro_batch=2, seq_len=8), processes=1, max_steps=8)
     return Runtime(plan, metrics_path=tmp_path / "metrics.jsonl", **kw)
 
 

@@ -41,7 +41,7 @@ def test_workload_cross_field_problems_name_the_field():
     assert set(Workload(epochs=2).problems()) == {"dataset_size"}
     assert Workload(dataset_size=100, epochs=1, deadline_h=2).problems() == {}
     kw = Workload(batch_size=32, dataset_size=100, epochs=1, deadline_h=2).request_fields()
-    assert kw == {"batch_size": 32, "dataset_size": 100, "epochs": 1.0, "deadline_h": 2.0, "lr_scaling": "linear"}
+    assert kw == {"batch_size": 32, "dataset_size": 100, "epochs": 1.0, "deadline_h": 2.0}
 
 
 def test_wizard_state_is_the_request_advise_builds_from_the_same_flags():

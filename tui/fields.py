@@ -21,6 +21,14 @@ def text(value: str) -> str:
     return value.strip()
 
 
+def task(value: str) -> str:
+    """--task's choices (advisor.request.Request.task)."""
+    v = value.strip().lower()
+    if v not in ("pretrain", "finetune"):
+        raise ValueError("pretrain or finetune")
+    return v
+
+
 def count_up_to(limit: int) -> Callable[[str], int]:
     """A positive whole number no larger than ``limit`` (e.g. GPUs detected)."""
 

@@ -44,10 +44,11 @@ def build_plan(choice: LaunchChoice, state: WizardState, view: RecView | None = 
         raise UserError("no model chosen", fix="pick one on the Model screen (F3)")
     from advisor.request import Request
     from launcher.cpu_plan import cpu_plan
+    from rules.lr import recipe_for_request
 
     # The workload's request without the GPU fields: CPU processes are counted by the form.
     req = Request(model=state.model, micro_batch=choice.micro_batch, **state.workload.request_fields())
-    return cpu_plan(req, processes=choice.processes, max_steps=choice.max_steps)
+    return cpu_plan(req, recipe_for_request(req), processes=choice.processes, max_steps=choice.max_steps)
 
 
 def check_fits(plan: Plan) -> None:

@@ -71,7 +71,7 @@ class Workload(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task: str | None = None
+    task: Literal["pretrain", "finetune"] | None = None
     batch_size: int | None = Field(None, description="global batch")
     seq_len: int | None = None
     image_size: int | None = None
@@ -80,7 +80,7 @@ class Workload(BaseModel):
     deadline_h: float | None = None
     base_lr: float | None = None
     base_batch: int | None = None
-    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+    lr_scaling: Literal["auto", "linear", "sqrt", "none"] = "auto"  # auto: the recipe's rule (Request's None)
 
     def problems(self) -> dict[str, str]:
         """Field -> message for combinations the rules would refuse (flagged on the field)."""
@@ -94,8 +94,8 @@ class Workload(BaseModel):
         return out
 
     def request_fields(self) -> dict:
-        """The ``Request`` workload fields that are set (``lr_scaling`` always)."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        """The ``Request`` workload fields that are set."""
+        return {k: v for k, v in self.model_dump().items() if v is not None and not (k == "lr_scaling" and v == "auto")}
 
 
 class WizardState(BaseModel):

@@ -5,8 +5,10 @@ that uses the runtime gets the same behaviour:
 
 - ``apply_to_model``  (from ``setup_model``): LoRA adapters (``lora``) after the plan's other model choices;
 - ``make_optimizer``  (from ``optimizer``): KahanAdamW for pure-bf16 (``kahan``; torch AdamW on the
-  bf16 weights with ``--pure-bf16-update plain``), bitsandbytes
-  AdamW8bit for adamw-8bit, either wrapped per parameter for --optimizer-in-backward (``in_backward``);
+  bf16 weights with ``--pure-bf16-update plain``), bitsandbytes AdamW8bit for adamw-8bit and
+  PagedAdamW8bit for paged-adamw-8bit (no Kahan compensation: with pure-bf16 these step the bf16
+  weights plainly), either wrapped per parameter for --optimizer-in-backward (``in_backward``);
+  QLoRA's 4-bit base (``lora.quantize_4bit``) from ``apply_to_model``;
 - ``describe``        (from ``prepare``): ``compromise.json`` in the run directory, what really ran
   (optimizer class, parameter dtypes, trainable counts, FSDP offload), for the run record and the tests.
 
@@ -38,15 +40,17 @@ def names(plan: Plan) -> list[str]:
     return [f"lora-r{c.lora_rank}" if name == LORA else name for name in in_config(c)]  # the record names the rank
 
 
-def apply_to_model(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:
-    """LoRA last (peft wraps the model as the plan's other choices left it)."""
+def apply_to_model(plan: Plan, model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
+    """LoRA last (peft wraps the model as the plan's other choices left it); QLoRA quantizes its base
+    projections on ``device`` first (bitsandbytes quantizes when the weights move there)."""
     if plan.config.lora_rank:
         import torch
 
         from launcher.compromises.lora import apply_lora
 
         base = torch.float16 if plan.config.precision is Precision.fp16 else torch.bfloat16
-        model = apply_lora(model, plan.config.lora_rank, base_dtype=base)
+        model = apply_lora(model, plan.config.lora_rank, base_dtype=base, quantize_base=plan.config.quantize_base,
+                           device=device)
     return model
 
 
@@ -60,6 +64,10 @@ def _one_optimizer(plan: Plan, params: list, lr: float, weight_decay: float, dev
         import bitsandbytes as bnb  # presence checked at plan time (checks.check_compromises)
 
         return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay)
+    if c.optimizer is Optimizer.paged_adamw_8bit:  # GPU only (checks.check_compromises refuses --cpu)
+        import bitsandbytes as bnb
+
+        return bnb.optim.PagedAdamW8bit(params, lr=lr, weight_decay=weight_decay)
     if c.kahan:
         from launcher.compromises.kahan import KahanAdamW
 
@@ -122,6 +130,11 @@ def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict
     if plan.config.lora_rank:
         cfg = getattr(accelerator.unwrap_model(model), "peft_config", {}).get("default")
         info["lora_targets"] = sorted(cfg.target_modules) if cfg is not None else None
+        # QLoRA: the base layers that really run in 4 bits (bitsandbytes Linear4bit, quantized weights)
+        four = [m for m in model.modules() if type(m).__name__ == "Linear4bit"]
+        info["linear4bit_layers"] = len(four)
+        info["quant_type"] = sorted({str(getattr(m.weight, "quant_type", "?")) for m in four}) if four else None
+        info["base_weight_dtypes"] = sorted({str(m.weight.dtype).replace("torch.", "") for m in four}) if four else None
     return info
 
 

@@ -48,8 +48,25 @@ def _model_spec(plan: Plan):
 def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=None) -> None:
     """Refuse (UserError) a plan whose compromises cannot run here; ``available_gib``: host RAM, measured when None."""
     c = plan.config
-    if c.optimizer is Optimizer.adamw_8bit:
-        _require("bitsandbytes", "--optimizer adamw-8bit")
+    if c.optimizer.eight_bit:
+        _require("bitsandbytes", f"--optimizer {c.optimizer.value}")
+        if c.strategy is Strategy.fsdp or c.cpu_offload:
+            # never measured here; upstream: bitsandbytes-foundation/bitsandbytes#1633 (illegal memory access
+            # with FSDP2), #89 (8-bit optimizers don't work with FSDP)
+            raise UserError(f"--optimizer {c.optimizer.value} under FSDP: bitsandbytes' 8-bit optimizers are not "
+                            "combined with FSDP (untested here; upstream reports illegal memory accesses: "
+                            "bitsandbytes-foundation/bitsandbytes#1633)",
+                            fix="use --strategy single or ddp with it, or --optimizer adamw under FSDP")
+        if c.optimizer is Optimizer.paged_adamw_8bit and plan.cpu:
+            # bitsandbytes would warn and run the non-paged AdamW8bit: not what the plan says
+            raise UserError("--optimizer paged-adamw-8bit pages its states between GPU and host memory (CUDA unified "
+                            "memory); a --cpu run has no GPU to page from",
+                            fix="use --optimizer adamw-8bit (or adamw) with --cpu, or run on a GPU")
+    if c.quantize_base:  # bitsandbytes >= 0.45 runs NF4 on CPU too (its torch fallback): CPU runs test the path
+        _require("bitsandbytes", "--quantize-base 4bit")
+        if c.strategy is Strategy.fsdp or c.cpu_offload:
+            raise UserError("--quantize-base 4bit under FSDP: sharding 4-bit weights needs a quantized storage dtype "
+                            "FSDP can flatten (not built here)", fix="use --strategy single or ddp with QLoRA")
     if c.lora_rank:
         _require("peft", f"--lora-rank {c.lora_rank}")
         if c.precision in (Precision.fp32, Precision.tf32):
@@ -77,9 +94,6 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
         if c.strategy is Strategy.ddp:
             raise UserError("--cpu-offload is FSDP's (parameters, gradients and optimizer states sharded to host "
                             "memory), not DDP's", fix="use --strategy fsdp (or single, one process) with --cpu-offload")
-        if c.optimizer is Optimizer.adamw_8bit:
-            raise UserError("--optimizer adamw-8bit runs its update on the GPU; with --cpu-offload the states live "
-                            "in host memory", fix="drop one of --optimizer adamw-8bit and --cpu-offload")
         spec = spec or _model_spec(plan)
         need = offload_host_gib(plan, spec.params)
         if available_gib is None:

@@ -54,14 +54,46 @@ def target_modules(model: torch.nn.Module) -> tuple[list[str], bool]:
                      + ", ".join("/".join(f) for f in FAMILIES) + ")")
 
 
-def apply_lora(model: torch.nn.Module, rank: int, base_dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
-    """The peft model: ``model`` frozen and cast to ``base_dtype``, fp32 adapters of rank ``rank`` on its projections."""
+def quantize_4bit(model: torch.nn.Module, names: list[str], compute_dtype: torch.dtype,
+                  device: torch.device | None = None) -> int:
+    """QLoRA's base (Dettmers et al. 2023): every ``nn.Linear`` named in ``names`` replaced by bitsandbytes'
+    ``Linear4bit`` (NF4, double quantization, blocksize 64: what ``BitsAndBytesConfig(load_in_4bit=True,
+    bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)`` builds), frozen; the weights are quantized
+    when they move to ``device``. Returns how many layers were replaced."""
+    import bitsandbytes as bnb
+
+    count = 0
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if child_name not in names or type(child) is not torch.nn.Linear:
+                continue
+            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                  compute_dtype=compute_dtype, compress_statistics=True, quant_type="nf4")
+            q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                         quant_type="nf4")
+            if child.bias is not None:
+                q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(parent, child_name, q.to(device) if device is not None else q)
+            count += 1
+    return count
+
+
+def apply_lora(model: torch.nn.Module, rank: int, base_dtype: torch.dtype = torch.bfloat16, *,
+               quantize_base: str | None = None, device: torch.device | None = None) -> torch.nn.Module:
+    """The peft model: ``model`` frozen and cast to ``base_dtype`` (its projections in 4-bit NF4 with
+    ``quantize_base="4bit"``: QLoRA), fp32 adapters of rank ``rank`` on its projections."""
     from peft import LoraConfig, get_peft_model
 
     names, conv1d = target_modules(model)
+    if quantize_base and conv1d:
+        raise ValueError("--quantize-base 4bit replaces nn.Linear projections; this model's are transformers' "
+                         "Conv1D (gpt2): load it with BitsAndBytesConfig instead, or drop --quantize-base")
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=names,
                         fan_in_fan_out=conv1d, bias="none")
     model = model.to(base_dtype)
+    if quantize_base:
+        if not quantize_4bit(model, names, base_dtype, device):
+            raise ValueError(f"--quantize-base 4bit found no nn.Linear among {', '.join(names)} to quantize")
     model = get_peft_model(model, config, autocast_adapter_dtype=True)
     for p in model.parameters():  # adapters in fp32 whatever peft's version does by default
         if p.requires_grad and p.dtype != torch.float32:

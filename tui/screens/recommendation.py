@@ -47,8 +47,8 @@ def config_text(rec: Recommendation) -> str:
     lines += [
         f"[b]{r.strategy.upper()}[/b] on {where} · precision [b]{r.precision}[/b]"
         f" · compile {_yn(r.compile)} · checkpointing {_yn(r.grad_ckpt)}"
-        + (f" · optimizer {r.optimizer}" if r.optimizer == "adamw-8bit" else "")
-        + (f" · LoRA r{r.lora_rank}" if r.lora_rank else "")
+        + (f" · optimizer {r.optimizer}" if r.optimizer in ("adamw-8bit", "paged-adamw-8bit") else "")
+        + (f" · {'QLoRA' if (r.compromise or '').endswith('qlora') else 'LoRA'} r{r.lora_rank}" if r.lora_rank else "")
         + (" · optimizer step in backward" if r.optimizer_in_backward else "")
         + (" · CPU offload" if r.cpu_offload else ""),
         f"micro-batch {r.micro_batch} x {r.grad_accum} accumulation x {r.gpus} GPU(s)"

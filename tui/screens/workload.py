@@ -21,7 +21,7 @@ from textual.worker import get_current_worker
 from advisor.errors import UserError
 from advisor.units import format_hours
 from tui import compute
-from tui.fields import FieldSpec, duration_hours, positive_float, positive_int, text
+from tui.fields import FieldSpec, duration_hours, positive_float, positive_int, task
 from tui.messages import PreviewReady
 from tui.screens.base import StepScreen
 from tui.state import Workload
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rules.recommend import Recommendation
 
 FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("task", "task", text, "what is trained (free text)", "e.g. sentiment"),
+    FieldSpec("task", "task", task, "pretrain or finetune: picks the LR recipe", "family default"),
     FieldSpec("batch_size", "global batch", positive_int, "samples per optimizer step, all GPUs", "rules choose"),
     FieldSpec("seq_len", "seq len", positive_int, "tokens per sample", "model default"),
     FieldSpec("image_size", "image size", positive_int, "image side in pixels", "model default"),
@@ -77,7 +77,7 @@ class WorkloadScreen(StepScreen):
                 yield FormRow(spec, _text(spec.name, getattr(w, spec.name)))
             with Horizontal(classes="form-row", id="row-lr_scaling"):
                 yield Label("LR scaling", classes="form-label")
-                yield Select([("linear", "linear"), ("sqrt", "sqrt"), ("none", "none")], value=w.lr_scaling,
+                yield Select([("recipe's", "auto"), ("linear", "linear"), ("sqrt", "sqrt"), ("none", "none")], value=w.lr_scaling,
                              allow_blank=False, compact=True, id="lr-scaling")
                 yield Static("with the global batch (Goyal et al. 2017)", classes="form-hint")
         yield Static("", id="preview", classes="panel")
@@ -132,7 +132,7 @@ class WorkloadScreen(StepScreen):
             return
         values = {r.spec.name: r.value for r in rows}
         scaling = self.query_one("#lr-scaling", Select).value
-        workload = Workload(**values, lr_scaling=scaling if scaling is not Select.BLANK else "linear")
+        workload = Workload(**values, lr_scaling=scaling if scaling is not Select.BLANK else "auto")
         problems = workload.problems()
         for r in rows:
             r.set_problem(problems.get(r.spec.name))
