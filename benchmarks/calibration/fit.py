@@ -1,28 +1,11 @@
 """Fit the estimator's calibration on the reference rows marked "fit"; judge it on "holdout".
 
-    python benchmarks/fit_calibration.py
+    python -m benchmarks.calibration.fit [--out CALIBRATION_JSON] [--report REPORT_MD]
 
-Rows (all on one H200; splits declared before measuring, in benchmarks/measure_reference.py):
-* ``h200-reference.jsonl``: catalog models at large batches. Its first run turned cuDNN TF32 off,
-  so its fp32 CNN row is "true fp32", a precision cardwise no longer names (DESIGN.md: fp32 =
-  PyTorch's defaults, cuDNN TF32 on): that row is listed as excluded, neither fit nor judged.
-* ``h200-hostbound-2026-12-04.jsonl``: small batches (host-bound regime), compiled small batches and
-  fp32 CNNs with cuDNN TF32 (issue 16), measured with the host's dispatch speed in the header
-  (``launcher.host_dispatch``). That header is the reference host: ``host_dispatch_ref_us``.
-  Every row is predicted for the host that ran it: ``host_factor`` = its file's dispatch time over
-  the reference's, 1.0 for files measured before the header had it (assumed the reference host).
-  The first measurement of the set (``h200-hostbound.jsonl``, 2026-12-03) is a run-to-run repeat.
-* ``h200-hostbound-contended-2026-12-04.jsonl``: host-bound rows on a host slowed on purpose (one
-  core shared with a busy loop): judged on their own, with and without their host factor.
-* ``h200-1gpu.csv`` (``advise bench``): its compiled rows and its fp32 CNN row (cuDNN TF32 on, as
-  DESIGN.md's fp32) join the fit when their configuration is none of the holdout rows'.
-* ``/work/main/benchmarks/results/h200-users.jsonl`` when present (users' models, see users.py), the
-  unseen sets' files (holdout, ``unseen_sets.json``) and seven compiled rows timed again each in a
-  process of its own (``h200-compiled-kernels-2026-12-04/compiled-kernels.json``: throughput fit rows,
-  ``fresh_compiled_rows``).
+Rows: ``benchmarks.calibration.rows`` (every measured row, its split and host factor).
 
 Writes ``advisor/data/calibration.json`` (the packaged calibration) and
-``benchmarks/results/h200-estimator.md`` (predicted vs measured for every row, the quality bars
+``benchmarks/calibration/results/h200-estimator.md`` (``benchmarks.calibration.report``: predicted vs measured for every row, the quality bars
 of DESIGN.md on the holdout rows, per family, before and after issue 16's host model: "before"
 is ``h200-estimator-before-roofline.json``, the estimator at commit fc248ce on the same rows).
 Rows marked "holdout" never influence a constant.
@@ -40,210 +23,19 @@ rows' measured peaks.
 
 from __future__ import annotations
 
-import functools
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from advisor.calibration import PACKAGED, Calibration  # noqa: E402
-from advisor.catalog import catalog_model  # noqa: E402
-from advisor.config import TrainConfig  # noqa: E402
-from advisor.estimate import estimate  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
-from advisor.host_speed import HostSpeed  # noqa: E402
-from advisor.hardware import HardwareSpec  # noqa: E402
-from advisor.step_work import step_work  # noqa: E402
-from advisor.throughput import combine, gpu_seconds, host_seconds  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
-DEFAULT = RESULTS / "h200-reference.jsonl"
-HOSTBOUND = RESULTS / "h200-hostbound-2026-12-04.jsonl"
-CONTENDED = RESULTS / "h200-hostbound-contended-2026-12-04.jsonl"
-def _unseen_sets() -> tuple[tuple[str, str, str, tuple[str, ...], bool], ...]:
-    """Each unseen set of ``benchmarks/unseen_sets.json`` (measure_unseen.py --set uN): its rows' id prefix,
-    its name, what the estimator of the day before predicted for it (--predict FILE, committed before the
-    call that measured it), the files that measured it, newest first (a row comes from the first file that
-    has it), and whether half its rows joined the fit (``half_in_fit``, below)."""
-    sets = json.loads((ROOT / "benchmarks" / "unseen_sets.json").read_text())
-    return tuple((s["rows"][0][0].split("-", 1)[0] + "-", s["name"], s["predicted"], tuple(s["measured"]),
-                  s["half_in_fit"]) for s in sets.values())
-
-
-UNSEEN_SETS = _unseen_sets()
-UNSEEN = tuple(RESULTS / f for *_, files, _ in UNSEEN_SETS for f in files)
-# Sets whose before-measuring judgement is recorded (their predictions files and the closing notes of
-# issue 16) and marked ``half_in_fit``: half of their rows join the fit, chosen by a hash of the row's id
-# (fit_half), the other half stays holdout. With the fit rows alone (catalog models at few sizes) the fit
-# never saw an fp32 GEMM of 2,048 rows or a VGG, and every later set is judged before measuring all the same.
-REFIT_SETS = tuple(prefix for prefix, *_, half in UNSEEN_SETS if half)
-
-
-def fit_half(row_id: str) -> bool:
-    """A fixed half of the rows, independent of their errors: the id's CRC-32 is even."""
-    import zlib
-
-    return zlib.crc32(row_id.encode()) % 2 == 0
-# The users' eager rows measured again (h200_round6.sh) with the host's dispatch speed after each row:
-# they replace the first measurement of the same configuration, which had no host speed.
-USERS_RERUN = RESULTS / "h200-users-rerun-2026-12-04.jsonl"
-# Compiled users' rows, each in a process of its own (benchmarks/h200_compiled_kernels.sh): fresh_compiled_rows.
-COMPILED_FRESH = RESULTS / "h200-compiled-kernels-2026-12-04" / "compiled-kernels.json"
-BENCH_CSV = RESULTS / "h200-1gpu.csv"
-# Every row predicted by the estimator before the per-kind roofline (commit fc248ce, its packaged
-# calibration): `python benchmarks/predict_users.py --snapshot FILE` run in that checkout wrote it.
-BEFORE = RESULTS / "h200-estimator-before-roofline.json"
-REPORT = RESULTS / "h200-estimator.md"
-_CONFIG_KEYS = ("model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt", "channels_last")
-
-
-@functools.lru_cache(maxsize=None)
-def dispatch_us(path: Path) -> float | None:
-    """The reference step's time in a measurement file's header (launcher.host_dispatch), if recorded."""
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("kind") == "header":
-            return (r.get("host_dispatch") or {}).get("us_per_step")
-    return None
-
-
-def host_factor_of(path: Path, row: dict | None = None) -> float:
-    """The host that measured the row over the reference host (HOSTBOUND's header), by the first of:
-    the probes taken inside the row, between its timed rounds (``host_dispatch_in_row_us``,
-    measure_users_models.py --rounds; from the thirteenth set); the dispatch speed in the file's
-    header (launcher.host_dispatch at the call's start, as `advise probe` measures a user's machine
-    once); the row's reading after its teardown. 1.0 when none or the reference was not measured.
-    The header comes before the after-teardown reading because those ran right after a row's
-    teardown and read 1.06-1.37x the header in the third unseen set (header 0.96x the reference):
-    with them its rows are predicted worse (13.0% median, 31.9% worst) than with the header (11.7%,
-    27.7%). The in-row probes run with the model alive and the device idle, in the seconds the row
-    is timed: the host drifts within a call (1.6x across the twelfth call's after-row readings)."""
-    row = row or {}
-    here = row.get("host_dispatch_in_row_us") or (dispatch_us(path) if path.exists() else None) \
-        or row.get("host_dispatch_us")
-    ref = dispatch_us(HOSTBOUND) if HOSTBOUND.exists() else None
-    return here / ref if here and ref else 1.0
-
-
-def load(path: Path) -> tuple[dict, list[dict]]:
-    header, rows = {}, []
-    factor = host_factor_of(path)
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("kind") == "header":
-            header = r
-        elif "error" not in r:
-            rows.append(dict(r, source=path.name, cudnn_tf32=r.get("cudnn_tf32", "tf32" in header), host_factor=factor))
-    return header, rows
-
-
-def bench_fit_rows(path: Path, holdout: list[dict]) -> list[dict]:
-    """`advise bench` rows marked fit: compiled ones, and fp32 CNNs (cuDNN TF32 on, DESIGN.md's fp32),
-    unless a holdout row has their configuration."""
-    import csv
-
-    if not path.exists():
-        return []
-    held = {tuple(r[k] for k in _CONFIG_KEYS) for r in holdout}
-    out = []
-    for b in csv.DictReader(path.open()):
-        if b["status"] != "ok" or not (b["compile"] == "True" or (b["family"] == "cnn" and b["precision"] == "fp32")):
-            continue
-        r = {"id": f"bench-{b['model']}-{b['variant']}-{b['micro_batch']}", "model": b["model"],
-             "micro_batch": int(b["micro_batch"]), "seq_len": int(b["seq_len"]) if b["seq_len"] else None,
-             "image_size": int(b["image_size"]) if b["image_size"] else None, "precision": b["precision"],
-             "compile": b["compile"] == "True", "grad_ckpt": False, "channels_last": b["channels_last"] == "True",
-             "split": "fit", "step_s": float(b["step_s"]), "samples_per_s": float(b["samples_per_s"]),
-             "peak_gib": float(b["peak_gib"]), "source": path.name, "cudnn_tf32": True}
-        if tuple(r[k] for k in _CONFIG_KEYS) not in held:
-            out.append(r)
-    return out
-
-
-def all_rows() -> tuple[dict, list[dict]]:
-    """Every measured row, with its split; "excluded" rows are shown but neither fit nor judged."""
-    header, rows = load(DEFAULT)
-    if HOSTBOUND.exists():
-        rows += load(HOSTBOUND)[1]
-    for r in rows:
-        if r["precision"] == "fp32" and spec_of(r).family == "cnn" and not r["cudnn_tf32"]:
-            r["split"] = "excluded"  # true fp32: not what cardwise's fp32 means (DESIGN.md)
-    rows += bench_fit_rows(BENCH_CSV, [r for r in rows if r["split"] == "holdout"])
-    from users import USERS, user_rows  # noqa: E402  (benchmarks/users.py)
-
-    again = {r["id"]: dict(r, host_factor=host_factor_of(USERS_RERUN, r)) for r in user_rows(USERS_RERUN)} \
-        if USERS_RERUN.exists() else {}
-    rows += [again.get(r["id"]) or dict(r, host_factor=host_factor_of(USERS, r)) for r in user_rows()]
-    seen = set()
-    for path in UNSEEN:  # benchmarks/measure_unseen.py: holdout rows only
-        if path.exists():
-            got = [dict(r, host_factor=host_factor_of(path, r),
-                        split="fit" if r["id"].startswith(REFIT_SETS) and fit_half(r["id"]) else "holdout")
-                   for r in user_rows(path) if r["split"] == "holdout" and r["id"] not in seen]
-            seen |= {r["id"] for r in got}
-            rows += got
-    rows += fresh_compiled_rows(COMPILED_FRESH, rows)
-    return header, rows
-
-
-def fresh_compiled_rows(path: Path, rows: list[dict]) -> list[dict]:
-    """Compiled configurations timed again, each in a process of its own with the host probed beside it
-    (compiled_overlap.py --fresh, ``step_ms`` and ``host_dispatch_us``), as fit rows of throughput only:
-    samples/s from that step time, predicted for that probe's host; their memory is their set's
-    measurement, judged but fit on nothing (``throughput_only``). The compiled fit rows before them were
-    catalog models and few host-bound users' models: the fit kept a fixed host part of ~5 ms per CNN
-    step that VGG-BN's whole step (6.8 ms at the reference host) contradicts, and had nanoGPT's host
-    28% short (benchmarks/compiled_kernels_vs_census.py). Their configurations were holdout rows of the
-    fifth to twelfth sets, judged before this; the ids here end in "-fresh"."""
-    if not path.exists():
-        return []
-    by_id = {r["id"]: r for r in rows}
-    ref = dispatch_us(HOSTBOUND)
-    out = []
-    for m in json.loads(path.read_text()):
-        base = by_id.get(m["id"])
-        if "step_ms" not in m or base is None:
-            continue
-        out.append(dict(base, id=m["id"] + "-fresh", split="fit", source=path.name, throughput_only=True,
-                        samples_per_s=base["micro_batch"] / (m["step_ms"] * 1e-3), step_s=m["step_ms"] * 1e-3,
-                        host_factor=m["host_dispatch_us"] / ref, host_dispatch_us=m["host_dispatch_us"]))
-    return out
-
-
-def row_calibration(r: dict, cal: Calibration) -> Calibration:
-    """``cal`` for the host that measured the row (all rows ran on an H200)."""
-    f = r.get("host_factor", 1.0)
-    if f == 1.0:
-        return cal
-    host = HostSpeed(us_per_step=f * cal.host_dispatch_ref_us, device="H200", source="the row's file header")
-    return cal.model_copy(update={"host": host})
-
-
-def model_source(r: dict) -> str:
-    """How a user names the row's model: catalog, hf-config or module."""
-    return r.get("model_source", "catalog")
-
-
-def spec_of(r: dict):
-    return r["spec"] if "spec" in r else catalog_model(r["model"])
-
-
-def config_of(r: dict) -> TrainConfig:
-    if "config" in r:  # users' rows: the configuration advise estimate chose from the row's flags
-        return r["config"]
-    # pure-bf16 rows ran plain fused torch.optim.AdamW on bf16 weights (measure_reference.py,
-    # run_config: torch.optim.AdamW(..., fused=True)), not KahanAdamW: estimate what ran.
-    return TrainConfig(micro_batch=r["micro_batch"], seq_len=r["seq_len"], image_size=r["image_size"],
-                       precision=r["precision"], compile=r["compile"], grad_ckpt=r["grad_ckpt"],
-                       channels_last=r["channels_last"], pure_bf16_update="plain")
-
-
-def predict(r: dict, cal: Calibration, hw: HardwareSpec):
-    return estimate(spec_of(r), config_of(r), hw, calibration=row_calibration(r, cal))
-
+from advisor.calibration import PACKAGED, Calibration
+from advisor.estimate import estimate
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from advisor.step_work import step_work
+from advisor.throughput import combine, gpu_seconds, host_seconds
+from benchmarks.calibration.report import REPORT, report
+from benchmarks.calibration.rows import HOSTBOUND, all_rows, config_of, dispatch_us, predict, spec_of
 
 class _Row:
     """What the throughput fit needs of a row, computed once: its work by kind (advisor.step_work,
@@ -439,214 +231,23 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
             cal.ckpt_fraction = round(max(0.05, min(1.0, kept / e.activations_gib)), 4)
     return cal
 
-
-def family_of(r: dict) -> str:
-    spec = spec_of(r)
-    return spec.family + (" (user)" if "spec" in r else "")
-
-
-def _stats(errs: list[float]) -> str:
-    return f"{statistics.median(errs):.1%} | {max(errs):.1%}" if errs else "- | -"
-
-
-def _before_after(title: str, column: str, groups: dict) -> list[str]:
-    """A markdown table of errors before/after per group ({name: (before, after)}), and a row for all."""
-    lines = ["", title, "", f"| {column} | n | before median | before worst | after median | after worst |",
-             "|---|---:|---:|---:|---:|---:|"]
-    allb, alla = [], []
-    for name, (b, a) in sorted(groups.items()):
-        allb += b
-        alla += a
-        lines.append(f"| {name} | {len(a)} | {_stats(b)} | {_stats(a)} |")
-    lines.append(f"| all | {len(alla)} | {_stats(allb)} | {_stats(alla)} |")
-    return lines
-
-
-REPEATS = (RESULTS / "h200-hostbound.jsonl", RESULTS / "h200-hostbound-repeat.jsonl",
-           RESULTS / "h200-hostbound-repeat2.jsonl", RESULTS / "h200-reference-eager.jsonl")
-
-
-def _repeats(rows: list[dict]) -> list[str]:
-    """Run-to-run spread: the same configurations measured again in another call (another machine)."""
-    first = {r["id"]: r for r in rows}
-    ratios = []
-    for path in REPEATS:
-        if path.exists():
-            for r in load(path)[1]:
-                same = first.get(r["id"])  # cuDNN TF32 changes only fp32 CNN rows
-                if same and (same["cudnn_tf32"] == r["cudnn_tf32"] or spec_of(r).family != "cnn" or r["precision"] != "fp32"):
-                    ratios.append((r["id"], same["step_s"], r["step_s"]))
-    if not ratios:
-        return []
-
-    def spread(group: list[tuple[str, float, float]]) -> str:
-        rel = [max(b / a, a / b) - 1 for _, a, b in group]
-        i = max(range(len(group)), key=rel.__getitem__)
-        name, a, b = group[i]
-        return (f"{len(group)} measurements, {statistics.median(rel):.1%} median apart, worst {rel[i] + 1:.2f}x "
-                f"({name}: {a * 1e3:.1f} vs {b * 1e3:.1f} ms)")
-
-    small = [x for x in ratios if x[0].startswith("h-")]  # the host-bound set: small batches
-    large = [x for x in ratios if not x[0].startswith("h-")]
-    return ["", f"Run to run: the same configurations measured again in other calls, on other machines "
-            f"({', '.join(f'`{p.name}`' for p in REPEATS)}), step time: small-batch (host-bound) set "
-            f"{spread(small)}; large-batch rows {spread(large) if large else 'none'}. Host-bound rows move most: each "
-            "call gets a machine whose CPU dispatches at its own speed, which no one launch_us can predict (the "
-            "large-batch rows that moved are those whose host time is close to their GPU time); files whose header "
-            "has the host's dispatch speed (launcher.host_dispatch) are predicted with it, earlier ones are assumed "
-            "to be the reference host."]
-
-
-def _unseen(rows: list[dict], predicted: dict) -> list[str]:
-    """Issue 16's bar on configurations never measured before: what was predicted before they ran, and now."""
-    table = []
-    for prefix, name, predicted_file, *_ in UNSEEN_SETS:
-        # "now" on the set's holdout rows only: the half of a REFIT_SETS set that joined the fit is not judged
-        unseen = [r for r in rows if r["id"].startswith(prefix) and r["split"] == "holdout"]
-        measured = [r for r in rows if r["id"].startswith(prefix)]
-        if not measured:
-            continue
-        before_path = RESULTS / predicted_file
-        before = json.loads(before_path.read_text()) if before_path.exists() else {}
-        now_m, now_t, was_m, was_t = [], [], [], []
-        for r in unseen:
-            e = predicted[r["id"]]  # report()'s estimate of the row
-            now_m.append(abs(e.memory.peak_gib / r["peak_gib"] - 1))
-            now_t.append(abs(e.throughput.samples_per_s / r["samples_per_s"] - 1))
-        for r in measured:
-            if r["id"] in before:
-                was_m.append(abs(before[r["id"]]["peak_gib"] / r["peak_gib"] - 1))
-                was_t.append(abs(before[r["id"]]["samples_per_s"] / r["samples_per_s"] - 1))
-        if was_m:
-            table.append(f"| {name} set ({prefix}*), predicted before measuring (`{before_path.name}`) | {len(was_m)} | "
-                         f"{_stats(was_m)} | {_stats(was_t)} |")
-        if now_m:
-            table.append(f"| {name} set ({prefix}*), now, its holdout rows | {len(now_m)} | {_stats(now_m)} | {_stats(now_t)} |")
-    if not table:
-        return []
-    return ["", "The unseen users' configurations (`benchmarks/measure_unseen.py`: new batch sizes, lengths, image "
-            "sizes, precisions and compile choices of the users' models, and in the second and third sets models "
-            "never measured before), abs error median | worst. *predicted before measuring*: written by "
-            "the estimator of the day before any of the set ran, for the reference host; *now*: this calibration, "
-            "each row for the host that measured it (the dispatch speed in its file's header, measured at the "
-            "call's start, which is what `advise probe` gives a user's machine; from the thirteenth set, the "
-            "median of the probes between the row's timed rounds: `python benchmarks/unseen_row_host.py` "
-            "gives each set with either). A set measured before a change to the "
-            "model that its errors prompted is no longer unseen by that change: the *before* line is the honest one. "
-            "Half of each set whose before line is recorded (REFIT_SETS: by a hash of the row id) has since joined "
-            "the fit; *now* judges the other half.",
-            "", "| | n | memory median | memory worst | throughput median | throughput worst |",
-            "|---|---:|---:|---:|---:|---:|", *table]
-
-
-def _contended(cal: Calibration, hw: HardwareSpec) -> list[str]:
-    """Host-bound rows on a host slowed on purpose: does the header's host factor carry?"""
-    if not CONTENDED.exists():
-        return []
-    rows = load(CONTENDED)[1]
-    if not rows:
-        return []
-    f = rows[0]["host_factor"]
-    lines = ["", f"A slower host, made on purpose (`{CONTENDED.name}`: the process pinned to one core that a busy "
-             f"loop shares): its reference step took {f:.2f}x the reference host's. The same configurations, "
-             "predicted for that host (with the factor) and for the reference host (without):", "",
-             "| id | measured samples/s | predicted with factor | err | without | err |", "|---|---:|---:|---:|---:|---:|"]
-    with_e, without_e = [], []
-    for r in rows:
-        a = predict(r, cal, hw).throughput.samples_per_s
-        b = predict(dict(r, host_factor=1.0), cal, hw).throughput.samples_per_s
-        m = r["samples_per_s"]
-        with_e.append(abs(a / m - 1))
-        without_e.append(abs(b / m - 1))
-        lines.append(f"| {r['id']} | {m:,.1f} | {a:,.1f} | {a / m - 1:+.1%} | {b:,.1f} | {b / m - 1:+.1%} |")
-    lines.append(f"| median / worst | | | {_stats(with_e)} | | {_stats(without_e)} |")
-    return lines
-
-
-def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -> str:
-    before = {k: v["samples_per_s"] for k, v in json.loads(BEFORE.read_text()).items()} if BEFORE.exists() else {}
-    refit0 = before
-    lines = [
-        "# Estimator vs measurement on one H200",
-        "",
-        f"GPU: {header.get('device')}, torch {header.get('torch')}, measured {header.get('date')} with "
-        "`benchmarks/measure_reference.py` (raw rows: `h200-reference.jsonl`; small batches, compiled small "
-        f"batches and fp32 CNNs with cuDNN TF32: `{HOSTBOUND.name}`, `--set hostbound`). Ceilings measured "
-        f"in the same run: bf16 matmul {header.get('bf16_matmul_tflops', 0):.0f} TFLOP/s, copy "
-        f"{header.get('copy_gbps', 0):.0f} GB/s.",
-        "",
-        "Regenerate: `python benchmarks/fit_calibration.py` (fits `advisor/data/calibration.json` on the rows "
-        "marked *fit* only, then predicts every row). The quality bars are judged on the *holdout* rows, which "
-        "no constant saw. *before*: the estimator before the per-kind roofline (commit fc248ce, "
-        f"`{BEFORE.name}`). *excluded*: true-fp32 CNN rows (cuDNN TF32 off), a precision cardwise "
-        "no longer names. host/gpu ms: the model's two terms per step; the larger sets the pace. host x: the "
-        "row's host dispatch time over the reference host's (its file header; 1 when not recorded).",
-        "",
-        "| id | split | peak GiB pred | meas | err | samples/s pred | meas | err | before err | host ms | gpu ms | host x |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    errs: dict[str, tuple[list, list]] = {"fit": ([], []), "holdout": ([], [])}
-    fam: dict[str, tuple[list, list]] = {}
-    src: dict[str, tuple[list, list]] = {}
-    predicted = {}
-    for r in rows:
-        e = predicted[r["id"]] = predict(r, cal, hw)
-        if "request" in r and r["split"] == "holdout":  # users' rows: the fast path is advise estimate's
-            from users import predict_request
-
-            cli = predict_request(r["request"], row_calibration(r, cal))
-            assert abs(cli.throughput.samples_per_s / e.throughput.samples_per_s - 1) < 1e-9, r["id"]
-            assert abs(cli.memory.peak_gib / e.memory.peak_gib - 1) < 1e-9, r["id"]
-        t = e.throughput
-        me = e.memory.peak_gib / r["peak_gib"] - 1
-        te = t.samples_per_s / r["samples_per_s"] - 1
-        be = before[r["id"]] / r["samples_per_s"] - 1 if r["id"] in before else None
-        if r["split"] in errs:
-            errs[r["split"]][0].append(abs(me))
-            errs[r["split"]][1].append(abs(te))
-        if r["split"] == "holdout":
-            g = src.setdefault(model_source(r), ([], []))
-            g[1].append(abs(te))
-            if r["id"] in refit0:
-                g[0].append(abs(refit0[r["id"]] / r["samples_per_s"] - 1))
-            f = fam.setdefault(family_of(r), ([], []))
-            f[1].append(abs(te))
-            if be is not None:
-                f[0].append(abs(be))
-        lines.append(f"| {r['id']} | {r['split']} | {e.memory.peak_gib:.2f} | {r['peak_gib']:.2f} | {me:+.1%} | "
-                     f"{t.samples_per_s:,.1f} | {r['samples_per_s']:,.1f} | {te:+.1%} | "
-                     f"{'' if be is None else f'{be:+.1%}'} | {t.host_s * 1e3:.1f} | {t.gpu_s * 1e3:.1f} | {r.get('host_factor', 1.0):.2f} |")
-    lines += ["", "| rows | n | memory median | memory worst | throughput median | throughput worst |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for split, (m, t) in errs.items():
-        if m:
-            lines.append(f"| {split} | {len(m)} | {_stats(m)} | {_stats(t)} |")
-    lines += _before_after("Throughput on the holdout rows per model source, before (commit fc248ce, "
-                           f"`{BEFORE.name}`) and after (abs error, median | worst):", "source", src)
-    lines += _before_after("Throughput on the holdout rows per family, before and after (abs error, median | worst):",
-                           "family", fam)
-    lines += _repeats(rows)
-    lines += _unseen(rows, predicted)
-    lines += _contended(cal, hw)
-    lines += ["", "Bars (DESIGN.md): throughput on the same GPU kind within 10% median, 25% worst; memory 5% / 15% "
-              "(the memory side is issue 16's other half).", "", "Fitted constants:", "", "```",
-              json.dumps({k: v for k, v in cal.model_dump().items()
-                          if k in ("rate_efficiency", "gpu_kernel_us", "traffic_per_saved_byte", "launch_us",
-                                   "compile_step_us", "compile_call_us", "compile_kernel_us", "host_combine_p",
-                                   "compile_traffic_factor", "compile_traffic", "compile_gelu_kept",
-                                   "compile_activation_factor", "ckpt_fraction", "host_dispatch_ref_us",
-                                   "launch_us_by_kind")},
-                         indent=1), "```", ""]
-    return "\n".join(lines)
-
-
-def main() -> None:
+def fitted() -> tuple[Calibration, str]:
+    """The calibration fit on every measured row, as ``calibration.json`` writes it, and its report."""
     header, rows = all_rows()
     hw = HardwareSpec(gpu=get_gpu(header.get("device", "H200")))
     cal = fit(rows, hw)
-    PACKAGED.write_text(json.dumps(cal.model_dump(), indent=1) + "\n")
-    REPORT.write_text(report(header, rows, cal, hw))
-    print(REPORT.read_text())
+    return json.dumps(cal.model_dump(), indent=1) + "\n", report(header, rows, cal, hw)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.calibration.fit", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=PACKAGED, help="the calibration written (default: the packaged one)")
+    ap.add_argument("--report", type=Path, default=REPORT, help="the estimator table written (default: %(default)s)")
+    args = ap.parse_args()
+    calibration, table = fitted()
+    args.out.write_text(calibration)
+    args.report.write_text(table)
+    print(table)
 
 
 if __name__ == "__main__":

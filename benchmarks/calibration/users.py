@@ -1,6 +1,6 @@
-"""Users' models measured on the H200 (issue 16): rows for benchmarks/fit_calibration.py.
+"""Users' models measured on the H200 (issue 16): rows for benchmarks/calibration/rows.py.
 
-Rows come from ``benchmarks/results/h200-users.jsonl`` (``measure_users_models.py``; override the
+Rows come from ``benchmarks/calibration/results/h200-users.jsonl`` (``measure/users_models.py``; override the
 path with ``CARDWISE_USERS_ROWS``). Each row's ``cardwise_flags`` is the exact ``advise estimate``
 line for that configuration; it is parsed by the CLI's own parser (``cli.main.build_parser``) and
 turned into a ``Request`` by ``cli.flags.request_from_namespace``, with ``--gpu H200`` added, so a
@@ -9,7 +9,7 @@ predicts it (``predict_request``). Paths in the flags are relative to the checko
 
 For the fit's grid (hundreds of calibrations), ``user_rows`` also carries the resolved spec and the
 ``TrainConfig`` that ``estimate_request`` chose, so ``advisor.estimate.estimate`` on them gives the
-same numbers without re-tracing; ``fit_calibration.report`` checks they agree.
+same numbers without re-tracing; ``benchmarks.calibration.report`` checks they agree.
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-USERS = Path(os.environ.get("CARDWISE_USERS_ROWS", ROOT / "benchmarks" / "results" / "h200-users.jsonl"))
+USERS = Path(os.environ.get("CARDWISE_USERS_ROWS", ROOT / "benchmarks" / "calibration" / "results" / "h200-users.jsonl"))
+# Where the users' models lived when the rows were measured (their flags say so), and where they are now.
+MOVED_MODELS = ("benchmarks/users_models/", "benchmarks/calibration/models/")
 GPU = "H200"  # every row was measured on one H200 (the file's header lines)
 
 
@@ -35,6 +34,8 @@ def _absolute(argv: list[str], base: Path) -> list[str]:
     for i, a in enumerate(out[:-1]):
         if a in ("--module", "--hf-config"):
             p = out[i + 1]
+            if p.startswith(MOVED_MODELS[0]):
+                p = MOVED_MODELS[1] + p[len(MOVED_MODELS[0]):]
             path = p.split(":", 1)[0]
             if (path.endswith(".py") or path.endswith(".json")) and not Path(path).is_absolute():
                 out[i + 1] = str(base / p)
@@ -48,7 +49,7 @@ def request_of(flags: str, base: Path = ROOT):
 
     argv = _absolute(shlex.split(flags), base) + ["--gpu", GPU]
     if "pure-bf16" in argv and "--pure-bf16-update" not in argv:
-        # The pure-bf16 rows ran plain fused torch.optim.AdamW on bf16 weights (measure_users_models.py,
+        # The pure-bf16 rows ran plain fused torch.optim.AdamW on bf16 weights (measure/users_models.py,
         # run_config: torch.optim.AdamW(..., fused=True)), not cardwise's KahanAdamW: estimate what ran.
         argv += ["--pure-bf16-update", "plain"]
     args = build_parser("estimate").parse_args(argv)
@@ -82,7 +83,7 @@ def user_rows(path: Path = USERS) -> list[dict]:
     """Measured rows with a fit/holdout split, each with ``request``, ``spec`` and ``config``."""
     if not path.exists():
         return []
-    base = path.resolve().parents[2]  # <checkout>/benchmarks/results/FILE
+    base = path.resolve().parents[3]  # <checkout>/benchmarks/calibration/results/FILE
     rows = []
     for line in path.read_text().splitlines():
         r = json.loads(line)
