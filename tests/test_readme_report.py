@@ -1,4 +1,4 @@
-"""README.md's example report is what the current code prints (benchmarks/readme_report.py writes
+"""README.md's example report is what the current code prints (benchmarks/calibration/readme_report.py writes
 it between markers): it cannot drift. Fails with the fix when it has."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("readme_report", ROOT / "benchmarks" / "readme_report.py")
+    spec = importlib.util.spec_from_file_location("readme_report", ROOT / "benchmarks" / "calibration" / "readme_report.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -22,7 +22,7 @@ def test_readme_report_is_the_current_output():
     assert mod.BEGIN in readme and mod.END in readme
     assert mod.ACC_BEGIN in readme and mod.ACC_END in readme
     expected = mod.regenerated(readme)
-    assert readme == expected, "README.md's report is out of date: run `python benchmarks/readme_report.py`"
+    assert readme == expected, "README.md's report is out of date: run `python -m benchmarks.calibration.readme_report`"
 
 
 def test_the_block_is_replaced_not_appended():

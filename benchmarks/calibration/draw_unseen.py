@@ -1,6 +1,6 @@
 """Draw an unseen set at random: configurations of the users' models no file has measured.
 
-    python benchmarks/draw_unseen.py --seed 7 --rows 24 --prefix u7
+    python -m benchmarks.calibration.draw_unseen --seed 7 --rows 24 --prefix u7
 
 Prints the rows as ``unseen_sets.json`` holds them; ``--write "what it is for"`` adds them to that file
 as set PREFIX (refused if it exists), so that which configurations are judged is chosen by a seed, not by
@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # model -> ("seq" | "image", sizes, micro-batches)
 GRID = {
@@ -56,8 +54,8 @@ def measured() -> set[tuple]:
 
 
 def draw(seed: int, n: int, prefix: str, compiled_max: int) -> list[tuple]:
-    import measure_users_models as mum
-    from users import predict_request, request_of
+    import benchmarks.calibration.measure.users_models as mum
+    from benchmarks.calibration.users import predict_request, request_of
 
     rng = random.Random(seed)
     seen, rows, compiled = measured(), [], 0
@@ -105,7 +103,7 @@ def main() -> None:
     ap.add_argument("--name", help='with --write: how reports name the set ("twelfth": "twelfth set"); '
                                    'default "set <prefix>"')
     args = ap.parse_args()
-    from measure_unseen import SETS_FILE
+    from benchmarks.calibration.measure.unseen import SETS_FILE
 
     sets = json.loads(SETS_FILE.read_text())
     if args.write and args.prefix in sets:
@@ -114,7 +112,7 @@ def main() -> None:
     for row in rows:
         print(json.dumps(list(row)))
     if args.write:
-        about = f"{args.write.rstrip('.')}. Drawn: `python benchmarks/draw_unseen.py --seed {args.seed} --rows {args.rows} " \
+        about = f"{args.write.rstrip('.')}. Drawn: `python -m benchmarks.calibration.draw_unseen --seed {args.seed} --rows {args.rows} " \
                 f"--prefix {args.prefix}`."
         n = args.prefix.lstrip("u")
         # a new set: judged before it is measured, and none of its rows in the fit until that is recorded

@@ -64,7 +64,7 @@ class _Row:
 # What the throughput fit moves, each within physical bounds: fractions of a datasheet rate in
 # (0, 1], microseconds per kernel, compile factors, the host/device combination's p.
 # gpu_kernel_us from 1.2: the shortest elementwise kernel per call in the H200 kernel profiles
-# (benchmarks/results/h200-profiles-2026-12-04*.json: 1.22 us, an fp32 elementwise_kernel of HF BERT);
+# (benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04*.json: 1.22 us, an fp32 elementwise_kernel of HF BERT);
 # no launch takes less, whatever the fit would trade it for.
 _BOUNDS = {"gpu_kernel_us": (1.2, 5.0),
            "compile_traffic.cnn": (0.05, 1.0), "compile_traffic.transformer": (0.05, 1.0),
@@ -120,7 +120,7 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
     # Fused attention (FlashAttention-2/3, cuDNN's) reaches less of the peak than a large GEMM, never more.
     bounds = {**_BOUNDS, "rate.matmul|tensor": (0.05, 0.8), "rate.attn|tensor": (0.05, 0.8), "rate.bytes": (0.05, 0.87),
               # LayerNorm's and the strided kernel's rates within what the profiles measured
-              # (benchmarks/census_vs_profile.py, every eager profiled row: LayerNorm 0.10-0.34, strided
+              # (benchmarks/notebook/2026-12-04-kernel-profiles/census_vs_profile.py, every eager profiled row: LayerNorm 0.10-0.34, strided
               # 0.06-0.27). Unbounded, the fit set them at 0.58 and 0.36 (0.87 and 0.87 with half of the
               # ninth to eleventh sets in the fit), buying other rows' fit with the encoder's (+20..36%).
               "rate.norm": (0.10, 0.35), "rate.permuted": (0.06, 0.30),
@@ -148,7 +148,7 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
         return cal, best
 
     # The host/device combination makes the loss non-convex: descend from a few starting p's, keep the best.
-    starts = [Calibration(source="fit by benchmarks/fit_calibration.py", host_combine_p=p0,
+    starts = [Calibration(source="fit by benchmarks/calibration/fit.py", host_combine_p=p0,
                           host_dispatch_ref_us=dispatch_us(HOSTBOUND) if HOSTBOUND.exists() else None,
                           traffic_per_saved_byte=8.0,
                           compile_traffic={"cnn": 0.5, "transformer": 0.5},
@@ -161,7 +161,7 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
     if PACKAGED.exists():
         warm = Calibration.model_validate_json(PACKAGED.read_text())
         # per-launch tails start small, not at 0, which multiplicative moves never leave
-        starts.append(warm.model_copy(update={"source": "fit by benchmarks/fit_calibration.py", "host": None,
+        starts.append(warm.model_copy(update={"source": "fit by benchmarks/calibration/fit.py", "host": None,
                                               "light_launch_us": warm.light_launch_us or 0.5 * warm.launch_us,
                                               "compile_kernel_us": warm.compile_kernel_us or 20.0,
                                               "gemm_call_us": {k: v or 1.0 for k, v in warm.gemm_call_us.items()},

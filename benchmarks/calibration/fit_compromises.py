@@ -1,9 +1,9 @@
 """Fit the compromises' rates that their code does not give: bitsandbytes' 8-bit AdamW kernel and the host
 time of CPU offload's step; check the 8-bit fit on a second row.
 
-    python benchmarks/fit_compromises.py
+    python -m benchmarks.calibration.fit_compromises
 
-Reads measured rows in ``benchmarks/results/h200-compromises/`` (written by benchmarks/h200_compromises.py,
+Reads measured rows in ``benchmarks/calibration/results/h200-compromises/`` (written by benchmarks/gpu_checks/h200_compromises.py,
 one H200, seq 2048, checkpointing, `advise launch --plan ... --recipe synthetic`) and writes
 ``advisor/data/compromise_rates.json``:
 
@@ -25,28 +25,27 @@ one H200, seq 2048, checkpointing, `advise launch --plan ... --recipe synthetic`
 
 Each rate is charged with all of the estimate's error on its row: if the forward/backward (or the copies)
 estimate is off there, the rate absorbs it. Re-run after the calibration is refit
-(benchmarks/fit_calibration.py) or when more rows are measured.
+(benchmarks/calibration/fit.py) or when more rows are measured.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from advisor import compromise_cost as cc  # noqa: E402
-from advisor.calibration import default_calibration  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
-from advisor.hardware import HardwareSpec  # noqa: E402
-from advisor.memory import trainable_params  # noqa: E402
-from advisor.plan import Plan  # noqa: E402
-from advisor.sources import resolve_model  # noqa: E402
-from advisor.throughput import estimate_throughput  # noqa: E402
+from advisor import compromise_cost as cc
+from advisor.calibration import default_calibration
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from advisor.memory import trainable_params
+from advisor.plan import Plan
+from advisor.sources import resolve_model
+from advisor.throughput import estimate_throughput
 
-RESULTS = ROOT / "benchmarks" / "results" / "h200-compromises"
+RESULTS = ROOT / "benchmarks" / "calibration" / "results" / "h200-compromises"
 ROW = RESULTS / "adamw-8bit.json"  # the 8-bit fit row
 CHECK_8BIT = RESULTS / "adamw-8bit-mb4.json"  # the 8-bit check row: never fit on
 CPU_ROW = RESULTS / "cpu-offload.json"  # the CPU-step fit row: one host thread (accelerate's default then)
@@ -85,8 +84,8 @@ def fit(row: dict) -> dict:
     fraction = nt * cc.BNB_BYTES_PER_PARAM / (gpu.bandwidth_vs_h200 * kernel)
     return {
         "bnb_8bit_bandwidth_fraction": round(fraction, 4),
-        "source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, "
-                   f"benchmarks/results/h200-compromises/{ROW.name} ({row['model']}, micro-batch "
+        "source": (f"fit by benchmarks/calibration/fit_compromises.py on ONE measured configuration, "
+                   f"benchmarks/calibration/results/h200-compromises/{ROW.name} ({row['model']}, micro-batch "
                    f"{plan.config.micro_batch}, seq {plan.config.seq_len}, {plan.config.precision.value} autocast, "
                    f"checkpointing, bitsandbytes AdamW8bit, {row['device']}): measured step "
                    f"{measured_step:.3f} s, estimate without the kernel {rest:.3f} s, so the kernel "
@@ -118,8 +117,8 @@ def fit_cpu_step(row: dict) -> dict:
     rate = host / nt
     return {
         "cpu_step_s_per_param": float(f"{rate:.4g}"),
-        "cpu_step_source": (f"fit by benchmarks/fit_compromises.py on ONE measured configuration, no row checks it yet: "
-                            f"benchmarks/results/h200-compromises/{CPU_ROW.name} ({row['model']}, micro-batch "
+        "cpu_step_source": (f"fit by benchmarks/calibration/fit_compromises.py on ONE measured configuration, no row checks it yet: "
+                            f"benchmarks/calibration/results/h200-compromises/{CPU_ROW.name} ({row['model']}, micro-batch "
                             f"{plan.config.micro_batch}, seq {plan.config.seq_len}, {plan.config.precision.value}, "
                             f"checkpointing, FSDP2 CPUOffloadPolicy, torch AdamW on the host, {row['device']} host, "
                             f"one thread as accelerate launches a GPU rank): measured step {measured_step:.2f} s, "
@@ -137,17 +136,18 @@ def fit_host_bandwidth(row: dict, rate: float) -> dict:
     rest = est.step_s - cc.cpu_step_s(nt, cc.offload_threads(hw, plan.config))
     host = _measured_step(row, plan) - rest
     split = nt * rate / threads
-    where = (f"benchmarks/results/h200-compromises/{CPU_ROW_THREADS.name} ({row['model']}, {threads} host threads): "
+    where = (f"benchmarks/calibration/results/h200-compromises/{CPU_ROW_THREADS.name} ({row['model']}, {threads} host threads): "
              f"host step {host:.2f} s measured, one thread's {nt * rate:.2f} s split {threads} ways {split:.2f} s")
     if host <= split:
         return {"cpu_step_host_gbps": None, "cpu_step_host_source": f"not bandwidth-bound on {where}"}
     gbps = cc.CPU_ADAMW_BYTES_PER_PARAM * nt / host / 1e9
     return {"cpu_step_host_gbps": round(gbps, 2),
-            "cpu_step_host_source": f"fit by benchmarks/fit_compromises.py on ONE row, {where}: "
+            "cpu_step_host_source": f"fit by benchmarks/calibration/fit_compromises.py on ONE row, {where}: "
                                     f"{cc.CPU_ADAMW_BYTES_PER_PARAM:.0f} B a parameter at {gbps:.1f} GB/s"}
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     out = fit(json.loads(ROW.read_text()))
     old = json.loads(cc.RATES.read_text()) if cc.RATES.exists() else {}
     if "cpu_step_s_per_param" not in old:  # first run: a provisional rate, refit just below

@@ -3,35 +3,33 @@ catalog reference rows, by split, with the estimator before the roofline (issue 
 
 Rows are ``benchmarks/fit_calibration.all_rows()``: ``h200-reference.jsonl``, ``h200-hostbound.jsonl``,
 ``advise bench``'s ``h200-1gpu.csv`` fit rows and the users' ``h200-users.jsonl`` (each users' row through
-``advise estimate``'s own path, ``benchmarks/users.py``). Splits are the ones the measuring scripts
+``advise estimate``'s own path, ``benchmarks/calibration/users.py``). Splits are the ones the measuring scripts
 declared before measuring; the packaged calibration (``advisor/data/calibration.json``) was fit on
-the *fit* rows only (``benchmarks/fit_calibration.py``). *before*: the estimator at commit fc248ce,
+the *fit* rows only (``benchmarks/calibration/fit.py``). *before*: the estimator at commit fc248ce,
 its predictions stored in ``results/h200-estimator-before-roofline.json`` (``--snapshot FILE`` writes
 such a file from the checkout it runs in).
 
-    python benchmarks/predict_users.py                 # markdown table + summary on stdout
-    python benchmarks/predict_users.py --snapshot F    # this checkout's predictions, as JSON
+    python -m benchmarks.calibration.predict_users                 # markdown table + summary on stdout
+    python -m benchmarks.calibration.predict_users --snapshot F    # this checkout's predictions, as JSON
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
 
-from advisor.calibration import default_calibration  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
-from advisor.hardware import HardwareSpec  # noqa: E402
+from advisor.calibration import default_calibration
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
 
-BEFORE = ROOT / "benchmarks" / "results" / "h200-estimator-before-roofline.json"
+BEFORE = ROOT / "benchmarks" / "calibration" / "results" / "h200-estimator-before-roofline.json"
 
 
 def predictions() -> tuple[list[dict], dict]:
-    import fit_calibration as fc
+    import benchmarks.calibration.rows as fc
 
     _, rows = fc.all_rows()
     hw = HardwareSpec(gpu=get_gpu("H200"))
@@ -45,7 +43,8 @@ def predictions() -> tuple[list[dict], dict]:
 
 
 def report(rows: list[dict], pred: dict, before: dict) -> str:
-    import fit_calibration as fc
+    import benchmarks.calibration.rows as fc
+    from benchmarks.calibration.report import _stats
 
     lines = ["| id | source | split | samples/s meas | pred | err | before err | peak GiB meas | pred | err | before err |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -69,16 +68,19 @@ def report(rows: list[dict], pred: dict, before: dict) -> str:
     for (src, split), v in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
         if split == "excluded":
             continue
-        lines.append(f"| {src} | {split} | {len(v)} | {fc._stats([abs(x[1]) for x in v if x[1] is not None])} | "
-                     f"{fc._stats([abs(x[0]) for x in v])} | {fc._stats([abs(x[3]) for x in v if x[3] is not None])} | "
-                     f"{fc._stats([abs(x[2]) for x in v])} |")
+        lines.append(f"| {src} | {split} | {len(v)} | {_stats([abs(x[1]) for x in v if x[1] is not None])} | "
+                     f"{_stats([abs(x[0]) for x in v])} | {_stats([abs(x[3]) for x in v if x[3] is not None])} | "
+                     f"{_stats([abs(x[2]) for x in v])} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--snapshot", type=Path, metavar="FILE", help="also write every row's prediction to FILE")
+    args = ap.parse_args()
     rows, pred = predictions()
-    if "--snapshot" in sys.argv:
-        path = Path(sys.argv[sys.argv.index("--snapshot") + 1])
+    if args.snapshot:
+        path = args.snapshot
         path.write_text(json.dumps({k: {"samples_per_s": v["samples_per_s"], "peak_gib": v["peak_gib"]}
                                     for k, v in pred.items()}, indent=0, sort_keys=True) + "\n")
         return

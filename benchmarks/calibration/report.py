@@ -17,7 +17,7 @@ from benchmarks.calibration.rows import (CONTENDED, HOSTBOUND, RESULTS, UNSEEN_S
                                          predict, row_calibration, spec_of)
 
 # Every row predicted by the estimator before the per-kind roofline (commit fc248ce, its packaged
-# calibration): `python benchmarks/predict_users.py --snapshot FILE` run in that checkout wrote it.
+# calibration): `python -m benchmarks.calibration.predict_users --snapshot FILE` run in that checkout wrote it.
 BEFORE = RESULTS / "h200-estimator-before-roofline.json"
 REPORT = RESULTS / "h200-estimator.md"
 
@@ -100,13 +100,13 @@ def _unseen(rows: list[dict], predicted: dict) -> list[str]:
             table.append(f"| {name} set ({prefix}*), now, its holdout rows | {len(now_m)} | {_stats(now_m)} | {_stats(now_t)} |")
     if not table:
         return []
-    return ["", "The unseen users' configurations (`benchmarks/measure_unseen.py`: new batch sizes, lengths, image "
+    return ["", "The unseen users' configurations (`benchmarks/calibration/measure/unseen.py`: new batch sizes, lengths, image "
             "sizes, precisions and compile choices of the users' models, and in the second and third sets models "
             "never measured before), abs error median | worst. *predicted before measuring*: written by "
             "the estimator of the day before any of the set ran, for the reference host; *now*: this calibration, "
             "each row for the host that measured it (the dispatch speed in its file's header, measured at the "
             "call's start, which is what `advise probe` gives a user's machine; from the thirteenth set, the "
-            "median of the probes between the row's timed rounds: `python benchmarks/unseen_row_host.py` "
+            "median of the probes between the row's timed rounds: `python -m benchmarks.notebook.2026-12-04-unseen-row-host.unseen_row_host` "
             "gives each set with either). A set measured before a change to the "
             "model that its errors prompted is no longer unseen by that change: the *before* line is the honest one. "
             "Half of each set whose before line is recorded (REFIT_SETS: by a hash of the row id) has since joined "
@@ -146,12 +146,12 @@ def report(header: dict, rows: list[dict], cal: Calibration, hw: HardwareSpec) -
         "# Estimator vs measurement on one H200",
         "",
         f"GPU: {header.get('device')}, torch {header.get('torch')}, measured {header.get('date')} with "
-        "`benchmarks/measure_reference.py` (raw rows: `h200-reference.jsonl`; small batches, compiled small "
+        "`benchmarks/calibration/measure/reference.py` (raw rows: `h200-reference.jsonl`; small batches, compiled small "
         f"batches and fp32 CNNs with cuDNN TF32: `{HOSTBOUND.name}`, `--set hostbound`). Ceilings measured "
         f"in the same run: bf16 matmul {header.get('bf16_matmul_tflops', 0):.0f} TFLOP/s, copy "
         f"{header.get('copy_gbps', 0):.0f} GB/s.",
         "",
-        "Regenerate: `python benchmarks/fit_calibration.py` (fits `advisor/data/calibration.json` on the rows "
+        "Regenerate: `python -m benchmarks.calibration.fit` (fits `advisor/data/calibration.json` on the rows "
         "marked *fit* only, then predicts every row). The quality bars are judged on the *holdout* rows, which "
         "no constant saw. *before*: the estimator before the per-kind roofline (commit fc248ce, "
         f"`{BEFORE.name}`). *excluded*: true-fp32 CNN rows (cuDNN TF32 off), a precision cardwise "

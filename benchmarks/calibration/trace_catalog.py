@@ -6,24 +6,23 @@ never imports torch. The catalog transformers that have a Hugging Face class (GP
 Mistral, Qwen2) are also traced as transformers builds them (keys "hf:NAME"), for
 ``advisor.catalog.transformers_model``. Needs transformers installed.
 
-    python benchmarks/trace_catalog.py
+    python -m benchmarks.calibration.trace_catalog
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-import torch  # noqa: E402
+import torch
 
-from advisor.catalog import CNN_NAMES, TRACED_JSON  # noqa: E402
-from advisor.tracer import profile_module  # noqa: E402
-from advisor.zoo import ResNet, Trainable  # noqa: E402
+from advisor.catalog import CNN_NAMES, TRACED_JSON
+from advisor.tracer import profile_module
+from advisor.zoo import ResNet, Trainable
 
 
 class _Spec:  # the minimum Trainable needs
@@ -32,6 +31,7 @@ class _Spec:  # the minimum Trainable needs
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     out = {}
     for name in CNN_NAMES:
         start = time.perf_counter()
@@ -58,7 +58,7 @@ def main() -> None:
             print(f"hf:{name}: {spec.implementation}, {time.perf_counter() - start:.1f}s")
     import transformers
 
-    meta = {"_generated_by": "benchmarks/trace_catalog.py", "_torch": torch.__version__,
+    meta = {"_generated_by": "benchmarks/calibration/trace_catalog.py", "_torch": torch.__version__,
             "_transformers": transformers.__version__}
     TRACED_JSON.write_text(json.dumps({**meta, **out}, indent=1) + "\n")
     print(f"wrote {TRACED_JSON}")

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 USERS = Path(os.environ.get("CARDWISE_USERS_ROWS", ROOT / "benchmarks" / "calibration" / "results" / "h200-users.jsonl"))
 # Where the users' models lived when the rows were measured (their flags say so), and where they are now.
-MOVED_MODELS = ("benchmarks/users_models/", "benchmarks/calibration/models/")
+MOVED_MODELS = ("benchmarks/" "users_models/", "benchmarks/calibration/models/")
 GPU = "H200"  # every row was measured on one H200 (the file's header lines)
 
 

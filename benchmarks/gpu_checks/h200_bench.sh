@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The measurements behind benchmarks/results/h200-1gpu.md, in one command on one H200 (~8 min):
+# The measurements behind benchmarks/gpu_checks/results/h200-1gpu.md, in one command on one H200 (~8 min):
 #
-#     bash benchmarks/h200_bench.sh OUT_DIR
+#     bash benchmarks/gpu_checks/h200_bench.sh OUT_DIR
 #
 # resnet50, vit-b-16, gpt2, llama3.2-1b and mini-transformer, each at fp32, bf16 and bf16+compile,
 # plus bf16+channels_last for resnet50: samples/s, peak memory, speedup over fp32,
@@ -13,22 +13,22 @@
 # CSV are rewritten after every row, so a run stopped early still leaves what it measured.
 #
 # Writes into OUT_DIR:
-#   h200-1gpu.md    the report: copy it to benchmarks/results/h200-1gpu.md
+#   h200-1gpu.md    the report: copy it to benchmarks/gpu_checks/results/h200-1gpu.md
 #   h200-1gpu.json  every row (advise bench --json), h200-1gpu.csv the same as CSV
 #   h200-1gpu.png   the plot, when matplotlib is installed
 #   h200-1gpu-calibration.json  the factors measured (HOME/calibration.json), h200-1gpu.log the progress
 # The run store and run directories (rank logs) go to $BENCH_HOME (default: a fresh temporary
 # directory, printed at the end), so that OUT_DIR holds six files only.
-# Micro-batches follow the estimator's H200 reference set (benchmarks/results/h200-estimator.md)
+# Micro-batches follow the estimator's H200 reference set (benchmarks/calibration/results/h200-estimator.md)
 # where it has a row: resnet50 and vit-b-16 128, gpt2 16 x 1024 tokens, llama3.2-1b 4 x 2048,
 # mini-transformer 128 x 256.
 # Needs cardwise's dependencies (pyproject.toml: torch, accelerate, pydantic, rich, nvidia-ml-py,
 # psutil, pyyaml); nothing is downloaded. PYTHON=... picks the interpreter (default python3).
-# Short of time? MODELS=gpt2,resnet50 PRECISIONS=fp32,bf16 STEPS=5 bash benchmarks/h200_bench.sh OUT
+# Short of time? MODELS=gpt2,resnet50 PRECISIONS=fp32,bf16 STEPS=5 bash benchmarks/gpu_checks/h200_bench.sh OUT
 # runs a subset (the compiled rows are ~60% of the time).
 set -euo pipefail
 
-out=${1:?usage: bash benchmarks/h200_bench.sh OUT_DIR}
+out=${1:?usage: bash benchmarks/gpu_checks/h200_bench.sh OUT_DIR}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=${PYTHON:-python3}
 mkdir -p "$out"

@@ -22,8 +22,8 @@ Configurations (seq 2048, no accumulation, checkpointing on for the full fine-tu
               parameters x 16 bytes (fp32 weights, gradients, AdamW moments) = 120 GiB of host RAM,
               and the H200 host has 128 GiB; the 3B model needs ~48 GiB.
 
-    OUT=/tmp/out PYTHONPATH=. python3 benchmarks/h200_compromises.py            # on the H200, at most 7.5 min
-    OUT=/tmp/out PYTHONPATH=. python3 benchmarks/h200_compromises.py --tiny     # CPU dry run, mini-transformer
+    OUT=/tmp/out python3 -m benchmarks.gpu_checks.h200_compromises            # on the H200, at most 7.5 min
+    OUT=/tmp/out python3 -m benchmarks.gpu_checks.h200_compromises --tiny     # CPU dry run, mini-transformer
 
 Writes into $OUT: ``NAME.json`` per configuration (plan, estimate, measured, the run record, the
 child's stderr tail), ``h200_compromises.md`` (the table) and ``h200_compromises.jsonl`` (all rows).
@@ -42,11 +42,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig  # noqa: E402
-from advisor.plan import ModelRef, Plan  # noqa: E402
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.plan import ModelRef, Plan
 
 WARMUP, TIMED = 3, 5
 # name, model, config overrides; the order is decision node H's risk order (the standard setup first).
@@ -55,7 +54,7 @@ CONFIGS = [
     ("pure-bf16", "llama3-8b", dict(micro_batch=2, precision=Precision.pure_bf16, grad_ckpt=True)),
     ("adamw-8bit", "llama3-8b", dict(micro_batch=1, precision=Precision.bf16, optimizer=Optimizer.adamw_8bit,
                                      grad_ckpt=True)),
-    # The check of the 8-bit step rate fit on "adamw-8bit" (benchmarks/fit_compromises.py): same optimizer, more compute.
+    # The check of the 8-bit step rate fit on "adamw-8bit" (benchmarks/calibration/fit_compromises.py): same optimizer, more compute.
     ("adamw-8bit-mb4", "llama3-8b", dict(micro_batch=4, precision=Precision.bf16, optimizer=Optimizer.adamw_8bit,
                                          grad_ckpt=True)),
     ("in-backward", "llama3-8b", dict(micro_batch=1, precision=Precision.bf16, optimizer_in_backward=True,
@@ -64,7 +63,7 @@ CONFIGS = [
     ("cpu-offload", "llama3.2-3b", dict(micro_batch=2, precision=Precision.bf16, cpu_offload=True,
                                         strategy=Strategy.fsdp, grad_ckpt=True)),
     # The same plan once launcher.command gives the rank the host's cores (2026-12-04; the row above ran on
-    # the one thread `accelerate launch` gives a GPU rank): benchmarks/fit_compromises.py's bandwidth row.
+    # the one thread `accelerate launch` gives a GPU rank): benchmarks/calibration/fit_compromises.py's bandwidth row.
     ("cpu-offload-threads", "llama3.2-3b", dict(micro_batch=2, precision=Precision.bf16, cpu_offload=True,
                                                 strategy=Strategy.fsdp, grad_ckpt=True)),
 ]
@@ -164,7 +163,7 @@ def fmt(v, digits=1) -> str:
 
 
 def table(rows: list[dict], device: str, seq_len: int) -> str:
-    lines = [f"# Memory compromises on one {device} (benchmarks/h200_compromises.py)", "",
+    lines = [f"# Memory compromises on one {device} (benchmarks/gpu_checks/h200_compromises.py)", "",
              f"seq {seq_len}, {WARMUP} warm-up + {TIMED} timed steps (cpu-offload 2 + 3), `advise launch --plan ... --recipe synthetic`; "
              "measured peak = max_memory_allocated after the first optimizer step; estimate = advisor.estimate.", "",
              "| config | model | micro-batch | status | peak GiB meas. | est. | reserved GiB | samples/s meas. | est. "

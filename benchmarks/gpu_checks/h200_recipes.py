@@ -1,4 +1,4 @@
-"""The recipes on generated data, on one GPU (``benchmarks/h200_recipes.sh`` runs this; issue 15).
+"""The recipes on generated data, on one GPU (``benchmarks/gpu_checks/h200_recipes.sh`` runs this; issue 15).
 
 Four launches through ``advise launch`` (the CLI a user types), each recorded in a fresh run store:
 
@@ -25,10 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-from benchmarks import recipe_data  # noqa: E402
+from benchmarks.gpu_checks import recipe_data
 
 
 def advise(args: list[str], log) -> tuple[int, dict | None, float]:
@@ -126,7 +125,7 @@ def main() -> int:
         (out / "h200-recipes.json").write_text(json.dumps({"rows": rows, "tiny": tiny}, indent=2) + "\n")
         (out / "h200-recipes.md").write_text(
             "# Recipes on generated data" + (" (CPU dry run, tiny: measures nothing)" if tiny else "") + "\n\n"
-            "`bash benchmarks/h200_recipes.sh` (benchmarks/h200_recipes.py); data from benchmarks/recipe_data.py.\n\n"
+            "`bash benchmarks/gpu_checks/h200_recipes.sh` (benchmarks/gpu_checks/h200_recipes.py); data from benchmarks/gpu_checks/recipe_data.py.\n\n"
             + table(rows))
 
     for name, args, expect in runs if want_lm else []:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recipes on generated data on one H200 (issue 15), in one command (~4-5 min, under 8):
 #
-#     bash benchmarks/h200_recipes.sh "$OUT"
+#     bash benchmarks/gpu_checks/h200_recipes.sh "$OUT"
 #
 # 1. causal-lm, LoRA rank 16: a Llama-3.2-1B-shaped model built from its config (random weights,
 #    nothing downloaded; a byte-level BPE tokenizer with a chat template trained offline on the data)
@@ -18,10 +18,10 @@
 # (exit 2) and the others still run. Needs transformers, tokenizers and Pillow; torchvision is
 # used for the image transforms when it imports. PYTHON=... picks the interpreter (default python3).
 # CPU dry run of the script at tiny size (no GPU, measures nothing):
-#     bash benchmarks/h200_recipes.sh OUT --tiny
+#     bash benchmarks/gpu_checks/h200_recipes.sh OUT --tiny
 set -euo pipefail
 
-out=${1:?usage: bash benchmarks/h200_recipes.sh OUT_DIR [--tiny]}
+out=${1:?usage: bash benchmarks/gpu_checks/h200_recipes.sh OUT_DIR [--tiny]}
 shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=${PYTHON:-python3}
@@ -37,7 +37,7 @@ if [[ " $* " != *" --tiny "* ]]; then
 fi
 start=$(date +%s)
 set +e
-"$py" "$root/benchmarks/h200_recipes.py" "$out" "$@"
+"$py" "$root/benchmarks/gpu_checks/h200_recipes.py" "$out" "$@"
 rc=$?
 set -e
 echo "h200_recipes: exit $rc after $(( $(date +%s) - start )) s; table: $out/h200-recipes.md" >&2

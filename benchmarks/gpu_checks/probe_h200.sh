@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # `advise probe` on one H200 for three model sources (issue 16, point 5), JSON into OUT_DIR:
 #
-#     bash benchmarks/probe_h200.sh OUT_DIR
+#     bash benchmarks/gpu_checks/probe_h200.sh OUT_DIR
 #
 #   gpt2-catalog  --model gpt2: cardwise's own implementation, 16 x 1024 tokens, bf16
 #   gpt2-hf       --hf-config tests/data/hf/gpt2/config.json: built by transformers (GPT2LMHeadModel)
-#   encoder       --module benchmarks/probe_models.py:encoder_classifier (nn.TransformerEncoder,
+#   encoder       --module benchmarks/gpu_checks/probe_models.py:encoder_classifier (nn.TransformerEncoder,
 #                 batch_first, norm_first), 64 x 512 tokens, bf16
 # each eager and with --compile (QUICK=1: eager only). Every probe plans as `advise launch` does,
 # then runs 3 warm-up + 10 timed steps in a child process on the GPU.
@@ -22,7 +22,7 @@
 # pydantic: carry its wheels in .whl/ (see the report that added this script), installed first.
 set -uo pipefail
 
-out=${1:?usage: bash benchmarks/probe_h200.sh OUT_DIR}
+out=${1:?usage: bash benchmarks/gpu_checks/probe_h200.sh OUT_DIR}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -84,7 +84,7 @@ EOF
 
 probe gpt2-catalog --model gpt2 --micro-batch 16 --seq-len 1024
 probe gpt2-hf --hf-config tests/data/hf/gpt2/config.json --micro-batch 16 --seq-len 1024
-probe encoder --module benchmarks/probe_models.py:encoder_classifier --input-shape 512 --input-dtype int64 \
+probe encoder --module benchmarks/gpu_checks/probe_models.py:encoder_classifier --input-shape 512 --input-dtype int64 \
   --micro-batch 64
 
 cp "$home/probe-factors.json" "$out/" 2>/dev/null

@@ -1,4 +1,4 @@
-"""User-style models for ``benchmarks/probe_h200.sh``'s ``--module`` probe, written as users write them.
+"""User-style models for ``benchmarks/gpu_checks/probe_h200.sh``'s ``--module`` probe, written as users write them.
 
 ``encoder_classifier``: a text classifier from ``nn.TransformerEncoderLayer`` (batch_first,
 norm_first, GELU), the model issue 16 found furthest off (+136% to +237% memory): PyTorch's

@@ -1,12 +1,12 @@
 """Generated data and models for the recipes, offline: a chat JSONL, an image folder, a Llama folder.
 
-Used by ``benchmarks/h200_recipes.sh`` (a 1B-class Llama from its config, no weights downloaded)
+Used by ``benchmarks/gpu_checks/h200_recipes.sh`` (a 1B-class Llama from its config, no weights downloaded)
 and by the CPU tests (``tests/test_recipes_data.py``, a tiny Llama saved with its weights).
 
-    python benchmarks/recipe_data.py chat OUT.jsonl --rows 2000
-    python benchmarks/recipe_data.py images OUT_DIR --classes 4 --per-class 200 --size 320
-    python benchmarks/recipe_data.py llama OUT_DIR --shape 1b --corpus OUT.jsonl     # config + tokenizer only
-    python benchmarks/recipe_data.py llama OUT_DIR --shape tiny --corpus OUT.jsonl --weights
+    python -m benchmarks.gpu_checks.recipe_data chat OUT.jsonl --rows 2000
+    python -m benchmarks.gpu_checks.recipe_data images OUT_DIR --classes 4 --per-class 200 --size 320
+    python -m benchmarks.gpu_checks.recipe_data llama OUT_DIR --shape 1b --corpus OUT.jsonl     # config + tokenizer only
+    python -m benchmarks.gpu_checks.recipe_data llama OUT_DIR --shape tiny --corpus OUT.jsonl --weights
 
 The conversations are learnable (sums of two numbers, in words and digits), so a falling loss
 means the model learns the assistant turns; the images are learnable too (each class has its own

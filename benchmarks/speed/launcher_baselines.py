@@ -1,4 +1,4 @@
-"""Baselines for ``benchmarks/launcher_bench.py``: the same training step without cardwise.
+"""Baselines for ``benchmarks/speed/launcher_bench.py``: the same training step without cardwise.
 
 ``--mode hand``: what a user writes by hand and starts with ``accelerate launch --config_file
 ...``: an ``Accelerator`` with the config's mixed precision, ``torch.compile``, fused AdamW,

@@ -5,12 +5,12 @@ already on the device:
   cardwise  `advise launch --plan plan.json --recipe synthetic` (bf16 autocast, compile, fused
             AdamW, channels_last for CNNs: the plan below)
   hand      `accelerate launch --config_file <that run's accelerate_config.yaml>
-            benchmarks/launcher_baselines.py --mode hand` (the same, written by hand)
-  naive     `python benchmarks/launcher_baselines.py --mode naive` (fp32, eager, default AdamW)
+            benchmarks/speed/launcher_baselines.py --mode hand` (the same, written by hand)
+  naive     `python -m benchmarks.speed.launcher_baselines --mode naive` (fp32, eager, default AdamW)
 Reports steady-state samples/s (median of logged intervals after the first), launch overhead
 (process start to the end of the first optimizer step, compile included) and peak memory.
 
-    python benchmarks/launcher_bench.py --model gpt2 --micro-batch 16 --seq-len 1024 --out results/
+    python -m benchmarks.speed.launcher_bench --model gpt2 --micro-batch 16 --seq-len 1024 --out results/
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_plan(a) -> "Plan":
@@ -78,7 +77,7 @@ def main() -> None:
     for mode, cmd in (("hand", [py, "-m", "accelerate.commands.launch", "--config_file", str(cfg)]), ("naive", [py])):
         t0 = time.time()
         extra = ["--compile"] if mode == "hand" and not a.no_compile else []
-        r = subprocess.run([*cmd, str(ROOT / "benchmarks" / "launcher_baselines.py"), "--mode", mode, "--model", a.model,
+        r = subprocess.run([*cmd, str(ROOT / "benchmarks" / "speed" / "launcher_baselines.py"), "--mode", mode, "--model", a.model,
                             *shape, "--steps", str(a.steps), "--log-every", str(a.log_every), "--out", str(tmp), *extra],
                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
         if r.returncode != 0:

@@ -2,12 +2,12 @@
 it makes (DESIGN.md quality bar: any --gpus/--nodes within 1 s). Issue 12: --gpus 100000 hung
 (~12,800 estimator calls at 2,048 GPUs, growing faster than linearly).
 
-In-process, imports excluded (benchmarks/startup.py measures process startup): each case runs
+In-process, imports excluded (benchmarks/speed/startup.py measures process startup): each case runs
 ``rules.api.recommend`` N times and reports the median wall and CPU time (``time.process_time``,
 steadier on a shared machine) and the estimator calls. Tests count the calls
 (tests/test_bounded_search.py); the times live here, never in tests.
 
-    python benchmarks/search_timing.py --runs 5 --note "shared 2-core VM, loaded"
+    python -m benchmarks.speed.search_timing --runs 5 --note "shared 2-core VM, loaded"
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import datetime as dt
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
-RESULTS = ROOT / "benchmarks" / "results" / "search-timing.json"
+RESULTS = ROOT / "benchmarks" / "speed" / "results" / "search-timing.json"
 
 CASES = [
     ("llama3-8b, 1x H200", dict(model="llama3-8b", gpu="H200", gpus=1)),

@@ -9,7 +9,7 @@ waits until every run is terminal, and checks what issue 13 asks of the service:
 - orphans: processes still carrying a run directory of this home after the service stopped;
 - latency of `advise submit` and of `advise runs --json` (median and worst), wall seconds.
 
-    python benchmarks/service_load.py [--runs 200] [--submitters 5] [--slots 2] [--out benchmarks/results/service-load.json]
+    python -m benchmarks.speed.service_load [--runs 200] [--submitters 5] [--slots 2] [--out benchmarks/speed/results/service-load.json]
 
 Timings depend on the machine's load; they are reported, never asserted.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 MARKER = "import os, sys\nwith open(sys.argv[1], 'a') as f:\n    f.write(os.environ['CARDWISE_RUN_DIR'] + '\\n')\n"
 
@@ -60,7 +60,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--submitters", type=int, default=5)
     ap.add_argument("--slots", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "service-load.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "speed" / "results" / "service-load.json")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="cardwise-load-"))

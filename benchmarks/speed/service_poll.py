@@ -1,6 +1,6 @@
 """CPU cost of the queue service's poll with 2,000 queued runs (issue 13: "poll only what changed").
 
-    .venv/bin/python benchmarks/service_poll.py [--runs 2000] [--passes 60]
+    .venv/bin/python -m benchmarks.speed.service_poll [--runs 2000] [--passes 60]
 
 Builds a home with N queued GPU runs that cannot start (one GPU, 1 GiB free, each run needs
 40 GiB), then times ``Service.step()`` -- one poll -- with ``time.process_time`` (CPU, not
@@ -13,13 +13,11 @@ APIs both versions have). Figures: docs/service.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_home(home: Path, n: int) -> None:

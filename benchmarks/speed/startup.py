@@ -14,8 +14,8 @@ would otherwise compile every module on every run and measure the compiler.
 
 Timings are never asserted in tests (tests run on loaded machines); this script is where they live.
 
-    python benchmarks/startup.py --baseline f5e1b81 --note "shared machine, loaded"
-    python benchmarks/startup.py --only "llama3-8b --json" --runs 15     # print only
+    python -m benchmarks.speed.startup --baseline f5e1b81 --note "shared machine, loaded"
+    python -m benchmarks.speed.startup --only "llama3-8b --json" --runs 15     # print only
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "speed" / "results"
 RAW = RESULTS / "startup.json"
 REPORT = RESULTS / "startup.md"
 NOTES = "## Notes"
@@ -142,7 +142,7 @@ def _dirty() -> bool:
 
 def render(raw: dict) -> str:
     labels = list(raw)
-    lines = ["# Startup time (benchmarks/startup.py)", "",
+    lines = ["# Startup time (benchmarks/speed/startup.py)", "",
              "Median of N fresh subprocesses per case, after one warm-up run, bytecode cached. `cpu` is the",
              "child's user + sys time: on a shared, loaded machine it is the steadier figure; `wall` includes",
              "waiting for a core. Bars from DESIGN.md (wall time, on an unloaded machine).", ""]

@@ -1,7 +1,7 @@
 """Fit each architecture's achievable fractions on the published rows marked "fit" (issue 14).
 
-    python benchmarks/cross_gpu/fit.py          # writes advisor/data/gpu_perf.json, then run predict.py
-    python benchmarks/cross_gpu/fit.py --loo    # also: leave-one-out errors over the fit rows
+    python -m benchmarks.calibration.cross_gpu.fit          # writes advisor/data/gpu_perf.json, then run predict.py
+    python -m benchmarks.calibration.cross_gpu.fit --loo    # also: leave-one-out errors over the fit rows
 
 For every architecture with fit rows (one GPU kind each, declared in published.jsonl before this
 ran), the fractions of datasheet peak its GPUs reach (matmul, matmul_tf32, conv, simt, conv_simt,
@@ -25,19 +25,17 @@ are in notes.md). Held-out rows play no part in it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1]))
 
-import predict as P  # noqa: E402
+import benchmarks.calibration.cross_gpu.predict as P
 
-from advisor import gpu_perf  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
+from advisor import gpu_perf
+from advisor.gpus import get_gpu
 
 RIDGE = 0.02
 GRID = [2 ** (i / 8) for i in range(-24, 25)]  # 1/8x .. 8x Hopper's fraction, 8 steps per doubling
@@ -111,6 +109,9 @@ def hopper_entry(fracs: dict[str, dict[str, float]], by_arch: dict[str, list[dic
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--loo", action="store_true", help="also: leave-one-out errors over the fit rows")
+    args = ap.parse_args()
     rows = [r for r in P.load_rows() if r["split"] == "fit"]
     by_arch: dict[str, list[dict]] = {}
     for r in rows:
@@ -120,10 +121,10 @@ def main() -> None:
     for arch, arch_rows in sorted(by_arch.items()):
         fracs[arch] = fit_arch(arch, arch_rows, fracs)
     _set(fracs)
-    if "--loo" in sys.argv:
+    if args.loo:
         loo = leave_one_out(by_arch, fracs)
         print(f"leave-one-out over the fit rows: {P.stats(loo)}, mean {sum(loo) / len(loo) * 100:.1f}%")
-    out = {"source": "fit by benchmarks/cross_gpu/fit.py on the rows marked fit in benchmarks/cross_gpu/published.jsonl",
+    out = {"source": "fit by benchmarks/calibration/cross_gpu/fit.py on the rows marked fit in benchmarks/calibration/cross_gpu/published.jsonl",
            "arches": {}}
     for arch, rel in fracs.items():
         ids = [r["id"] for r in by_arch[arch]]

@@ -5,31 +5,30 @@ framework, batch, precision, GPU count) with its split, declared before any fit.
 runs ``advise estimate``'s own path (``advisor.exact.estimate_request`` on a ``Request`` with the
 closest catalog model and configuration: --model, --gpu, --gpus, --micro-batch, --precision,
 --seq-len/--image-size, --channels-last, --interconnect) for every row and writes
-``benchmarks/results/cross-gpu.md``: predicted vs published per row, median/worst per split.
+``benchmarks/calibration/results/cross-gpu.md``: predicted vs published per row, median/worst per split.
 
-    python benchmarks/cross_gpu/predict.py            # writes the report
-    python benchmarks/cross_gpu/predict.py --print    # prints it only
-    python benchmarks/cross_gpu/predict.py --h200     # the H200 catalog reference rows (before/after checks)
+    python -m benchmarks.calibration.cross_gpu.predict            # writes the report
+    python -m benchmarks.calibration.cross_gpu.predict --print    # prints it only
+    python -m benchmarks.calibration.cross_gpu.predict --h200     # the H200 catalog reference rows (before/after checks)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[3]
 
-from advisor.calibration import Calibration, default_calibration  # noqa: E402
-from advisor.exact import estimate_request  # noqa: E402
-from advisor.hardware import Machine  # noqa: E402
-from advisor.plan import ModelRef  # noqa: E402
-from advisor.request import Request  # noqa: E402
+from advisor.calibration import Calibration, default_calibration
+from advisor.exact import estimate_request
+from advisor.hardware import Machine
+from advisor.plan import ModelRef
+from advisor.request import Request
 
 DATA = Path(__file__).with_name("published.jsonl")
-REPORT = ROOT / "benchmarks" / "results" / "cross-gpu.md"
+REPORT = ROOT / "benchmarks" / "calibration" / "results" / "cross-gpu.md"
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
@@ -84,9 +83,9 @@ def _bar(errs: list[float]) -> bool:
 def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None = None,
            last: dict[str, float] | None = None) -> str:
     lines = ["# Throughput on other GPU kinds: predicted vs published", "",
-             "Regenerate: `python benchmarks/cross_gpu/fit.py` (fits `advisor/data/gpu_perf.json` on the rows marked *fit*), "
-             "then `python benchmarks/cross_gpu/predict.py` (this page). Rows and their split: "
-             "`benchmarks/cross_gpu/published.jsonl`; the first 62 rows were committed with their split (83593e1) before any "
+             "Regenerate: `python -m benchmarks.calibration.cross_gpu.fit` (fits `advisor/data/gpu_perf.json` on the rows marked *fit*), "
+             "then `python -m benchmarks.calibration.cross_gpu.predict` (this page). Rows and their split: "
+             "`benchmarks/calibration/cross_gpu/published.jsonl`; the first 62 rows were committed with their split (83593e1) before any "
              "fit, the 24 NVIDIA BERT rows marked *added* came after the first fit and are held out. Each row is predicted "
              "through `advise estimate`'s path (`advisor.exact.estimate_request`) with the flags shown (`advise estimate` "
              "estimates catalog transformers as their transformers class, here `BertForMaskedLM`). *before*: the estimator "
@@ -144,8 +143,7 @@ NOTES = Path(__file__).with_name("notes.md")  # the findings, written by hand, p
 
 def h200_rows() -> None:
     """The catalog reference rows measured on the H200 (what fit_calibration.py judges), predicted now."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import fit_calibration as fc  # noqa: PLC0415
+    import benchmarks.calibration.rows as fc  # noqa: PLC0415
 
     from advisor.gpus import get_gpu  # noqa: PLC0415
     from advisor.hardware import HardwareSpec  # noqa: PLC0415
@@ -160,11 +158,16 @@ def h200_rows() -> None:
 
 
 def main() -> None:
-    if "--h200" in sys.argv:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--h200", action="store_true", help="print the H200 catalog reference rows predicted now")
+    ap.add_argument("--snapshot-before", action="store_true", help="write before.json (run from the older commit)")
+    ap.add_argument("--print", action="store_true", help="print the report instead of writing it")
+    args = ap.parse_args()
+    if args.h200:
         h200_rows()
         return
     rows = load_rows()
-    if "--snapshot-before" in sys.argv:  # run from a checkout of the older commit; GPUs it lacks are skipped
+    if args.snapshot_before:  # run from a checkout of the older commit; GPUs it lacks are skipped
         from advisor.errors import UserError  # noqa: PLC0415
 
         snap = {}
@@ -179,7 +182,7 @@ def main() -> None:
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
     last = json.loads(LAST.read_text()) if LAST.exists() else None
     text = report(res, before, last)
-    if "--print" in sys.argv:
+    if args.print:
         print(text)
         return
     REPORT.write_text(NOTES.read_text() + "\n" + text if NOTES.exists() else text)

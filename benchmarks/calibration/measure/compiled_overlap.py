@@ -25,8 +25,8 @@ For each row (``measure_users_models.py``'s build, data and loop), after the war
 - ``host_dispatch_us``: the host probe (launcher.host_dispatch, 3 windows) before the steady steps and
   after the host times, median of the two: the row's host speed against the reference host.
 
-    PYTHONPATH=. python3 benchmarks/compiled_overlap.py --only u10-hfbertcls-bf16-compile-64-s256 --out o.json
-    python benchmarks/compiled_overlap.py --smoke       # CPU: checks the script runs
+    python3 -m benchmarks.calibration.measure.compiled_overlap --only u10-hfbertcls-bf16-compile-64-s256 --out o.json
+    python -m benchmarks.calibration.measure.compiled_overlap --smoke       # CPU: checks the script runs
 ``--nodrop ID`` adds the row again with every dropout probability of its HF config set to 0.
 ``--fresh`` measures each row in a process of its own (a user's script trains one model per process;
 the measurement scripts run every row of a set in one).
@@ -45,12 +45,11 @@ import traceback
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
 
-import measure_unseen  # noqa: E402
-import measure_users_models as mum  # noqa: E402
-import torch  # noqa: E402
-from steploop import free_device, in_child, sync, timed, warm_up  # noqa: E402
+import benchmarks.calibration.measure.unseen as measure_unseen
+import benchmarks.calibration.measure.users_models as mum
+from benchmarks.calibration.measure.steploop import free_device, in_child, sync, timed, warm_up
 
 
 PHASES: dict[str, list[float]] = {}  # host seconds of each phase of the steps run while it is not None

@@ -8,8 +8,8 @@ already on the device (zero_grad(set_to_none=True), as Accelerate does), run war
 steps (DESIGN.md's ``peak_gib``), the device memory in use (``device_gib``), samples/s and step time.
 Also measures the two ceilings (bf16 matmul rate, copy bandwidth) once (device/METHOD.md).
 
-    python benchmarks/measure_reference.py --out results.jsonl [--only NAME] [--budget-s 540]
-    python benchmarks/measure_reference.py --smoke   # CPU, tiny, checks the script runs
+    python -m benchmarks.calibration.measure.reference --out results.jsonl [--only NAME] [--budget-s 540]
+    python -m benchmarks.calibration.measure.reference --smoke   # CPU, tiny, checks the script runs
 
 Rows go to the JSONL as they finish, so a run stopped at its time limit keeps what it measured.
 """
@@ -18,19 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from advisor.catalog import catalog_model  # noqa: E402
-from advisor.zoo import build_trainable, init_weights, synthetic_batch  # noqa: E402
-from launcher import host_dispatch  # noqa: E402
-from steploop import ceilings, free_device, make_step, memory, timed, warm_up  # noqa: E402
+from advisor.catalog import catalog_model
+from advisor.zoo import build_trainable, init_weights, synthetic_batch
+from benchmarks.calibration.measure.steploop import ceilings, free_device, make_step, memory, timed, warm_up
+from launcher import host_dispatch
 
 # (id, model, micro_batch, seq_len, image_size, precision, compile, grad_ckpt, channels_last, split)
 # split: "fit" rows may be used to fit calibration constants; "holdout" rows never are, and the

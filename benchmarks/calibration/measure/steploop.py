@@ -18,8 +18,8 @@ scripts without cardwise's dependencies):
 - ``in_child``: this script's command line again in a process of its own, for one row (a user's
   training script trains one model per process; the measurement scripts run many in one).
 
-Used as ``import steploop`` from the scripts in this directory (Python puts a script's directory
-first on ``sys.path``).
+Imported as ``benchmarks.calibration.measure.steploop`` (the scripts run with ``python -m`` from the
+checkout root).
 """
 
 from __future__ import annotations

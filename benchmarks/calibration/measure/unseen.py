@@ -1,18 +1,18 @@
 """Unseen configurations of the users' models (issue 16's throughput bar), measured like the rest.
 
 Every row here is declared *holdout* before it is measured: no calibration constant is ever fit
-on it (benchmarks/fit_calibration.py fits "fit" rows only). They are new batch sizes, precisions and
-compile choices of the models in ``benchmarks/users_models/``, so they check the roofline on
+on it (benchmarks/calibration/fit.py fits "fit" rows only). They are new batch sizes, precisions and
+compile choices of the models in ``benchmarks/calibration/models/``, so they check the roofline on
 configurations it was not fitted on. Measurement is ``measure_users_models.py``'s, unchanged (same
 loop, timing, header); only the table of configurations differs.
 
 On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70 s):
 
-    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/measure_unseen.py --out $OUT/h200-users-unseen.jsonl --budget-s 230
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 -m benchmarks.calibration.measure.unseen --out $OUT/h200-users-unseen.jsonl --budget-s 230
     ... measure_unseen.py --set u9 --out $OUT/h200-users-unseen9.jsonl     # any set of unseen_sets.json
 
-Copy the JSONL to ``benchmarks/results/h200-users-unseen.jsonl``; ``benchmarks/fit_calibration.py``
-reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python benchmarks/predict_users.py``
+Copy the JSONL to ``benchmarks/calibration/results/h200-users-unseen.jsonl``; ``benchmarks/calibration/fit.py``
+reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python -m benchmarks.calibration.predict_users``
 reports it. ``--set uN`` picks the set (u1 default; the sets and what each was for: ``unseen_sets.json``). ``--predict FILE`` (CPU, no measurement) writes what ``advise estimate`` predicts for every
 row now, before any measurement: ``results/h200-users-unseen-predicted.json``.
 """
@@ -23,14 +23,12 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import measure_users_models as mum  # noqa: E402
+import benchmarks.calibration.measure.users_models as mum
 
 # The sets, each with what it was for and when: ``unseen_sets.json`` (data, not code). A row is
 # (id, model, micro_batch, seq_len, image_size, precision, compile, split), every split "holdout" when
-# declared; benchmarks/draw_unseen.py --write adds a drawn set.
-SETS_FILE = Path(__file__).resolve().parent / "unseen_sets.json"
+# declared; benchmarks/calibration/draw_unseen.py --write adds a drawn set.
+SETS_FILE = Path(__file__).resolve().parents[1] / "unseen_sets.json"
 
 
 def load_sets(path: Path = SETS_FILE) -> dict[str, list[tuple]]:
@@ -60,7 +58,7 @@ def pick(ids: list[str], smoke: bool = False) -> list[dict]:
 
 def predict(path: Path, table: list[tuple]) -> None:
     """``advise estimate FLAGS --gpu H200`` for every row, written before the rows are measured."""
-    from users import predict_request, request_of
+    from benchmarks.calibration.users import predict_request, request_of
 
     out = {}
     for c in table:

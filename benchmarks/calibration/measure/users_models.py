@@ -1,8 +1,8 @@
 """Measure a reference set of users' models on one GPU: peak memory and steady-state samples/s.
 
-The models are written the way users write them (``benchmarks/users_models/*.py``, each with a
+The models are written the way users write them (``benchmarks/calibration/models/*.py``, each with a
 zero-argument ``build()``) or built by transformers from a hand-written config
-(``benchmarks/users_models/hf/<name>/config.json``, random init, no downloads). This script imports
+(``benchmarks/calibration/models/hf/<name>/config.json``, random init, no downloads). This script imports
 no cardwise module (``steploop.py`` beside it imports only torch): the GPU machine it runs on has
 only torch and transformers.
 
@@ -24,8 +24,8 @@ Precision (DESIGN.md): ``fp32`` = plain PyTorch defaults, untouched (fp32 matmul
 allowed TF32); ``bf16`` = ``torch.autocast("cuda", torch.bfloat16)`` with fp32 weights;
 ``pure-bf16`` = model and floating-point inputs ``.to(torch.bfloat16)``.
 
-    python benchmarks/measure_users_models.py --out users.jsonl [--only ID,ID] [--budget-s 450]
-    python benchmarks/measure_users_models.py --smoke   # CPU, tiny, checks the script runs
+    python -m benchmarks.calibration.measure.users_models --out users.jsonl [--only ID,ID] [--budget-s 450]
+    python -m benchmarks.calibration.measure.users_models --smoke   # CPU, tiny, checks the script runs
 
 Rows go to the JSONL as they finish (a run killed at its time limit keeps what it measured); a CUDA
 out-of-memory row is recorded with ``"oom": true`` and the run goes on.
@@ -43,11 +43,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from steploop import ceilings, free_device, in_child, is_oom, make_step, memory, timed, warm_up
+from benchmarks.calibration.measure.steploop import ceilings, free_device, in_child, is_oom, make_step, memory, timed, warm_up
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = Path(__file__).resolve().parent / "users_models"
-REL = "benchmarks/users_models"
+MODELS = Path(__file__).resolve().parents[1] / "models"
+REL = "benchmarks/calibration/models"
 
 # Model sources. kind "module": FILE.py:build with cardwise's --input-shape/--input-dtype/--loss;
 # input "tokens" = int64 ids [B, seq] in [0, vocab); "image" = float [B, 3, size, size].
@@ -293,7 +292,7 @@ def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: 
     ``step_s`` is the median round's and ``host_dispatch_in_row_us`` the median probe, so that a row is
     judged against the host speed of the seconds it ran in (a host-bound row and the probe moved
     7-17% within 45 s on one machine: "The host probe and the host-bound rows in one call" in
-    benchmarks/results/h200-users.md)."""
+    benchmarks/calibration/results/h200-users.md)."""
     model = row["model"]
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -330,9 +329,6 @@ def run_config(row: dict, device: str, warmup: int, target_s: float, min_steps: 
 
 def host_dispatch_of(device: str, windows: int = 5) -> float:
     """The reference step's time on this host now, µs (about 0.3 s on a GPU host)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT))
     from launcher import host_dispatch
 
     return host_dispatch.measure(device, windows=2 if device == "cpu" else windows)["us_per_step"]
@@ -340,7 +336,7 @@ def host_dispatch_of(device: str, windows: int = 5) -> float:
 
 def cpu_model() -> str | None:
     """The host CPU's model name (/proc/cpuinfo): host-bound rows moved differently between calls'
-    machines (benchmarks/results/h200-users.md, "The host probe and the host-bound rows in one call")."""
+    machines (benchmarks/calibration/results/h200-users.md, "The host probe and the host-bound rows in one call")."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -371,9 +367,6 @@ def header(device: str) -> dict:
         h["context_gib"] = (total - free) / 2**30
         h["device_total_gib"] = total / 2**30
     # This host's dispatch speed (launcher.host_dispatch): host-bound rows are predicted with it.
-    import sys
-
-    sys.path.insert(0, str(ROOT))
     from launcher import host_dispatch
 
     h["host_dispatch"] = host_dispatch.measure(device, windows=2 if device == "cpu" else 7)

@@ -7,7 +7,7 @@ No stochastic depth (drop_path 0). Head: global average pool, LayerNorm, Linear 
 Input: float32 images [batch, 3, 224, 224]; output: logits [batch, 1000].
 
 cardwise flags:
-    --module benchmarks/users_models/convnext.py:build --input-shape 3,224,224 --input-dtype float32
+    --module benchmarks/calibration/models/convnext.py:build --input-shape 3,224,224 --input-dtype float32
     --loss ce        (cross-entropy over the last dim of the output; targets int64 [batch])
     --image-size 224
 """

@@ -7,7 +7,7 @@ pool, dropout 0.2, Linear to 1000 classes. No stochastic depth. Input: float32 i
 [batch, 3, 224, 224]; output: logits [batch, 1000].
 
 cardwise flags:
-    --module benchmarks/users_models/efficientnet.py:build --input-shape 3,224,224 --input-dtype float32
+    --module benchmarks/calibration/models/efficientnet.py:build --input-shape 3,224,224 --input-dtype float32
     --loss ce        (cross-entropy over the last dim of the output; targets int64 [batch])
     --image-size 224
 """

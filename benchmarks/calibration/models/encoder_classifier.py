@@ -5,7 +5,7 @@ dropout 0.1: PyTorch's default), a final LayerNorm, mean pooling over the sequen
 for 4 classes. Input: int64 token ids [batch, seq] (seq <= 512); output: logits [batch, 4].
 
 cardwise flags:
-    --module benchmarks/users_models/encoder_classifier.py:build --input-shape 512 --input-dtype int64
+    --module benchmarks/calibration/models/encoder_classifier.py:build --input-shape 512 --input-dtype int64
     --loss ce        (cross-entropy over the last dim of the output; targets int64 [batch])
     --seq-len 512
 """

@@ -6,7 +6,7 @@ Input: int64 token ids [batch, seq] (seq <= 1024); output: logits [batch, seq, 5
 (the forward returns logits for every position; the loss is computed outside the model).
 
 cardwise flags:
-    --module benchmarks/users_models/nanogpt.py:build --input-shape 1024 --input-dtype int64
+    --module benchmarks/calibration/models/nanogpt.py:build --input-shape 1024 --input-dtype int64
     --loss ce        (cross-entropy over the last dim of the logits; targets int64 [batch, seq])
     --seq-len 1024
 """

@@ -5,7 +5,7 @@ transposed-convolution upsamplings with skip concatenation, base width 64 (64-12
 a 1x1 output convolution. Input: float32 images [batch, 3, 256, 256]; output: [batch, 3, 256, 256].
 
 cardwise flags:
-    --module benchmarks/users_models/unet.py:build --input-shape 3,256,256 --input-dtype float32
+    --module benchmarks/calibration/models/unet.py:build --input-shape 3,256,256 --input-dtype float32
     --loss mse       (mean squared error against a target shaped like the output)
     --image-size 256
 """

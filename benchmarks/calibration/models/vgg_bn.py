@@ -7,7 +7,7 @@ with ReLU and dropout 0.5. Input: float32 images [batch, 3, H, W] (H, W multiple
 logits [batch, 1000].
 
 cardwise flags:
-    --module benchmarks/users_models/vgg_bn.py:build --input-shape 3,224,224 --input-dtype float32
+    --module benchmarks/calibration/models/vgg_bn.py:build --input-shape 3,224,224 --input-dtype float32
     --loss ce        (cross-entropy over the last dim of the output; targets int64 [batch])
     --image-size 224
 """

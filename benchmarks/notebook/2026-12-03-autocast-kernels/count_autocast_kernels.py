@@ -1,27 +1,26 @@
 """Kernels of one eager training step under autocast (bf16) over the pure-bf16 count, per users' module.
 
-    python benchmarks/count_autocast_kernels.py
+    python -m benchmarks.notebook.2026-12-03-autocast-kernels.count_autocast_kernels
 
 advisor.tracer counts a traced module's kernels (aten ops that launch, forward + backward, loss
 included) once, on its pure-bf16 step. Under autocast every linear/conv input and weight is cast to
 bf16 first (aten._to_copy, a kernel each) and some ops run in fp32 with casts around them, so the
 same model launches more. This prints both counts for the users' modules of
-benchmarks/users_models/ (advisor.tracer.trace_step, the tracer's own counter, on meta tensors) and
+benchmarks/calibration/models/ (advisor.tracer.trace_step, the tracer's own counter, on meta tensors) and
 their ratio; advisor/throughput.py's AUTOCAST_KERNELS is the median, rounded.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[3]
 
-import torch  # noqa: E402
+import torch
 
-from advisor.tracer import load_factory, trace_step  # noqa: E402
+from advisor.tracer import load_factory, trace_step
 
 MODULES = {  # FILE:FACTORY -> (per-sample input shape, dtype, loss), as in h200-users.jsonl
     "encoder_classifier.py:build": ((512,), torch.int64, "ce"),
@@ -32,7 +31,7 @@ MODULES = {  # FILE:FACTORY -> (per-sample input shape, dtype, loss), as in h200
 
 
 def counts(spec: str, shape, dtype, loss) -> tuple[int, int]:
-    factory = load_factory(str(ROOT / "benchmarks" / "users_models" / spec))
+    factory = load_factory(str(ROOT / "benchmarks" / "calibration" / "models" / spec))
 
     def make_inputs(b: int):
         if dtype.is_floating_point:
@@ -48,6 +47,7 @@ def counts(spec: str, shape, dtype, loss) -> tuple[int, int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     ratios = []
     for spec, (shape, dtype, loss) in MODULES.items():
         amp, pure = counts(spec, shape, dtype, loss)

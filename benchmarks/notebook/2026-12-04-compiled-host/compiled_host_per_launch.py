@@ -1,6 +1,6 @@
 """Host time per GEMM/convolution launch of the compiled H200 rows: the figure behind the compiled host model.
 
-    python benchmarks/compiled_host_per_launch.py
+    python -m benchmarks.notebook.2026-12-04-compiled-host.compiled_host_per_launch
 
 For every compiled row of ``fit_calibration.all_rows()`` (fit and holdout) it prints the measured step
 time, the step time over the row's host factor (what the reference host would take), the estimate's
@@ -16,23 +16,23 @@ per launch and per eager op, over the marked rows close the table.
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fit_calibration as fc  # noqa: E402  (puts the checkout on sys.path)
-from advisor.calibration import default_calibration  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
-from advisor.hardware import HardwareSpec  # noqa: E402
-from advisor.step_work import step_work  # noqa: E402
-from advisor.throughput import compile_family, gpu_seconds, host_seconds  # noqa: E402
+import benchmarks.calibration.rows as fc
+from advisor.calibration import default_calibration
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from advisor.step_work import step_work
+from advisor.throughput import compile_family, gpu_seconds, host_seconds
 
 HOST_BOUND = 0.7  # GPU term under this share of the measured step: the host sets the pace
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     _, rows = fc.all_rows()
     cal = default_calibration()
     hw = HardwareSpec(gpu=get_gpu("H200"))

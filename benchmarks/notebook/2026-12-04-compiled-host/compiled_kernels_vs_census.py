@@ -1,6 +1,6 @@
 """What a compiled step launched on the H200 beside what the estimator counts for it.
 
-    python benchmarks/compiled_kernels_vs_census.py [results/h200-compiled-kernels-2026-12-04/compiled-kernels.json]
+    python -m benchmarks.notebook.2026-12-04-compiled-host.compiled_kernels_vs_census [results/h200-compiled-kernels-2026-12-04/compiled-kernels.json]
 
 For each row that ``compiled_overlap.py --fresh`` measured (each model in a process of its own): the
 Triton kernels inductor launched per step (the profile's "triton" group) against the census's
@@ -14,25 +14,25 @@ markdown table.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
+HERE = Path(__file__).resolve().parents[2]  # benchmarks/
 
-import fit_calibration as fc  # noqa: E402
-from advisor.calibration import default_calibration  # noqa: E402
-from advisor.step_work import step_work  # noqa: E402
-from advisor.throughput import host_seconds  # noqa: E402
+import benchmarks.calibration.rows as fc
+from advisor.calibration import default_calibration
+from advisor.step_work import step_work
+from advisor.throughput import host_seconds
 
-DEFAULT = HERE / "results" / "h200-compiled-kernels-2026-12-04" / "compiled-kernels.json"
+DEFAULT = HERE / "calibration" / "results" / "h200-compiled-kernels-2026-12-04" / "compiled-kernels.json"
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path", nargs="?", type=Path, default=DEFAULT, help="compiled_overlap --fresh's JSON (default: %(default)s)")
+    path = ap.parse_args().path
     measured = [r for r in json.loads(path.read_text()) if "host_ms" in r]
     cal = default_calibration().model_copy(update={"host": None})  # the reference host
     _, rows = fc.all_rows()

@@ -1,7 +1,7 @@
 """What a compiled training step saves for backward, per tensor, on the GPU: AOTAutograd's min-cut
 partition (inductor's default) of a users' model and of the zoo's same-size model, side by side.
 
-    PYTHONPATH=. python3 benchmarks/probe_compiled_saved.py --out saved.json [--batch 32]
+    python3 -m benchmarks.notebook.2026-12-04-compiled-saved.probe_compiled_saved --out saved.json [--batch 32]
 
 Prompted by the sixth unseen set: compiled HF ViTForImageClassification (bf16, batch 32) peaked at
 3.91 GiB where the zoo's ViT-B/16 compiled peaks at 3.23 and both eager at 3.54. The partition is traced
@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 from pathlib import Path
 
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import measure_users_models as mum  # noqa: E402
+import benchmarks.calibration.measure.users_models as mum
 
 
 def capture(step, *args) -> dict:

@@ -2,11 +2,11 @@
 the offloaded run builds it (fused=None over CPU tensors: the single-tensor loop), gradient clipping's
 per-tensor norm and scale, and each of AdamW's elementwise ops alone, with a given thread count.
 
-    OMP_NUM_THREADS=1 python benchmarks/cpu_adamw_shape.py --threads 1 [--params 200e6]
+    OMP_NUM_THREADS=1 python -m benchmarks.notebook.2026-12-04-cpu-adamw-shape.cpu_adamw_shape --threads 1 [--params 200e6]
 
 For understanding the shape of ``advisor.compromise_cost.cpu_step_s`` only: nothing here is written into the
 estimator. The rate the estimator uses is the H200 host's, fit on the measured offload row by
-benchmarks/fit_compromises.py. What it shows: the in-place passes stream at memory speed; the two ops that
+benchmarks/calibration/fit_compromises.py. What it shows: the in-place passes stream at memory speed; the two ops that
 allocate a parameter-sized temporary (sqrt, the division) cost several times more, their fresh pages being
 faulted in and zeroed by the kernel (tensors above glibc's 32 MiB mmap threshold are mapped anew every
 time); one thread (what `accelerate launch` gives a GPU rank) pays all of it serially.

@@ -7,23 +7,21 @@ windows spread by +-20%. This runs, in one call, ``--rounds`` rounds of: the pro
 then each host-bound row (measure_users_models' run_config, unchanged). Every reading and row is written
 with its time since the start, so a probe's drift can be set beside the rows' own.
 
-    PYTHONPATH=. python3 benchmarks/host_probe_stability.py --out $OUT/host-probe.jsonl [--rounds 3]
-    python benchmarks/host_probe_stability.py --smoke --out /tmp/p.jsonl     # CPU, tiny models
+    python3 -m benchmarks.notebook.2026-12-04-host-probe-stability.host_probe_stability --out $OUT/host-probe.jsonl [--rounds 3]
+    python -m benchmarks.notebook.2026-12-04-host-probe-stability.host_probe_stability --smoke --out /tmp/p.jsonl     # CPU, tiny models
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import measure_unseen  # noqa: E402
-import measure_users_models as mum  # noqa: E402
-from steploop import free_device  # noqa: E402
+import benchmarks.calibration.measure.unseen as measure_unseen
+import benchmarks.calibration.measure.users_models as mum
+from benchmarks.calibration.measure.steploop import free_device
 
 # Host-bound rows of the seventh to ninth sets, of four kinds (text encoder, Llama-style in pure-bf16 and
 # bf16, a small CNN in fp32); their measured steps are 6.8-85 ms.

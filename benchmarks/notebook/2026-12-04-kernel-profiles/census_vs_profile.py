@@ -1,9 +1,9 @@
 """Bandwidth that LayerNorm's kernels and PyTorch's legacy strided kernels reach in H200 kernel profiles.
 
-    python benchmarks/census_vs_profile.py            # the rows profiled with these kernels
-    python benchmarks/census_vs_profile.py --only enc-bf16-128
+    python -m benchmarks.notebook.2026-12-04-kernel-profiles.census_vs_profile            # the rows profiled with these kernels
+    python -m benchmarks.notebook.2026-12-04-kernel-profiles.census_vs_profile --only enc-bf16-128
 
-For each profiled row (``benchmarks/results/h200-profiles-2026-12-04*.json``, written by
+For each profiled row (``benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04*.json``, written by
 ``profile_users_rows.py``) that is also a row of ``fit_calibration.all_rows()``, the census's bytes of
 that micro-step (``advisor.step_work``: ``norm_bytes``, ``permuted_bytes``) set beside the profile's
 time in the matching kernels (the profile keeps each step's 30 dearest kernels, so the times are lower
@@ -26,14 +26,13 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fit_calibration as fc  # noqa: E402  (puts the checkout on sys.path)
-from advisor.calibration import default_calibration  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
-from advisor.step_work import step_work  # noqa: E402
+import benchmarks.calibration.rows as fc
+from advisor.calibration import default_calibration
+from advisor.gpus import get_gpu
+from advisor.step_work import step_work
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent  # the profiles sit beside this script
 KINDS = {"norm_bytes": re.compile(r"layer_norm|GammaBetaBackward"),
          "permuted_bytes": re.compile(r"^void at::native::elementwise_kernel<")}
 

@@ -1,13 +1,13 @@
 """Where a users' row spends its GPU time: CUDA kernels of a few steps, by kind, beside the estimator's terms.
 
-For rows the estimator misses (benchmarks/results/h200-estimator.md), the step of
+For rows the estimator misses (benchmarks/calibration/results/h200-estimator.md), the step of
 ``measure_users_models.py`` (same build, data and loop) runs its warm-up, then ``torch.profiler``
 records ``--steps`` steps. Kernels are grouped by what their names say they are (GEMM, attention,
 convolution, elementwise/reduction, copies) so that each group can be set beside the roofline's term
 for it (``advisor.throughput.gpu_seconds``: matmul, attention, convolution, bytes, kernels).
 
-    PYTHONPATH=. python3 benchmarks/profile_users_rows.py --only enc-bf16-128,u2-effnet-bf16-256 --out prof.json
-    python benchmarks/profile_users_rows.py --smoke      # CPU: checks the script runs (no CUDA kernels)
+    python3 -m benchmarks.notebook.2026-12-04-kernel-profiles.profile_users_rows --only enc-bf16-128,u2-effnet-bf16-256 --out prof.json
+    python -m benchmarks.notebook.2026-12-04-kernel-profiles.profile_users_rows --smoke      # CPU: checks the script runs (no CUDA kernels)
 """
 
 from __future__ import annotations
@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import measure_unseen  # noqa: E402
-import measure_users_models as mum  # noqa: E402
-import torch  # noqa: E402
-from steploop import free_device, warm_up  # noqa: E402
+import benchmarks.calibration.measure.unseen as measure_unseen
+import benchmarks.calibration.measure.users_models as mum
+import torch
+from benchmarks.calibration.measure.steploop import free_device, warm_up
 
 # Kernel groups, first match wins (names as CUDA 12-13 / cuDNN 9 / PyTorch 2.11 print them).
 GROUPS = [

@@ -4,22 +4,21 @@ teardown (``host_dispatch_us``), and from the thirteenth set each row's own, the
 between its timed rounds (``host_dispatch_in_row_us``, which fit_calibration.py uses where a row has it).
 The gaps between them are the host's drift within one call.
 
-    python benchmarks/unseen_row_host.py            # u9 to the last set: median / worst, worst row
+    python -m benchmarks.notebook.2026-12-04-unseen-row-host.unseen_row_host            # u9 to the last set: median / worst, worst row
 """
 
+import argparse
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import fit_calibration as fc  # noqa: E402
-from advisor.calibration import default_calibration  # noqa: E402
-from advisor.gpus import get_gpu  # noqa: E402
-from advisor.hardware import HardwareSpec  # noqa: E402
+import benchmarks.calibration.rows as fc
+from advisor.calibration import default_calibration
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     header, rows = fc.all_rows()  # every row, each with its file header's host factor
     cal = default_calibration()
     hw = HardwareSpec(gpu=get_gpu("H200"))
