@@ -31,7 +31,9 @@ class _Spec:  # the minimum Trainable needs
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=TRACED_JSON, help="the file written (default: the packaged one)")
+    args = ap.parse_args()
     out = {}
     for name in CNN_NAMES:
         start = time.perf_counter()
@@ -60,8 +62,8 @@ def main() -> None:
 
     meta = {"_generated_by": "benchmarks/calibration/trace_catalog.py", "_torch": torch.__version__,
             "_transformers": transformers.__version__}
-    TRACED_JSON.write_text(json.dumps({**meta, **out}, indent=1) + "\n")
-    print(f"wrote {TRACED_JSON}")
+    args.out.write_text(json.dumps({**meta, **out}, indent=1) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

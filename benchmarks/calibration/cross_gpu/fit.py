@@ -111,6 +111,7 @@ def hopper_entry(fracs: dict[str, dict[str, float]], by_arch: dict[str, list[dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loo", action="store_true", help="also: leave-one-out errors over the fit rows")
+    ap.add_argument("--out", type=Path, default=gpu_perf.FITTED, help="the file written (default: the packaged one)")
     args = ap.parse_args()
     rows = [r for r in P.load_rows() if r["split"] == "fit"]
     by_arch: dict[str, list[dict]] = {}
@@ -137,8 +138,8 @@ def main() -> None:
                                for k, v in rel.items()}
         print(arch, {k: round(v, 3) for k, v in rel.items()}, [f"{e * 100:+.0f}%" for e in errs])
     out["arches"][gpu_perf.REFERENCE_ARCH] = hopper_entry(fracs, by_arch)
-    gpu_perf.FITTED.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {gpu_perf.FITTED}")
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
