@@ -1,29 +1,30 @@
-"""Regenerate the README's example report (`advise --model llama3-8b` on a machine without a GPU)
+"""Regenerate the example report in docs/usage.md (`advise --model llama3-8b` on a machine without a GPU)
 from the current code, between the markers ``<!-- report:begin -->`` and ``<!-- report:end -->``;
-and its accuracy table, between ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->``, from the
-summary tables of ``benchmarks/calibration/results/h200-estimator.md`` (which benchmarks/calibration/fit.py writes).
+and README.md's accuracy lines (five at most), between ``<!-- accuracy:begin -->`` and
+``<!-- accuracy:end -->``, from the summary tables of ``benchmarks/calibration/results/h200-estimator.md``
+(which ``python -m benchmarks.calibration.fit`` writes; every set's lines are there).
 
 The report is rendered as `advise` renders it (``cli.recommend_cmd.render_report``) for a fixed
 machine (no GPU: NVML missing, 16 CPU cores), the default calibration (not a home directory's) and a
 100-column plain console, so that it is the same everywhere. tests/test_readme_report.py fails when
-README.md differs from what this script writes: the README cannot drift from the code.
+README.md or docs/usage.md differs from what this script writes: neither can drift from the code.
 
-    python -m benchmarks.calibration.readme_report            # rewrite the block in README.md
-    python -m benchmarks.calibration.readme_report --check    # exit 1 if README.md is out of date
+    python -m benchmarks.calibration.readme_report            # rewrite both blocks
+    python -m benchmarks.calibration.readme_report --check    # exit 1 if either is out of date
 """
 
 from __future__ import annotations
 
-import re
-
 import argparse
 import io
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 README = ROOT / "README.md"
+USAGE = ROOT / "docs" / "usage.md"  # the report's home
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
 ARGV = ["--model", "llama3-8b"]
 WIDTH = 100
@@ -82,16 +83,17 @@ def accuracy_text() -> str:
     md = ESTIMATOR_MD.read_text()
     hold, fit = _cells(md, "holdout"), _cells(md, "fit")
     unseen = _unseen_rows(md)
+    latest = [u for u in unseen if u[0] == unseen[-1][0]]  # the newest set, before it ran and now (all: ESTIMATOR_MD)
     slowed = _cells(md, "median / worst")
     rows = [
-        ("| on one H200, abs error (regenerated from `benchmarks/calibration/results/h200-estimator.md` by "
-         "`benchmarks/calibration/readme_report.py`) | rows | peak memory median / worst | samples/s median / worst |"),
+        ("| on one H200, abs error (from `benchmarks/calibration/results/h200-estimator.md`) | rows | "
+         "peak memory median / worst | samples/s median / worst |"),
         "|---|---:|---|---|",
         f"| holdout rows (never fit on): catalog CNN, ViT, encoder, decoder; users' `--module` and `--hf-config` "
         f"models; fp32/bf16/pure-bf16, compile, checkpointing | {hold[1]} | {hold[2]} / {hold[3]} | {hold[4]} / {hold[5]} |",
         f"| fit rows | {fit[1]} | {fit[2]} / {fit[3]} | {fit[4]} / {fit[5]} |",
-        *(f"| unseen users' configurations, {name} set, {when} | {c[1]} | {c[2]} / {c[3]} | {c[4]} / {c[5]} |"
-          for name, when, c in unseen),
+        *(f"| the newest unseen set of users' configurations ({name}), {when} | {c[1]} | {c[2]} / {c[3]} | "
+          f"{c[4]} / {c[5]} |" for name, when, c in latest),
         f"| host-bound rows on a deliberately slowed host, with its measured host factor (without) | | | "
         f"{slowed[3]} / {slowed[4]} ({slowed[6]} / {slowed[7]}) |",
     ]
@@ -104,8 +106,13 @@ def with_accuracy(readme: str, text: str) -> str:
 
 
 def regenerated(readme: str) -> str:
-    """README.md as the current code and the current measurements write it."""
-    return with_accuracy(with_block(readme, report_text()), accuracy_text())
+    """README.md as the current measurements write it."""
+    return with_accuracy(readme, accuracy_text())
+
+
+def regenerated_usage(usage: str) -> str:
+    """docs/usage.md as the current code writes it."""
+    return with_block(usage, report_text())
 
 
 def block(text: str) -> str:
@@ -123,17 +130,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="exit 1 if README.md is not what the code prints")
     args = ap.parse_args()
-    readme = README.read_text()
-    new = regenerated(readme)
-    if args.check:
-        if new != readme:
-            print("README.md's report is out of date: run python -m benchmarks.calibration.readme_report", file=sys.stderr)
-            return 1
-        return 0
-    if new != readme:
-        README.write_text(new)
-        print("README.md: report regenerated")
-    return 0
+    stale = 0
+    for path, regen in ((README, regenerated), (USAGE, regenerated_usage)):
+        old = path.read_text()
+        new = regen(old)
+        if new == old:
+            continue
+        if args.check:
+            print(f"{path.relative_to(ROOT)} is out of date: run python -m benchmarks.calibration.readme_report",
+                  file=sys.stderr)
+            stale = 1
+        else:
+            path.write_text(new)
+            print(f"{path.relative_to(ROOT)}: regenerated")
+    return stale
 
 
 if __name__ == "__main__":
