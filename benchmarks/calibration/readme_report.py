@@ -128,7 +128,7 @@ def with_block(readme: str, text: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md is not what the code prints")
+    ap.add_argument("--check", action="store_true", help="exit 1 if README.md or docs/usage.md is not what the code prints")
     args = ap.parse_args()
     stale = 0
     for path, regen in ((README, regenerated), (USAGE, regenerated_usage)):
