@@ -29,7 +29,7 @@
 set -euo pipefail
 
 out=${1:?usage: bash benchmarks/gpu_checks/h200_bench.sh OUT_DIR}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-python3}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

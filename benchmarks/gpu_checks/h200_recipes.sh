@@ -23,7 +23,7 @@ set -euo pipefail
 
 out=${1:?usage: bash benchmarks/gpu_checks/h200_recipes.sh OUT_DIR [--tiny]}
 shift
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -37,7 +37,7 @@ if [[ " $* " != *" --tiny "* ]]; then
 fi
 start=$(date +%s)
 set +e
-"$py" "$root/benchmarks/gpu_checks/h200_recipes.py" "$out" "$@"
+"$py" -m benchmarks.gpu_checks.h200_recipes "$out" "$@"
 rc=$?
 set -e
 echo "h200_recipes: exit $rc after $(( $(date +%s) - start )) s; table: $out/h200-recipes.md" >&2

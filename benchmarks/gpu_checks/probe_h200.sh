@@ -23,7 +23,7 @@
 set -uo pipefail
 
 out=${1:?usage: bash benchmarks/gpu_checks/probe_h200.sh OUT_DIR}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-python3}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
