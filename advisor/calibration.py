@@ -2,7 +2,7 @@
 
 Defaults come from the sources named per field. ``advisor/data/calibration.json``, written by
 ``python -m benchmarks.calibration.fit`` from the H200 reference measurements in
-``benchmarks/results/``, overrides them; ``advise bench`` adds per-machine factors
+``benchmarks/calibration/``, overrides them; ``advise bench`` adds per-machine factors
 (``measured``) that the CLI loads from the user's home and passes in. Pure data: loading files
 happens in ``load_calibration`` only.
 """
@@ -32,8 +32,8 @@ class Calibration(BaseModel):
     # depthwise convolutions (by layout) and all other kernels against memory bandwidth; NCHW batch
     # norm's per-channel blocks in element passes per SM cycle (advisor.throughput). Defaults:
     # Megatron-LM reaches ~0.5-0.6 of peak end to end on A100 (Narayanan et al. 2021, Table 1), the
-    # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (copy test in benchmarks/results/
-    # h200-users.md: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/calibration/fit.py.
+    # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (the copy test in the H200
+    # measurement files' headers: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/calibration/fit.py.
     rate_efficiency: dict[str, float] = Field(default_factory=lambda: {
         "matmul|fp32": 0.8, "matmul|tensor": 0.65, "matmul_unaligned": 0.3, "matmul_odd": 0.2, "attn|fp32": 0.5, "attn|tensor": 0.5,
         "conv": 0.5, "conv_unaligned": 0.1,
@@ -86,7 +86,7 @@ class Calibration(BaseModel):
     compile_call_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 135.0, "transformer": 90.0})
     # And a time per kernel inductor writes between those launches (StepWork.fused_kernels), for every
     # kind: host time followed the Triton kernels more than the GEMM launches. On the H200
-    # (benchmarks/calibration/results/h200-compiled-kernels-2026-12-04/, seven compiled users' models each in a
+    # (benchmarks/notebook/2026-12-04-compiled-host: seven compiled users' models each in a
     # process of its own) the forward and backward's host time per GEMM/convolution launch ranged
     # 68-190 us at the reference host's speed (Mistral 68, VGG-BN 190), per kernel launched (Triton and
     # extern) 21-32 us.
@@ -107,7 +107,7 @@ class Calibration(BaseModel):
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
     ckpt_fraction: float = 0.5
     # CUDA context + cuBLAS/cuDNN handles, GiB: 0.61 GiB in use on the H200 before any tensor
-    # (benchmarks/calibration/results/h200-reference.jsonl header, "context_gib"; torch 2.11, CUDA 13).
+    # (the H200 reference rows' header, "context_gib", benchmarks/calibration/rows.py; torch 2.11, CUDA 13).
     cuda_context_gib: float = 0.6
     # Caching-allocator reserve over the allocated peak (fragmentation), as a factor.
     allocator_reserve: float = 1.07
@@ -192,8 +192,8 @@ def calibration_key(gpu: str, family: str, precision: str, mode: str, *, compile
                     channels_last: bool = False) -> str:
     """Key of a measured factor: GPU kind, model family, precision with its variant, mode.
 
-    compile and channels_last change speed by 1.2-2.8x on their own (benchmarks/results/
-    h200-1gpu.md), so they key factors of their own instead of sharing the plain precision's.
+    compile and channels_last change speed by 1.2-2.8x on their own (`advise bench` on one
+    H200: benchmarks/gpu_checks/h200_bench.sh), so they key factors of their own instead of sharing the plain precision's.
     """
     variant = precision + ("+compile" if compile else "") + ("+channels-last" if channels_last else "")
     return f"{gpu}|{family}|{variant}|{mode}"

@@ -56,7 +56,7 @@ from advisor.step_work import StepWork, step_work
 # step-count update (torch/optim/adamw.py, _fused_adamw); zero_grad(set_to_none) launches none.
 OPTIMIZER_OPS = 4
 # Kernels a compiled step launches over the eager step's aten ops: 747-813 compiled against 858-1039
-# eager for resnet50 and vit-b-16 on the H200 (benchmarks/calibration/results/h200-hostbound.jsonl, cuda_kernels).
+# eager for resnet50 and vit-b-16 on the H200 (the host-bound rows' cuda_kernels, benchmarks/calibration/rows.py).
 COMPILED_KERNELS = 0.85
 # Half-precision (fp16, bf16) convolutions in NCHW: bytes cuDNN's NCHW<->NHWC conversions move per byte the convolutions read
 # and write (each tensor converted once, read in one layout and written in the other: 2). cuDNN's
@@ -158,7 +158,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         # kernel, at the channels_last traffic rate; the conversions are copies, memory-bound: the
         # elementwise rate on this GPU's DRAM. The H200 profiles of a bf16 U-Net and EfficientNet-B0 in
         # NCHW show exactly that: sm90_xmma_*_bf16bf16_bf16f32_*_nhwc kernels between bf16 nchwToNhwc /
-        # nhwcToNchw ones (benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04.json); the rest of their NCHW
+        # nhwcToNchw ones (benchmarks/notebook/2026-12-04-kernel-profiles); the rest of their NCHW
         # cost is batch norm's per-channel kernels (batch_norm_blocks_seconds).
         conv_layout = "nhwc"
         transposes = NCHW_HALF_TRANSPOSES * conv_bytes / (bw * e["bytes"])
@@ -179,9 +179,9 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     # pipeline first: a time per launch, by class, fit on the H200 (gemm_call_us, conv_call_us). It is
     # what makes a moderate-size GEMM slower per FLOP than a large one: on the H200 an fp32 BERT-base
     # step at 2,048 tokens ran its 270 GEMM kernels in 25.5 ms, 42 TFLOP/s
-    # (benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04b.json, u2-hfbertcls-fp32-16-s128), and with one rate
+    # (benchmarks/notebook/2026-12-04-kernel-profiles, u2-hfbertcls-fp32-16-s128), and with one rate
     # per class the fit had that row 17% too fast and the 16,384-token bert-fp32-32 7% too slow
-    # (benchmarks/calibration/results/h200-estimator.md at dfab7fb). Another GPU's tiles run at its own per-SM rate.
+    # (the same notebook entry). Another GPU's tiles run at its own per-SM rate.
     mm += work.matmul_calls * cal.gemm_call_us.get(cls, 0.0) * 1e-6 * _per_sm_slowdown(
         gpu, mm_peak, REFERENCE_GPU.matmul_flops(p.value))
     conv += work.conv_calls * cal.conv_call_us * 1e-6 * _per_sm_slowdown(gpu, conv_peak, REFERENCE_GPU.conv_flops(p.value))
@@ -213,7 +213,7 @@ def batch_norm_blocks_seconds(block_elems: dict[int, float], gpu: GpuSpec, per_c
     """NCHW batch norm's kernels reduce one channel per thread block, so a layer of C channels takes
     max(1, C / SMs) rounds of one block's time. A block makes ``per_cycle`` element passes per SM clock
     cycle, fit on the H200 (benchmarks/calibration/fit.py; the profiles of EfficientNet-B0 and a U-Net
-    in benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04*.json give 0.8 for PyTorch's bf16 kernels and 1.1
+    in benchmarks/notebook/2026-12-04-kernel-profiles give 0.8 for PyTorch's bf16 kernels and 1.1
     for cuDNN's fp32 ones, the same in both models): a block is bound by its own latency, not by
     DRAM, so another GPU's runs at its SM clock."""
     if not block_elems:
@@ -246,10 +246,10 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
 
     torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
     per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
-    step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/calibration/results/h200-hostbound.jsonl,
-    cuda_kernels). The eager op count does not predict it: a factor on it had compiled Mistral at
+    step for resnet50 and vit-b-16 against 858-1039 eager (the host-bound rows'
+    cuda_kernels, benchmarks/calibration/rows.py). The eager op count does not predict it: a factor on it had compiled Mistral at
     batch 8 (host-bound) 24% too slow (u8-mistral-bf16-compile-8-s512 in
-    benchmarks/calibration/results/h200-estimator.md at f9d7111; -2% with launches at e12a4b3; the figures per
+    the notebook entry benchmarks/notebook/2026-12-04-compiled-host; -2% with launches; the figures per
     launch: benchmarks/notebook/2026-12-04-compiled-host/compiled_host_per_launch.py). The fused kernels are the census's count of what
     inductor writes between the GEMMs (advisor.trace_counters), which inductor's own Triton launches
     followed at 2.0-2.5x across seven models where the GEMM launches' ratio ran 1.6-3.3

@@ -122,7 +122,7 @@ _HEAVY_OPS = _MATMUL | _CONV | _GATHER
 # one block per channel (Normalization.cuh, batch_norm_stats_cuda_template and
 # batch_norm_backward_cuda_template: blocks(input.size(1))); fp32 and fp16 (with fp32 weights) get
 # cuDNN's bn_fw_tr_1C11 / bn_bw_1C11 kernels, per channel as well (the H200 profiles,
-# benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04*.json). A block streams its channel's N x H x W elements
+# benchmarks/notebook/2026-12-04-kernel-profiles). A block streams its channel's N x H x W elements
 # alone: with fewer channels than SMs most SMs idle. The census keeps, by channel count (key
 # "bn_nchw|C"), the element passes one block makes: statistics read x once, backward reads x and dy
 # and writes dx. Channels-last inputs run kernels spread over all SMs and are not kept.
@@ -168,7 +168,7 @@ def _misaligned(dims) -> bool:
 # of norms, softmax, dropout and losses; the rest (pointwise arithmetic, casts, copies, reductions)
 # are "light". HF Llama-style layers are mostly light ops (RMSNorm and rotary embeddings written op
 # by op): per layer they dispatch twice the ops of a GELU/LayerNorm layer but not twice its host time
-# (benchmarks/calibration/results/h200-estimator.md, the SwiGLU rows).
+# (the SwiGLU rows of benchmarks/calibration/fit.py's table).
 _HEAVY_WORDS = ("norm", "softmax", "dropout", "loss", "nll", "attention", "embedding")
 
 
