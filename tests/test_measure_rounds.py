@@ -1,5 +1,5 @@
-"""measure_users_models.py --rounds on CPU (its smoke rows): a row timed in rounds reports its median
-round and the median of the host probes taken between them; fit_calibration.py predicts such a row
+"""measure/users_models.py --rounds on CPU (its smoke rows): a row timed in rounds reports its median
+round and the median of the host probes taken between them; benchmarks/calibration/fit.py predicts such a row
 for that in-row host speed before the call's header's."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Predicted vs measured samples/s and peak memory for every H200 row: the users' models and the
 catalog reference rows, by split, with the estimator before the roofline (issue 16's throughput).
 
-Rows are ``benchmarks/fit_calibration.all_rows()``: ``h200-reference.jsonl``, ``h200-hostbound.jsonl``,
+Rows are ``benchmarks.calibration.rows.all_rows()``: ``h200-reference.jsonl``, ``h200-hostbound.jsonl``,
 ``advise bench``'s ``h200-1gpu.csv`` fit rows and the users' ``h200-users.jsonl`` (each users' row through
 ``advise estimate``'s own path, ``benchmarks/calibration/users.py``). Splits are the ones the measuring scripts
 declared before measuring; the packaged calibration (``advisor/data/calibration.json``) was fit on

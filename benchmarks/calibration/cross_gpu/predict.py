@@ -142,7 +142,7 @@ NOTES = Path(__file__).with_name("notes.md")  # the findings, written by hand, p
 
 
 def h200_rows() -> None:
-    """The catalog reference rows measured on the H200 (what fit_calibration.py judges), predicted now."""
+    """The catalog reference rows measured on the H200 (what benchmarks/calibration/fit.py judges), predicted now."""
     import benchmarks.calibration.rows as fc  # noqa: PLC0415
 
     from advisor.gpus import get_gpu  # noqa: PLC0415

@@ -1,9 +1,9 @@
 """Why a compiled users' row runs slower than max(host, GPU): the host's time for one step, the GPU's,
 the step's, and what the host waits on (issue 16: compiled HF BERT at 256 tokens, +42..54%).
 
-For each row (``measure_users_models.py``'s build, data and loop), after the warm-up:
+For each row (``measure/users_models.py``'s build, data and loop), after the warm-up:
 
-- ``step_ms``: steady state, 20 steps back to back (CUDA events), what ``measure_unseen.py`` measures;
+- ``step_ms``: steady state, 20 steps back to back (CUDA events), what ``measure/unseen.py`` measures;
 - ``host_ms``: the host's time to issue one step that starts on an idle GPU (synchronise, then time
   ``step()`` without synchronising; median of 7). The step's kernels fit the launch queue, so the
   host never waits on the GPU here unless the step itself synchronises;

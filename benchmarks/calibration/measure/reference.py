@@ -3,8 +3,8 @@
 For each configuration: build the zoo model on the GPU, train with fused AdamW on synthetic data
 already on the device (zero_grad(set_to_none=True), as Accelerate does), run warm-up steps
 (compile happens there), reset the peak counter after the warm-up, then time
-``--steps`` steps with CUDA events (the step loop is ``steploop.py``'s, shared with
-``measure_users_models.py``). Records ``torch.cuda.max_memory_allocated()`` over the timed
+``--steps`` steps with CUDA events (the step loop is ``measure/steploop.py``'s, shared with
+``measure/users_models.py``). Records ``torch.cuda.max_memory_allocated()`` over the timed
 steps (DESIGN.md's ``peak_gib``), the device memory in use (``device_gib``), samples/s and step time.
 Also measures the two ceilings (bf16 matmul rate, copy bandwidth) once (device/METHOD.md).
 

@@ -1,6 +1,6 @@
 """The timed training step of the GPU measurement scripts, written once (torch only).
 
-``measure_reference.py`` (cardwise's catalog models) and ``measure_users_models.py`` (models as
+``measure/reference.py`` (cardwise's catalog models) and ``measure/users_models.py`` (models as
 users write them) measure the same thing the same way; only how they build the model and its loss
 differs. This module holds the rest, and imports nothing but torch (the GPU machine runs these
 scripts without cardwise's dependencies):

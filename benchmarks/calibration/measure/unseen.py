@@ -3,13 +3,13 @@
 Every row here is declared *holdout* before it is measured: no calibration constant is ever fit
 on it (benchmarks/calibration/fit.py fits "fit" rows only). They are new batch sizes, precisions and
 compile choices of the models in ``benchmarks/calibration/models/``, so they check the roofline on
-configurations it was not fitted on. Measurement is ``measure_users_models.py``'s, unchanged (same
+configurations it was not fitted on. Measurement is ``measure/users_models.py``'s, unchanged (same
 loop, timing, header); only the table of configurations differs.
 
 On one H200 (about 4 minutes: 12 eager rows of ~12 s and one compiled row of ~70 s):
 
     PYTHONPATH=. PYTHONUNBUFFERED=1 python3 -m benchmarks.calibration.measure.unseen --out $OUT/h200-users-unseen.jsonl --budget-s 230
-    ... measure_unseen.py --set u9 --out $OUT/h200-users-unseen9.jsonl     # any set of unseen_sets.json
+    ... measure/unseen.py --set u9 --out $OUT/h200-users-unseen9.jsonl     # any set of unseen_sets.json
 
 Copy the JSONL to ``benchmarks/calibration/results/h200-users-unseen.jsonl``; ``benchmarks/calibration/fit.py``
 reads it next to ``h200-users.jsonl`` (holdout: judged, never fit) and ``python -m benchmarks.calibration.predict_users``

@@ -3,7 +3,7 @@
 The models are written the way users write them (``benchmarks/calibration/models/*.py``, each with a
 zero-argument ``build()``) or built by transformers from a hand-written config
 (``benchmarks/calibration/models/hf/<name>/config.json``, random init, no downloads). This script imports
-no cardwise module (``steploop.py`` beside it imports only torch): the GPU machine it runs on has
+no cardwise module (``measure/steploop.py`` beside it imports only torch): the GPU machine it runs on has
 only torch and transformers.
 
 For each configuration (CONFIGS below, declared with its fit/holdout split before any measurement):
@@ -11,7 +11,7 @@ build the model on the GPU, train with ``torch.optim.AdamW(fused=True)`` on synt
 on the device, ``zero_grad(set_to_none=True)``, run warm-up steps (compile happens there), call
 ``torch.cuda.reset_peak_memory_stats()``, then time N steps with CUDA events (N chosen from the last
 warm-up step so the timed region lasts about ``--target-s``). The step and its timing are
-``steploop.py``'s, shared with ``measure_reference.py``: forward and loss under autocast (bf16 rows),
+``measure/steploop.py``'s, shared with ``measure/reference.py``: forward and loss under autocast (bf16 rows),
 backward, optimizer step, zero_grad.
 
 Losses: ``--module`` models are trained as cardwise assumes for ``--loss ce`` (cross-entropy over the
@@ -375,7 +375,7 @@ def header(device: str) -> dict:
 
 def in_own_process(row_id: str) -> dict:
     """The row measured by this very command line in a new Python process (``--only ROW``, the rest of
-    the arguments as given, ``--set`` included when measure_unseen.py runs it): a compiled row gets a
+    the arguments as given, ``--set`` included when measure/unseen.py runs it): a compiled row gets a
     process of its own, its own dynamo, inductor and heap, as a user's training script has. Returns
     the child's row, its header's host probe as ``process_host_dispatch_us``."""
     text = in_child(["--only", row_id, "--budget-s", "1e9"], drop=("--only", "--out", "--budget-s"),

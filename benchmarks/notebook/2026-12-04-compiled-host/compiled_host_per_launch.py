@@ -2,7 +2,7 @@
 
     python -m benchmarks.notebook.2026-12-04-compiled-host.compiled_host_per_launch
 
-For every compiled row of ``fit_calibration.all_rows()`` (fit and holdout) it prints the measured step
+For every compiled row of ``benchmarks.calibration.rows.all_rows()`` (fit and holdout) it prints the measured step
 time, the step time over the row's host factor (what the reference host would take), the estimate's
 host and GPU terms with the packaged calibration, and the launches the model is charged for: GEMMs,
 convolutions and depthwise convolutions (``advisor.step_work.StepWork``), the kernels inductor writes

@@ -4,7 +4,7 @@
     python -m benchmarks.notebook.2026-12-04-kernel-profiles.census_vs_profile --only enc-bf16-128
 
 For each profiled row (``benchmarks/notebook/2026-12-04-kernel-profiles/h200-profiles-2026-12-04*.json``, written by
-``profile_users_rows.py``) that is also a row of ``fit_calibration.all_rows()``, the census's bytes of
+``profile_users_rows.py``) that is also a row of ``benchmarks.calibration.rows.all_rows()``, the census's bytes of
 that micro-step (``advisor.step_work``: ``norm_bytes``, ``permuted_bytes``) set beside the profile's
 time in the matching kernels (the profile keeps each step's 30 dearest kernels, so the times are lower
 bounds and the rates upper bounds):

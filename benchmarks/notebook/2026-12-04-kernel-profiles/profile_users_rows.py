@@ -1,7 +1,7 @@
 """Where a users' row spends its GPU time: CUDA kernels of a few steps, by kind, beside the estimator's terms.
 
 For rows the estimator misses (benchmarks/calibration/results/h200-estimator.md), the step of
-``measure_users_models.py`` (same build, data and loop) runs its warm-up, then ``torch.profiler``
+``measure/users_models.py`` (same build, data and loop) runs its warm-up, then ``torch.profiler``
 records ``--steps`` steps. Kernels are grouped by what their names say they are (GEMM, attention,
 convolution, elementwise/reduction, copies) so that each group can be set beside the roofline's term
 for it (``advisor.throughput.gpu_seconds``: matmul, attention, convolution, bytes, kernels).

@@ -1,7 +1,7 @@
 """The unseen sets' throughput errors with three host corrections: the call's (the dispatch probe in the
 file's header, measured at the call's start: what ``advise probe`` gives a user), each row's after its
 teardown (``host_dispatch_us``), and from the thirteenth set each row's own, the median of the probes
-between its timed rounds (``host_dispatch_in_row_us``, which fit_calibration.py uses where a row has it).
+between its timed rounds (``host_dispatch_in_row_us``, which benchmarks/calibration/fit.py uses where a row has it).
 The gaps between them are the host's drift within one call.
 
     python -m benchmarks.notebook.2026-12-04-unseen-row-host.unseen_row_host            # u9 to the last set: median / worst, worst row
