@@ -68,7 +68,7 @@ def compiled_math_attention_bytes(compute_bytes: int) -> int:
 # upcasts fp16/bf16 query, key and value to fp32 (at::native::_scaled_dot_product_attention_math, unless
 # torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)), so its softmax output is fp32 and
 # backward keeps fp32 copies of q, k and v. Seen on the H200 in the partition of a compiled HF
-# ViTForImageClassification step (benchmarks/probe_compiled_saved.py, benchmarks/results/h200-compiled-saved-2026-12-04.json):
+# ViTForImageClassification step (benchmarks/notebook/2026-12-04-compiled-saved):
 # [32, 12, 197, 197] fp32 probabilities and three [384, 64|197, 197|64] fp32 q/k/v tensors per layer.
 MATH_PROBS_BYTES = 4
 MATH_QKV_BYTES = 4
@@ -79,13 +79,13 @@ def compiled_attention_keeps_probs(a: TransformerArch, transformers: bool = Fals
     dropout. Under torch.compile (torch < 2.14), transformers never skips the attention mask
     (masking_utils._ignore_bidirectional_mask_sdpa: dynamo reports is_exporting()), and the
     compiled step of HF BERT (dropout 0.1) measured on the H200 keeps 5.2 bytes per probability
-    element per layer: the math path's 2c + 1 (benchmarks/results/h200-users.md, "compiled
-    memory"). Causal GPT-2 with the same dropout, compiled, keeps none (measured), nor does
+    element per layer: the math path's 2c + 1 (benchmarks/calibration/predict_users.py's
+    users' report, "compiled memory"). Causal GPT-2 with the same dropout, compiled, keeps none (measured), nor does
     nn.MultiheadAttention (traced --module models)."""
     if transformers and not a.causal:
         # transformers' bidirectional attention, compiled, takes the math path even without mask or
         # dropout: compiled HF ViT (no dropout) on the H200 runs aten._safe_softmax, never flash
-        # (benchmarks/probe_compiled_saved.py); the zoo's ViT, compiled, keeps no probabilities.
+        # (benchmarks/notebook/2026-12-04-compiled-saved/probe_compiled_saved.py); the zoo's ViT, compiled, keeps no probabilities.
         return True
     return not a.causal and a.attn_dropout > 0 and not a.patch_size
 
@@ -178,7 +178,7 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
         r = 2 if p is Precision.pure_bf16 else 4
         logits = a.vocab * tokens if a.head in ("lm", "mlm") else 0
         # Loss backward: fp32 grad of the log-softmax and of the upcast logits, 8 bytes per logit
-        # eager (measured: benchmarks/results/h200-estimator.md, LM rows); fused when compiled.
+        # eager (measured: the LM rows of benchmarks/calibration/fit.py's table); fused when compiled.
         temp = (6.0 if config.compile else 8.0) * logits
         return ActivationProfile(
             per_sample_bytes=a.n_layers * layer + base * tokens, fixed_bytes=fixed, layer_bytes=layer,

@@ -1,8 +1,8 @@
 """Efficiency constants of the estimator, and what a measured calibration changes.
 
 Defaults come from the sources named per field. ``advisor/data/calibration.json``, written by
-``python benchmarks/fit_calibration.py`` from the H200 reference measurements in
-``benchmarks/results/``, overrides them; ``advise bench`` adds per-machine factors
+``python -m benchmarks.calibration.fit`` from the H200 reference measurements in
+``benchmarks/calibration/``, overrides them; ``advise bench`` adds per-machine factors
 (``measured``) that the CLI loads from the user's home and passes in. Pure data: loading files
 happens in ``load_calibration`` only.
 """
@@ -34,8 +34,8 @@ class Calibration(BaseModel):
     # depthwise convolutions (by layout) and all other kernels against memory bandwidth; NCHW batch
     # norm's per-channel blocks in element passes per SM cycle (advisor.throughput). Defaults:
     # Megatron-LM reaches ~0.5-0.6 of peak end to end on A100 (Narayanan et al. 2021, Table 1), the
-    # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (copy test in benchmarks/results/
-    # h200-users.md: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/fit_calibration.py.
+    # GEMMs alone more; large streaming kernels ~0.9 of bandwidth (the copy test in the H200
+    # measurement files' headers: 4.16 of 4.8 TB/s). Refit on the H200 fit rows by benchmarks/calibration/fit.py.
     rate_efficiency: dict[str, float] = Field(default_factory=lambda: {
         "matmul|fp32": 0.8, "matmul|tensor": 0.65, "matmul_unaligned": 0.3, "matmul_odd": 0.2, "attn|fp32": 0.5, "attn|tensor": 0.5,
         "conv": 0.5, "conv_unaligned": 0.1,
@@ -43,12 +43,12 @@ class Calibration(BaseModel):
         "bn_nchw|native": 0.8, "bn_nchw|cudnn": 1.1,
         # traced eager steps: LayerNorm's kernels and ops on operands in mixed memory orders, 0.27 and
         # 0.26 of the bandwidth in the H200 profile of the encoder classifier (bf16, batch 128:
-        # benchmarks/census_vs_profile.py --only enc-bf16-128; advisor.trace_counters)
+        # benchmarks/notebook/2026-12-04-kernel-profiles/census_vs_profile.py --only enc-bf16-128; advisor.trace_counters)
         "norm": 0.3, "permuted": 0.3})
     # GPU time per GEMM launch beyond its FLOPs at the class's rate, by class ("fp32": CUDA cores,
     # "tensor"), and per convolution launch (forward, input or weight gradient), microseconds: the
     # partly filled last wave of tiles and the pipeline's fill (advisor.throughput). 0 until fit by
-    # benchmarks/fit_calibration.py on the H200 fit rows.
+    # benchmarks/calibration/fit.py on the H200 fit rows.
     gemm_call_us: dict[str, float] = Field(default_factory=lambda: {"fp32": 0.0, "tensor": 0.0})
     conv_call_us: float = 0.0
     # Minimum GPU time of one kernel launch, microseconds (launch latency and a partly idle GPU
@@ -58,7 +58,7 @@ class Calibration(BaseModel):
     # not traced (advisor.step_work): Korthikanti et al. 2022 count ~3 passes; refit.
     traffic_per_saved_byte: float = 3.0
     # Host-side cost per dispatched aten op in eager mode, microseconds (PyTorch eager dispatch is
-    # ~5-10 us per op on a fast bare-metal CPU); fit by benchmarks/fit_calibration.py on the
+    # ~5-10 us per op on a fast bare-metal CPU); fit by benchmarks/calibration/fit.py on the
     # host-bound H200 fit rows (batch <= 8), whose virtual machine dispatches several times slower.
     launch_us: float = 6.0
     # The same per kind of step ("cnn", "transformer": advisor.throughput.compile_family), fit on the
@@ -74,12 +74,12 @@ class Calibration(BaseModel):
     # advisor.host_speed), None when not measured: host_factor and host_source derive from it.
     host: host_speed.HostSpeed | None = None
     # That reference step on the host whose rows fit launch_us, microseconds (the header of the
-    # host-bound measurement file; benchmarks/fit_calibration.py writes it). None: no host factor.
+    # host-bound measurement file; benchmarks/calibration/fit.py writes it). None: no host factor.
     host_dispatch_ref_us: float | None = None
     # Host time of a compiled step (inductor, default mode), per kind ("cnn", "transformer"): a fixed
     # part (guards, the AOT runtime wrapper) plus a time per GEMM or convolution launch (each is an
     # extern kernel its Python wrapper launches, with the fused Triton kernels between it and the next).
-    # benchmarks/compiled_host_per_launch.py: the four host-bound compiled transformers measured on the
+    # benchmarks/notebook/2026-12-04-compiled-host/compiled_host_per_launch.py: the four host-bound compiled transformers measured on the
     # reference host took 0.102-0.118 ms per launch and 0.025-0.029 ms per eager op; compiled Mistral
     # at batch 8 (its step the host's; 1,751 eager ops, op-by-op RMSNorm and rotary) 0.107 ms per launch
     # but 0.016 per eager op at the reference host's speed. Microseconds; fit on the compiled fit rows
@@ -88,7 +88,7 @@ class Calibration(BaseModel):
     compile_call_us: dict[str, float] = Field(default_factory=lambda: {"cnn": 135.0, "transformer": 90.0})
     # And a time per kernel inductor writes between those launches (StepWork.fused_kernels), for every
     # kind: host time followed the Triton kernels more than the GEMM launches. On the H200
-    # (benchmarks/results/h200-compiled-kernels-2026-12-04/, seven compiled users' models each in a
+    # (benchmarks/notebook/2026-12-04-compiled-host: seven compiled users' models each in a
     # process of its own) the forward and backward's host time per GEMM/convolution launch ranged
     # 68-190 us at the reference host's speed (Mistral 68, VGG-BN 190), per kernel launched (Triton and
     # extern) 21-32 us.
@@ -109,7 +109,7 @@ class Calibration(BaseModel):
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
     ckpt_fraction: float = 0.5
     # CUDA context + cuBLAS/cuDNN handles, GiB: 0.61 GiB in use on the H200 before any tensor
-    # (benchmarks/results/h200-reference.jsonl header, "context_gib"; torch 2.11, CUDA 13).
+    # (the H200 reference rows' header, "context_gib", benchmarks/calibration/rows.py; torch 2.11, CUDA 13).
     cuda_context_gib: float = 0.6
     # Caching-allocator reserve over the allocated peak (fragmentation), as a factor.
     allocator_reserve: float = 1.07
@@ -199,8 +199,8 @@ def calibration_key(gpu: str, family: str, precision: str, mode: str, *, compile
                     channels_last: bool = False) -> str:
     """Key of a measured factor: GPU kind, model family, precision with its variant, mode.
 
-    compile and channels_last change speed by 1.2-2.8x on their own (benchmarks/results/
-    h200-1gpu.md), so they key factors of their own instead of sharing the plain precision's.
+    compile and channels_last change speed by 1.2-2.8x on their own (`advise bench` on one
+    H200: benchmarks/gpu_checks/h200_bench.sh), so they key factors of their own instead of sharing the plain precision's.
     """
     variant = precision + ("+compile" if compile else "") + ("+channels-last" if channels_last else "")
     return f"{gpu}|{family}|{variant}|{mode}"

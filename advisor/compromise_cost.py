@@ -7,7 +7,7 @@ bitsandbytes' 8-bit AdamW step.
 standard optimizer's one streaming pass, ``extra_s`` is added. Each optimizer is modelled from how
 its step runs: launches per parameter tensor (llama3-8b has 291), synchronisations, bytes and the
 kernel's achieved rate. Rough where it says so; the 8-bit kernel's rate is fit on one measured
-configuration (``benchmarks/fit_compromises.py`` -> ``advisor/data/compromise_rates.json``), and so is CPU
+configuration (``benchmarks/calibration/fit_compromises.py`` -> ``advisor/data/compromise_rates.json``), and so is CPU
 offload's host step (clipping and torch AdamW on one host thread).
 """
 
@@ -47,7 +47,7 @@ RATES = Path(__file__).with_name("data") / "compromise_rates.json"
 #   own (one core's memory bandwidth and page faults, not a datasheet figure): fit in compromise_rates.json
 #   ("cpu_step_s_per_param") on the one-thread row; with T threads the elementwise ops split T ways
 #   (at::parallel_for) until the host's memory bandwidth binds: CPU_ADAMW_BYTES_PER_PARAM over
-#   "cpu_step_host_gbps", fit on the threaded row (benchmarks/fit_compromises.py; one row each). (ZeRO-Offload, Ren et al. 2021,
+#   "cpu_step_host_gbps", fit on the threaded row (benchmarks/calibration/fit_compromises.py; one row each). (ZeRO-Offload, Ren et al. 2021,
 #   Table 3, gives ~1.4 s per billion parameters for PyTorch's CPU Adam on a two-socket Xeon with all its
 #   cores: a multi-threaded figure, well below the one-thread rate fit on the H200 host.)
 # Bytes the host step streams per fp32 parameter: clipping reads the gradient (4); AdamW's 8 ops read and
@@ -100,7 +100,7 @@ BNB_BYTES_PER_PARAM = 16.0
 
 @lru_cache(maxsize=1)
 def compromise_rates() -> dict:
-    """The fitted kernel rates (benchmarks/fit_compromises.py writes the file)."""
+    """The fitted kernel rates (benchmarks/calibration/fit_compromises.py writes the file)."""
     return json.loads(RATES.read_text())
 
 

@@ -21,8 +21,8 @@ The estimator's family efficiencies (``advisor/data/calibration.json``) are frac
 H200's peaks, fit on H200 measurements. A GPU of another architecture reaches
 ``achievable(arch, kind) / achievable(Hopper, kind)`` times that fraction of *its own* datasheet
 peak: ``GpuSpec.fraction_vs_h200(kind)``. Hopper's fractions are the H200's measured ceilings;
-the other architectures' (stored as multiples of Hopper's) are fit by ``python benchmarks/cross_gpu/fit.py`` on the published
-training throughputs marked "fit" in ``benchmarks/cross_gpu/published.jsonl`` (one GPU kind per
+the other architectures' (stored as multiples of Hopper's) are fit by ``python -m benchmarks.calibration.cross_gpu.fit`` on the published
+training throughputs marked "fit" in ``benchmarks/calibration/cross_gpu/published.jsonl`` (one GPU kind per
 architecture; every other kind is held out) and stored in ``advisor/data/gpu_perf.json`` with
 the rows they came from. An architecture with no fit row keeps Hopper's fractions and says so.
 
@@ -79,7 +79,7 @@ def hopper_fractions() -> dict[str, tuple[float, str]]:
     """Hopper's (the H200's) absolute achievable fraction per work kind, with how it is known.
 
     matmul, conv and simt: the H200 fit's rates for that work (advisor/data/calibration.json,
-    rate_efficiency: fractions of the datasheet peak fit by benchmarks/fit_calibration.py on H200
+    rate_efficiency: fractions of the datasheet peak fit by benchmarks/calibration/fit.py on H200
     runs). bandwidth: the fit's elementwise-bytes rate (its convolution-traffic rates per layout,
     conv_bytes|nchw and conv_bytes|nhwc, scale with the same fraction). Other architectures are
     stated relative to these (``Fraction.vs_h200``).
@@ -87,7 +87,7 @@ def hopper_fractions() -> dict[str, tuple[float, str]]:
     from advisor.calibration import default_calibration
 
     e = default_calibration().rate_efficiency
-    src = "rate_efficiency of the H200 fit (advisor/data/calibration.json, benchmarks/fit_calibration.py)"
+    src = "rate_efficiency of the H200 fit (advisor/data/calibration.json, benchmarks/calibration/fit.py)"
     return {"matmul": (e["matmul|tensor"], f"matmul|tensor, {src}"),
             "matmul_tf32": (e["matmul|tensor"], f"matmul|tensor (no H200 fit row runs TF32 matmuls: stated against bf16's), {src}"),
             "conv": (e["conv"], f"conv, {src}"),
@@ -121,7 +121,7 @@ def arch_perf(arch: str) -> ArchPerf:
 
     Hopper's are 1.0 (the H200 the efficiencies were fit on) except where the H200 fit has no row:
     TF32 matmuls, which the packaged fit gives the share of the half-precision fraction the fitted
-    architectures' TF32 matmuls reach (benchmarks/cross_gpu/fit.py writes it as the Hopper entry)."""
+    architectures' TF32 matmuls reach (benchmarks/calibration/cross_gpu/fit.py writes it as the Hopper entry)."""
     fitted = _fitted().get(arch)
     if arch == REFERENCE_ARCH:
         return fitted or _HOPPER

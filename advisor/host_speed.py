@@ -3,8 +3,8 @@
 Small batches and small models are host-bound: the CPU dispatching eager kernels sets the pace
 (``advisor.throughput.host_seconds``). How fast a CPU dispatches is a property of the host, not of
 the GPU kind: the same H200 configurations measured on the machines of different calls moved 17%
-median apart (up to 1.78x) at small batches and 0.7% at large ones (benchmarks/results/
-h200-estimator.md, "Run to run", written by benchmarks/fit_calibration.py). The packaged ``launch_us`` is the host of
+median apart (up to 1.78x) at small batches and 0.7% at large ones (docs/design.md,
+"Host speed"; the notebook entry benchmarks/notebook/2026-12-04-host-speed). The packaged ``launch_us`` is the host of
 the benchmark call that fit it; ``advise probe`` times ``launcher.host_dispatch``'s reference
 step on this machine and stores it in ``HOME/host-speed.json``; ``host_factor`` (this host's
 time over the benchmark host's, ``Calibration.host_dispatch_ref_us``) then multiplies every host

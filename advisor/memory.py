@@ -133,7 +133,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     # saved). Only where every gradient stays to a plain optimizer step on one whole model, in eager
     # mode: a compiled backward is one graph whose buffers inductor plans itself, not in the eager
     # trace's order (compiled VGG-11-BN on the H200, rows u3-vgg-bf16-compile-64 and
-    # u5-vgg-bf16-compile-32-i160 of `python benchmarks/fit_calibration.py`: +4.0% and +1.5% without
+    # u5-vgg-bf16-compile-32-i160 of `python -m benchmarks.calibration.fit`: +4.0% and +1.5% without
     # the moment, +14.7% and +19.4% with it).
     grad_moment = 0.0
     if not (config.grad_ckpt or config.grad_accum > 1 or config.optimizer_in_backward or lora or offload or shard > 1

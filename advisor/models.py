@@ -4,7 +4,7 @@ A ``ModelSpec`` is plain data. Transformers carry their architecture (``Transfor
 which parameter counts and FLOPs are closed-form; every model may carry a ``TraceProfile``:
 bytes autograd saves for backward and FLOPs per sample, measured by tracing the module on the
 meta device (``advisor.tracer``). Catalog profiles are precomputed into ``data/traced.json`` by
-``benchmarks/trace_catalog.py`` so that looking up a catalog model never imports torch.
+``benchmarks/calibration/trace_catalog.py`` so that looking up a catalog model never imports torch.
 """
 
 from __future__ import annotations

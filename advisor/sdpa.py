@@ -41,7 +41,7 @@ def sdpa_backend(dtype: torch.dtype, head_dim: int, head_dim_v: int, has_mask: b
     ``gqa``: k/v have fewer heads than q (``enable_gqa=True``). The memory-efficient kernel takes
     that only in recent PyTorch (main's sdp_utils.cpp); with torch 2.11 an fp32 Qwen2 (GQA, HF
     passes enable_gqa) falls back to math: measured on the H200, +10.5 GiB of probabilities
-    (hfqwen2-fp32-2, benchmarks/results/h200-users.jsonl). Modelled as 2.11 behaves."""
+    (hfqwen2-fp32-2, a users' row: benchmarks/calibration/users.py). Modelled as 2.11 behaves."""
     half = dtype in _HALF
     if half and head_dim == head_dim_v and head_dim <= 128 and head_dim % 8 == 0 and (dropout_p * 16).is_integer():
         return "cudnn"

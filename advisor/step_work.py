@@ -45,7 +45,7 @@ from advisor.models import ModelSpec
 # Autocast's casts of weights and inputs are dispatches of their own: a GELU/LayerNorm layer
 # launches 70 under bf16 autocast and 36 without (fp32, pure-bf16). On the H200 the CUDA kernels
 # profiled per step agree in direction: vit-b-16 974 bf16 vs 613 fp32, mini-transformer 500 vs 358
-# (benchmarks/results/h200-hostbound-2026-12-04.jsonl, cuda_kernels).
+# (the host-bound rows' cuda_kernels, benchmarks/calibration/rows.py).
 KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 70, "fp32": 36, "pure-bf16": 36},
                      ("swiglu", "rmsnorm"): {"bf16": 139, "fp32": 105, "pure-bf16": 113}}
 KERNELS_BASE = 50  # embeddings, head and loss: 25-48 counted, rounded up
@@ -66,13 +66,13 @@ GEMMS_PER_LAYER = {("gelu", "layernorm"): 18, ("swiglu", "rmsnorm"): 21}
 # layers (tests/test_estimator.py::test_fused_kernel_counts_match_the_tracer). Under bf16 autocast
 # each weight's cast sits between two GEMMs, a run of its own. On the H200, inductor launched 2.0-2.5x
 # these counts in Triton kernels (split reductions, separate weight-gradient reductions), the same
-# ratio for CNNs and transformers (benchmarks/results/h200-compiled-kernels-2026-12-04/).
+# ratio for CNNs and transformers (benchmarks/notebook/2026-12-04-compiled-host).
 FUSED_KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 16, "fp32": 13, "pure-bf16": 13},
                            ("swiglu", "rmsnorm"): {"bf16": 17, "fp32": 15, "pure-bf16": 15}}
 FUSED_KERNELS_BASE = 12
 GEMMS_HEAD = {"mlm": 6, "cls": 6}
 # A math-path attention's GEMMs per layer (torch's SDPA math decomposition, compiled): forward QK^T and
-# PV, backward dV, dP, dQ and dK. The compiled HF BERT profile (benchmarks/results/h200-profiles-2026-12-04d.json,
+# PV, backward dV, dP, dQ and dK. The compiled HF BERT profile (benchmarks/notebook/2026-12-04-kernel-profiles,
 # u10-hfbertcls-bf16-compile-64-s256) has 294 GEMMs per step: 342 in its "gemm" group and the 24 fp32
 # ones profile_users_rows.py groups as "conv", less 72 cuBLAS splitKreduce kernels; 222 are its linear
 # layers' (12 x 6 x 3, pooler and classifier 3 each), 72 = 6 x 12 layers of attention.
@@ -243,7 +243,7 @@ def _add_math_attention(work: StepWork, model: ModelSpec, config: TrainConfig, f
     Under autocast the softmax's gradient dS is fp32, so the two GEMMs that read it (dQ, dK: as many
     FLOPs as the forward's two) run fp32 on CUDA cores: the H200 profile of compiled HF BERT (bf16
     autocast, 64 x 256 tokens) shows 24 sm80_xmma_gemm_f32f32_..._ffma kernels per step, two per layer,
-    4.63 ms for 24 GEMMs of 2 x 256^2 x 768 x 64 FLOPs, 33 TFLOP/s (benchmarks/results/h200-profiles-2026-12-04d.json,
+    4.63 ms for 24 GEMMs of 2 x 256^2 x 768 x 64 FLOPs, 33 TFLOP/s (benchmarks/notebook/2026-12-04-kernel-profiles,
     u10-hfbertcls-bf16-compile-64-s256). The eager trace counted the attention as one call; compiled, it
     is MATH_ATTENTION_GEMMS launches per layer."""
     a = model.arch

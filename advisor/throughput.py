@@ -23,7 +23,7 @@ Per micro-batch on one GPU (the work by kind comes from advisor.step_work: trace
   micro-step = (GPU^p + host^p)^(1/p)                      launches run ahead of the GPU; the slower
                                                            side sets the pace (p -> inf is max)
 Peaks and bandwidth are the GPU's (advisor.gpus); the e_* fractions, per-kernel times and compile
-factors are fit on the H200 rows marked "fit" (benchmarks/fit_calibration.py); a CPU dispatching
+factors are fit on the H200 rows marked "fit" (benchmarks/calibration/fit.py); a CPU dispatching
 slower or faster than that machine's moves the host constants.
 Precision: ``fp32`` is PyTorch's default, fp32 matmuls but TF32 cuDNN convolutions
 (torch.backends.cudnn.allow_tf32 defaults to True); ``tf32`` uses TF32 for matmuls too.
@@ -59,7 +59,7 @@ from advisor.step_work import StepWork, step_work
 # step-count update (torch/optim/adamw.py, _fused_adamw); zero_grad(set_to_none) launches none.
 OPTIMIZER_OPS = 4
 # Kernels a compiled step launches over the eager step's aten ops: 747-813 compiled against 858-1039
-# eager for resnet50 and vit-b-16 on the H200 (benchmarks/results/h200-hostbound.jsonl, cuda_kernels).
+# eager for resnet50 and vit-b-16 on the H200 (the host-bound rows' cuda_kernels, benchmarks/calibration/rows.py).
 COMPILED_KERNELS = 0.85
 # Half-precision (fp16, bf16) convolutions in NCHW: bytes cuDNN's NCHW<->NHWC conversions move per byte the convolutions read
 # and write (each tensor converted once, read in one layout and written in the other: 2). cuDNN's
@@ -68,7 +68,7 @@ COMPILED_KERNELS = 0.85
 # Functions, Data and Filter Formats; NVIDIA's Convolutional Layers User's Guide, "Tensor Layouts In
 # Memory: NCHW vs NHWC": NHWC avoids the transposes).
 NCHW_HALF_TRANSPOSES = 2.0
-# The GPU the packaged calibration was fit on (benchmarks/fit_calibration.py): rates that are not
+# The GPU the packaged calibration was fit on (benchmarks/calibration/fit.py): rates that are not
 # fractions of a datasheet figure (convolution traffic, per-launch tails) carry to another GPU from it.
 REFERENCE_GPU = get_gpu("H200")
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
@@ -185,7 +185,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         # kernel, at the channels_last traffic rate; the conversions are copies, memory-bound: the
         # elementwise rate on this GPU's DRAM. The H200 profiles of a bf16 U-Net and EfficientNet-B0 in
         # NCHW show exactly that: sm90_xmma_*_bf16bf16_bf16f32_*_nhwc kernels between bf16 nchwToNhwc /
-        # nhwcToNchw ones (benchmarks/results/h200-profiles-2026-12-04.json); the rest of their NCHW
+        # nhwcToNchw ones (benchmarks/notebook/2026-12-04-kernel-profiles); the rest of their NCHW
         # cost is batch norm's per-channel kernels (batch_norm_blocks_seconds).
         conv_layout = "nhwc"
         transposes = NCHW_HALF_TRANSPOSES * conv_bytes / (bw * e["bytes"])
@@ -206,9 +206,9 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     # pipeline first: a time per launch, by class, fit on the H200 (gemm_call_us, conv_call_us). It is
     # what makes a moderate-size GEMM slower per FLOP than a large one: on the H200 an fp32 BERT-base
     # step at 2,048 tokens ran its 270 GEMM kernels in 25.5 ms, 42 TFLOP/s
-    # (benchmarks/results/h200-profiles-2026-12-04b.json, u2-hfbertcls-fp32-16-s128), and with one rate
+    # (benchmarks/notebook/2026-12-04-kernel-profiles, u2-hfbertcls-fp32-16-s128), and with one rate
     # per class the fit had that row 17% too fast and the 16,384-token bert-fp32-32 7% too slow
-    # (benchmarks/results/h200-estimator.md at dfab7fb). Another GPU's tiles run at its own per-SM rate.
+    # (the same notebook entry). Another GPU's tiles run at its own per-SM rate.
     mm += work.matmul_calls * cal.gemm_call_us.get(cls, 0.0) * 1e-6 * _per_sm_slowdown(
         gpu, mm_peak, REFERENCE_GPU.matmul_flops(p.value))
     conv += work.conv_calls * cal.conv_call_us * 1e-6 * _per_sm_slowdown(gpu, conv_peak, REFERENCE_GPU.conv_flops(p.value))
@@ -239,8 +239,8 @@ def _per_sm_slowdown(gpu: GpuSpec, peak: float, ref_peak: float) -> float:
 def batch_norm_blocks_seconds(block_elems: dict[int, float], gpu: GpuSpec, per_cycle: float) -> float:
     """NCHW batch norm's kernels reduce one channel per thread block, so a layer of C channels takes
     max(1, C / SMs) rounds of one block's time. A block makes ``per_cycle`` element passes per SM clock
-    cycle, fit on the H200 (benchmarks/fit_calibration.py; the profiles of EfficientNet-B0 and a U-Net
-    in benchmarks/results/h200-profiles-2026-12-04*.json give 0.8 for PyTorch's bf16 kernels and 1.1
+    cycle, fit on the H200 (benchmarks/calibration/fit.py; the profiles of EfficientNet-B0 and a U-Net
+    in benchmarks/notebook/2026-12-04-kernel-profiles give 0.8 for PyTorch's bf16 kernels and 1.1
     for cuDNN's fp32 ones, the same in both models): a block is bound by its own latency, not by
     DRAM, so another GPU's runs at its SM clock."""
     if not block_elems:
@@ -273,14 +273,14 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
 
     torch.compile (inductor, default mode) still launches one kernel per matmul/convolution and
     per fused group, through its own Python wrapper: on the H200 it launched 747-813 kernels per
-    step for resnet50 and vit-b-16 against 858-1039 eager (benchmarks/results/h200-hostbound.jsonl,
-    cuda_kernels). The eager op count does not predict it: a factor on it had compiled Mistral at
+    step for resnet50 and vit-b-16 against 858-1039 eager (the host-bound rows'
+    cuda_kernels, benchmarks/calibration/rows.py). The eager op count does not predict it: a factor on it had compiled Mistral at
     batch 8 (host-bound) 24% too slow (u8-mistral-bf16-compile-8-s512 in
-    benchmarks/results/h200-estimator.md at f9d7111; -2% with launches at e12a4b3; the figures per
-    launch: benchmarks/compiled_host_per_launch.py). The fused kernels are the census's count of what
+    the notebook entry benchmarks/notebook/2026-12-04-compiled-host; -2% with launches; the figures per
+    launch: benchmarks/notebook/2026-12-04-compiled-host/compiled_host_per_launch.py). The fused kernels are the census's count of what
     inductor writes between the GEMMs (advisor.trace_counters), which inductor's own Triton launches
     followed at 2.0-2.5x across seven models where the GEMM launches' ratio ran 1.6-3.3
-    (benchmarks/compiled_kernels_vs_census.py).
+    (benchmarks/notebook/2026-12-04-compiled-host/compiled_kernels_vs_census.py).
     """
     work = work or step_work(model, config, cal)
     family = compile_family(work)

@@ -122,7 +122,7 @@ _HEAVY_OPS = _MATMUL | _CONV | _GATHER
 # one block per channel (Normalization.cuh, batch_norm_stats_cuda_template and
 # batch_norm_backward_cuda_template: blocks(input.size(1))); fp32 and fp16 (with fp32 weights) get
 # cuDNN's bn_fw_tr_1C11 / bn_bw_1C11 kernels, per channel as well (the H200 profiles,
-# benchmarks/results/h200-profiles-2026-12-04*.json). A block streams its channel's N x H x W elements
+# benchmarks/notebook/2026-12-04-kernel-profiles). A block streams its channel's N x H x W elements
 # alone: with fewer channels than SMs most SMs idle. The census keeps, by channel count (key
 # "bn_nchw|C"), the element passes one block makes: statistics read x once, backward reads x and dy
 # and writes dx. Channels-last inputs run kernels spread over all SMs and are not kept.
@@ -168,13 +168,13 @@ def _misaligned(dims) -> bool:
 # of norms, softmax, dropout and losses; the rest (pointwise arithmetic, casts, copies, reductions)
 # are "light". HF Llama-style layers are mostly light ops (RMSNorm and rotary embeddings written op
 # by op): per layer they dispatch twice the ops of a GELU/LayerNorm layer but not twice its host time
-# (benchmarks/results/h200-estimator.md, the SwiGLU rows).
+# (the SwiGLU rows of benchmarks/calibration/fit.py's table).
 _HEAVY_WORDS = ("norm", "softmax", "dropout", "loss", "nll", "attention", "embedding")
 
 
 # LayerNorm's kernels, forward and backward: in the H200 profiles of the encoder classifier and HF BERT
 # they moved the census's bytes at 0.26-0.34 of the datasheet bandwidth (1.2-1.6 TB/s), ConvNeXt's at
-# 0.10-0.19, where the elementwise kernels reach 0.87 (benchmarks/census_vs_profile.py), so their
+# 0.10-0.19, where the elementwise kernels reach 0.87 (benchmarks/notebook/2026-12-04-kernel-profiles/census_vs_profile.py), so their
 # bytes are a kind of their own (``norm_bytes``).
 _NORM_OPS = {"native_layer_norm", "native_layer_norm_backward"}
 
@@ -192,7 +192,7 @@ def mixed_layouts(args, out) -> bool:
     one, so it runs its legacy strided kernel (CUDALoops.cuh, launch_legacy_kernel with an
     OffsetCalculator: an offset computed per element through every dimension), at 0.26-0.27 of the
     bandwidth in the H200 profiles of the encoder classifier (nn.MultiheadAttention's head permutes:
-    ``permuted_bytes``; benchmarks/census_vs_profile.py). Operands
+    ``permuted_bytes``; benchmarks/notebook/2026-12-04-kernel-profiles/census_vs_profile.py). Operands
     that share one permuted order (an elementwise op on a transposed tensor, whose output follows its
     input's layout) iterate contiguously and are not counted; broadcast operands are not compared."""
     outs = list(_tensors(out))

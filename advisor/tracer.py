@@ -188,7 +188,7 @@ class StepTrace:
         step at a smaller batch): the loss's temporaries at the start of backward or the largest
         gradient pair later, whichever is larger; plus, with ``holds_output``, the output the loop
         keeps referenced through backward (``out = model(x); loss = f(out)``; measured loops
-        that return only the loss free it: benchmarks/results/h200-users.md)."""
+        that return only the loss free it: the users' rows, benchmarks/calibration/users.py)."""
         b = base or StepTrace(0, 0, 0, 0, 0, 0)
         held = (self.held_bytes - b.held_bytes) if holds_output else 0.0
         return held + max(self.loss_temp_bytes - b.loss_temp_bytes, self.backward_peak_bytes - b.backward_peak_bytes)

@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # Commands that print an answer and exit: they start no processes and run for well under a second
 # on catalog models, so the console script lets them skip what only a long-lived process needs
-# (see ``console``). benchmarks/startup.py measures the effect.
+# (see ``console``). benchmarks/speed/startup.py measures the effect.
 ONE_SHOT = frozenset({"recommend", "estimate", "gpus", "models", "rules"})
 
 

@@ -211,7 +211,7 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
     elif plan.config.cpu_offload and "OMP_NUM_THREADS" not in os.environ:
         # The offloaded optimizer step runs on the host: `accelerate launch` would give each GPU rank one
         # thread (OMP_NUM_THREADS=1 when unset), which made llama3.2-3b's step 31.7 s on the H200 host
-        # (benchmarks/results/h200-compromises.md). Share the cores out among the node's ranks, as for --cpu.
+        # (docs/design.md, "Memory compromises at launch"). Share the cores out among the node's ranks, as for --cpu.
         env["OMP_NUM_THREADS"] = str(threads_per_rank(plan.processes_per_node))
     if multi and plan.nodes == 1:
         # gloo's and NCCL's bootstrap sockets bind the interface named here: keep them on the loopback

@@ -90,7 +90,7 @@ def check(wait_share: float | None, util_samples: list[float], *, workers: int |
     # The mean, not the median: a data-starved GPU alternates bursts of full use with idle waits, so
     # most 1 s readings can be 0% while it still works part of the time (a ViT-L with 0 workers on the
     # H200: median of 32 readings 0% while the ranks waited for data 85% of each step, so the GPU had
-    # up to 15% to work in; benchmarks/results/h200-recipes.md). The mean reports that part.
+    # up to 15% to work in; benchmarks/gpu_checks/h200_recipes.py). The mean reports that part.
     util = statistics.fmean(util_samples)
     waiting = wait_share is not None and wait_share >= WAIT_SHARE_THRESHOLD
     flagged = util < UTIL_THRESHOLD_PCT and waiting

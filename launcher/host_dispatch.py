@@ -12,7 +12,7 @@ a hundred aten ops of tiny tensors, so the device finishes each kernel long befo
 dispatched and the wall time per step is the host's. ``us_per_step`` is the median over windows
 (a preempted window does not move it). ``advise probe`` runs it beside the model it measures
 and stores the ratio to the benchmark host's figure (``advisor.calibration.Calibration.
-host_dispatch_ref_us``, written by benchmarks/fit_calibration.py from the call that fit
+host_dispatch_ref_us``, written by benchmarks/calibration/fit.py from the call that fit
 ``launch_us``) as this machine's host factor; the benchmark scripts write it into their headers.
 """
 

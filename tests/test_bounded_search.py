@@ -1,6 +1,6 @@
 """Any --gpus/--nodes answers with a bounded number of estimator calls (issue 12: --gpus 100000
 used to call it ~12,800 times at 2,048 GPUs and hang). Calls are counted, never timed: timings
-live in benchmarks/search_timing.py."""
+live in benchmarks/speed/search_timing.py."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def test_hf_configs_carry_attention_dropout():
 
     from advisor.hf_config import spec_from_hf_config
 
-    root = Path(__file__).resolve().parents[1] / "benchmarks/users_models/hf"
+    root = Path(__file__).resolve().parents[1] / "benchmarks/calibration/models/hf"
     assert spec_from_hf_config(root / "bert-cls/config.json").arch.attn_dropout == 0.1
     assert spec_from_hf_config(root / "gpt2/config.json").arch.attn_dropout == 0.1
 

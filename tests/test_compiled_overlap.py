@@ -1,19 +1,16 @@
-"""benchmarks/compiled_overlap.py on CPU (its smoke rows): the host time it reports is the step's, split
+"""benchmarks/calibration/measure/compiled_overlap.py on CPU (its smoke rows): the host time it reports is the step's, split
 into phases that add up to it; the collector's pauses are timed only while their callback is installed."""
 
 from __future__ import annotations
 
 import gc
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("transformers")  # measure_users_models imports the HF rows' configs lazily, not at import
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import compiled_overlap as co  # noqa: E402
-import measure_users_models as mum  # noqa: E402
+import benchmarks.calibration.measure.compiled_overlap as co
+import benchmarks.calibration.measure.users_models as mum
 
 
 def test_phases_add_up_to_the_host_time_of_a_step():
@@ -45,7 +42,7 @@ def test_gc_pauses_are_timed_by_generation_and_the_callback_removed():
 
 
 def test_measure_leaves_the_measurement_scripts_step_alone():
-    from steploop import make_step
+    from benchmarks.calibration.measure.steploop import make_step
 
     co.measure(dict(zip(mum.KEYS, mum.SMOKE[0])), "cpu", smoke=True)
     assert mum.make_step is make_step

@@ -69,7 +69,7 @@ def test_cpu_offload_keeps_states_in_host_ram():
 def test_cpu_offload_peak_is_the_loss_backward_with_bf16_activations_and_no_gradient():
     """FSDP2 offload (llama3.2-3b, tied embeddings): bf16 residual stream (activations as pure-bf16 keeps
     them), the root unit plus one prefetched layer gathered in bf16, no gradient on the GPU at the start
-    of backward. Measured on one H200: 7.42 GiB (benchmarks/results/h200-compromises/cpu-offload.json)."""
+    of backward. Measured on one H200: 7.42 GiB (benchmarks/calibration/results/h200-compromises/cpu-offload.json)."""
     from advisor.activations import activation_precision
     cfg = dict(micro_batch=2, cpu_offload=True, strategy=Strategy.fsdp, grad_ckpt=True)
     m = _est("llama3.2-3b", **cfg).memory
@@ -84,7 +84,7 @@ def test_cpu_offload_peak_is_the_loss_backward_with_bf16_activations_and_no_grad
 
 def test_lora_activations_are_bf16_since_the_base_is_cast_to_bf16():
     """The runtime casts the frozen base to bf16 before peft wraps it: a bf16 residual stream.
-    Measured on one H200: 29.4 GiB (benchmarks/results/h200-compromises/lora-r16.json)."""
+    Measured on one H200: 29.4 GiB (benchmarks/calibration/results/h200-compromises/lora-r16.json)."""
     from advisor.activations import activation_precision
     assert activation_precision(TrainConfig(micro_batch=4, lora_rank=16)) is Precision.pure_bf16
     m = _est(micro_batch=4, lora_rank=16, grad_ckpt=True).memory

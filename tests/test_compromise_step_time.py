@@ -21,7 +21,7 @@ from advisor.plan import Plan
 from advisor.sources import resolve_model
 from advisor.throughput import _OPT_BYTES, estimate_throughput
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200-compromises"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration" / "results" / "h200-compromises"
 ROW = RESULTS / "adamw-8bit.json"
 CPU_ROW = RESULTS / "cpu-offload.json"
 N8B = 8_030_261_248
@@ -66,13 +66,13 @@ def test_the_8bit_kernel_rate_comes_from_the_fit_file_and_moves_the_estimate():
 
 
 def test_the_fit_reproduces_the_measured_8bit_row():
-    """benchmarks/fit_compromises.py's fraction puts the estimate on the measured samples/s of the row
+    """benchmarks/calibration/fit_compromises.py's fraction puts the estimate on the measured samples/s of the row
     it was fit on (re-run the script after refitting the calibration)."""
     row = json.loads(ROW.read_text())
     plan = Plan.model_validate(row["plan"])
     t = estimate_throughput(resolve_model(plan.model), plan.config, HardwareSpec(gpu=get_gpu("h200")), default_calibration())
     assert t.samples_per_s == pytest.approx(row["measured"]["samples_per_s"], rel=0.02)
-    import benchmarks.fit_compromises as fit  # the script's own result matches the packaged file
+    import benchmarks.calibration.fit_compromises as fit  # the script's own result matches the packaged file
     assert fit.fit(row)["bnb_8bit_bandwidth_fraction"] == pytest.approx(cc.compromise_rates()["bnb_8bit_bandwidth_fraction"], rel=1e-3)
 
 
@@ -164,12 +164,12 @@ def test_the_cpu_step_rate_is_fit_on_the_offload_row_and_reproduces_it():
     hw = HardwareSpec(gpu=get_gpu("h200"), cpu_cores=1)
     t = estimate_throughput(resolve_model(plan.model), plan.config, hw, default_calibration())
     assert t.samples_per_s == pytest.approx(row["measured"]["samples_per_s"], rel=0.02)
-    import benchmarks.fit_compromises as fit
+    import benchmarks.calibration.fit_compromises as fit
     assert fit.fit_cpu_step(row)["cpu_step_s_per_param"] == pytest.approx(rates["cpu_step_s_per_param"], rel=1e-3)
 
 
 def test_the_8bit_check_row_is_reported_not_fit():
-    import benchmarks.fit_compromises as fit
+    import benchmarks.calibration.fit_compromises as fit
     c = fit.check(json.loads(fit.CHECK_8BIT.read_text()))
     assert c["row"] == "adamw-8bit-mb4" and c["micro_batch"] == 4
     assert c["error"] == pytest.approx(c["predicted_samples_per_s"] / c["measured_samples_per_s"] - 1, abs=2e-3)

@@ -1,6 +1,6 @@
 """The ``advise`` console script's one-shot shortcuts (``cli.main.console``): same output, less startup.
 
-Timings live in benchmarks/startup.py; these tests check what the shortcuts must not change.
+Timings live in benchmarks/speed/startup.py; these tests check what the shortcuts must not change.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def test_catalog_model_as_transformers_runs_it():
 
 
 def test_catalog_transformers_model_comes_from_data_without_torch():
-    """The HF-traced catalog specs are precomputed (benchmarks/trace_catalog.py): no torch to look up."""
+    """The HF-traced catalog specs are precomputed (benchmarks/calibration/trace_catalog.py): no torch to look up."""
     import subprocess
     import sys
 

@@ -31,6 +31,8 @@ def test_the_repository_keeps_its_layers():
     ("advisor/units.py", "import rules.engine"),       # the ground reaching up
     ("launcher/store.py", "import rules.api"),         # siblings stay independent
     ("tui/state.py", "import cli.flags"),              # nothing imports the CLI
+    ("advisor/calibration.py", "import benchmarks.calibration.rows"),  # the product never reads benchmarks/
+    ("cli/main.py", "from benchmarks.speed import startup"),
 ])
 def test_a_back_import_breaks_the_contract(tmp_path, module, back_import):
     pytest.importorskip("importlinter")

@@ -1,5 +1,5 @@
-"""measure_users_models.py --rounds on CPU (its smoke rows): a row timed in rounds reports its median
-round and the median of the host probes taken between them; fit_calibration.py predicts such a row
+"""measure/users_models.py --rounds on CPU (its smoke rows): a row timed in rounds reports its median
+round and the median of the host probes taken between them; benchmarks/calibration/fit.py predicts such a row
 for that in-row host speed before the call's header's."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("transformers")  # measure_users_models imports the HF rows' configs lazily, not at import
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-import fit_calibration as fc  # noqa: E402
-import measure_users_models as mum  # noqa: E402
+import benchmarks.calibration.rows as fc
+import benchmarks.calibration.measure.users_models as mum
 
 SMOKE_ENC = dict(zip(mum.KEYS, mum.SMOKE[0]))  # the encoder classifier, tiny, fp32, eager
 
@@ -49,8 +48,8 @@ def test_host_factor_prefers_the_in_row_probe_then_the_header(tmp_path):
 
 
 def test_a_row_in_its_own_process_comes_back_with_that_process_host_probe(monkeypatch, tmp_path):
-    script = str(Path(mum.__file__))
-    monkeypatch.setattr(sys, "orig_argv", [sys.executable, script, "--smoke", "--rounds", "2", "--fresh-compiled",
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # python -m runs from the checkout root
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", mum.__name__, "--smoke", "--rounds", "2", "--fresh-compiled",
                                            f"--out={tmp_path / 'parent.jsonl'}", "--only", "smoke-vgg"])
     res = mum.in_own_process("smoke-enc")
     assert res["id"] == "smoke-enc" and res["fresh_process"] is True

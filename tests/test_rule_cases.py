@@ -89,7 +89,7 @@ def _check_value(path: str, actual, want) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c["_id"] for c in CASES])
 def test_case(case, capsys):
     if case.get("needs") == "cnn-traces" and not _cnn_traces():
-        pytest.skip(f"{TRACED_JSON} has no CNN profiles yet (benchmarks/trace_catalog.py writes them)")
+        pytest.skip(f"{TRACED_JSON} has no CNN profiles yet (benchmarks/calibration/trace_catalog.py writes them)")
     argv = shlex.split(case["args"])
     cores = case.get("cpu_cores", 32)
     if "error" in case:

@@ -172,7 +172,7 @@ def demo_recommendation() -> RecView:
 
 # ---------------------------------------------------------------- README screenshots
 def save_screenshots(out_dir: str | Path, home: str | Path = "/tmp/cardwise-demo") -> list[Path]:
-    """The README's SVGs, from the real rules on the demo 4x H100 machine, and a real 2-process CPU run.
+    """The SVGs of docs/usage.md, from the real rules on the demo 4x H100 machine, and a real 2-process CPU run.
 
         python -m tui.demo docs/img
     """

@@ -5,7 +5,7 @@
 
 The model and tokenizer come from ``--hf-model`` (a folder written by ``save_pretrained``, or a
 Hub id when the network allows); a folder with a config but no weights starts from random
-weights of that shape (how ``benchmarks/h200_recipes.sh`` measures a 1B model without a download).
+weights of that shape (how ``benchmarks/gpu_checks/h200_recipes.sh`` measures a 1B model without a download).
 Examples (``launcher.recipes.chat_rows``): ``messages`` rendered with the tokenizer's chat
 template, ``prompt``/``response``, or plain ``text``. Labels are -100 (ignored by the loss) on
 everything but the assistant turns / the response; plain text is learnt whole.
