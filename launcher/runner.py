@@ -311,11 +311,12 @@ def write_attempt_files(plan, target, run_dir: Path, attempt: int, options: RunO
 
 def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions | None = None, *,
             cancel: threading.Event | None = None, echo: IO[str] | None = None,
-            on_launch: Callable[[Launch], None] | None = None):
+            on_launch: Callable[[Launch], None] | None = None, claimed: bool = False):
     """Run ``run_id`` to a terminal status and return its final ``RunRecord``.
 
-    The record must be ``queued`` (moved to running here) or already ``running`` (claimed by the
-    queue service). Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
+    The record must be ``queued`` (moved to running here) or, with ``claimed`` (the queue service,
+    which claimed it), ``running``: a claimed record found ``queued`` again was handed back by a
+    graceful stop of the service before its launcher started, and stays queued. Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
     retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times, from the last
     checkpoint when the global batch stays (``launcher.checkpoints.for_retry``). ``cancel`` (an
     event set from a signal handler or another thread) stops the run and records ``cancelled``.
@@ -330,7 +331,7 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
     options = options or RunOptions()
     run_dir = Path(run_dir)
     rec = store.get(run_id)
-    if rec.status == "queued":
+    if rec.status == "queued" and not claimed:
         rec = store.transition(run_id, "running", expect=["queued"], run_dir=str(run_dir))
     if rec is None or rec.status != "running":
         return store.get(run_id)  # cancelled (or finished) before it started

@@ -320,6 +320,22 @@ class Service:
         if self.force.is_set():
             launch.kill_now()
 
+    def _resume_point(self, run_id: str, run_dir: Path, options: RunOptions) -> RunOptions:
+        """A run started again (requeued by a stop or a crash) goes on from its newest checkpoint that
+        checks out (``launcher.checkpoints.newest_usable``), never from step 0 over its own checkpoints.
+        Its steps are the same samples: the plan is the submitted one, and an OOM retry that changed the
+        global batch moved its checkpoints aside (``checkpoints.for_retry``)."""
+        from launcher.checkpoints import newest_usable
+        from launcher.command import ENV_RESUME
+
+        ckpt, damaged = newest_usable(run_dir)
+        for line in damaged:
+            log.warning("run %s: %s; passed over", run_id, line)
+        if ckpt is None:
+            return options
+        log.info("run %s resumes from %s", run_id, ckpt)
+        return options.model_copy(update={"extra_env": {**options.extra_env, ENV_RESUME: str(ckpt)}})
+
     def _work(self, run: ActiveRun, plan, sub: Submission, options: RunOptions, run_dir: Path, n: int) -> None:
         from launcher.runner import execute
 
@@ -327,8 +343,9 @@ class Service:
             moved = _archive_previous(run_dir, n - 1)
             if moved is not None:
                 log.info("run %s: files of the interrupted execution kept in %s", run.id, moved)
+            options = self._resume_point(run.id, run_dir, options)
             final = execute(self.store, run.id, plan, sub.target, run_dir, options, cancel=run.cancel,
-                            on_launch=lambda launch: self._on_launch(run, launch))
+                            on_launch=lambda launch: self._on_launch(run, launch), claimed=True)
             if not run.requeued:
                 extra = f" ({final.error})" if final.error and final.status != "succeeded" else ""
                 log.info("run %s %s%s", run.id, final.status, extra)
