@@ -11,10 +11,11 @@ nobody else can write it (``launcher.store_safety``): otherwise every command re
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
-from advisor.errors import UserError
+from advisor.errors import ResourceShortage, UserError
 from advisor.paths import ENV_HOME, resolve_home  # noqa: F401 - re-exported for the launcher
 
 STORE_NAME = "runs.sqlite"
@@ -29,6 +30,9 @@ def _mkdir_private(path: Path) -> None:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ResourceShortage(f"cannot create {path.name}: no space left on the device; this is transient",
+                                   where=str(path), fix=f"free space on that disk (df -h {path.parent}) and run it again") from None
         raise UserError(f"cannot create the cardwise home: {exc.strerror}", where=str(path),
                         fix="pass a writable directory with --home DIR or set CARDWISE_HOME") from None
 

@@ -363,9 +363,15 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
             is_oom = out.status == "failed" and oom.logs_have_oom([adir / "launcher.log", *logs])
             nxt, why = oom.retry_decision(is_oom, current, attempt_no, options.max_oom_retries)
             status = "oom" if is_oom else out.status
-            store.record_attempt(run_id, att.model_copy(update={
-                "status": status, "exit_code": out.exit_code, "ended": time.time(),
-                "error": (oom.OOM_ERROR if is_oom else out.error)}))
+            final = {"status": out.status, "exit_code": out.exit_code, "error": why or out.error}
+            try:  # the launch ended: a store that cannot take this now (disk full) must not change its verdict
+                store.record_attempt(run_id, att.model_copy(update={
+                    "status": status, "exit_code": out.exit_code, "ended": time.time(),
+                    "error": (oom.OOM_ERROR if is_oom else out.error)}))
+            except Exception:
+                if nxt is not None and not cancel.is_set():
+                    raise  # a retry needs the store; recorded failed below with the reason
+            
             if nxt is not None and not cancel.is_set():
                 note = oom.retry_note(current, nxt)
                 resume = checkpoints.for_retry(run_dir, adir, same_batch=nxt.global_batch == current.global_batch)
@@ -375,7 +381,6 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                     echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; {note}\n")
                 current = nxt
                 continue
-            final = {"status": out.status, "exit_code": out.exit_code, "error": why or out.error}
             break
     except BaseException as exc:  # recorded as failed (or cancelled on Ctrl-C), then re-raised
         interrupted = isinstance(exc, KeyboardInterrupt)
