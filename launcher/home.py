@@ -82,6 +82,8 @@ def make_run_dir(home: Path, run_id: str) -> Path:
 def new_run(store, home: Path, plan, target, *, resumed_from: str | None = None):
     """A queued record for ``plan`` and its private run directory: (record, run_dir)."""
     label = f"{plan.model.label()} · {target.label()}" + (f" · resumes {resumed_from}" if resumed_from else "")
-    rec = store.create(label=label, plan=plan.model_dump(mode="json"))
+    from launcher.procs import owner_identity
+
+    rec = store.create(label=label, plan=plan.model_dump(mode="json"), owner=owner_identity())
     rdir = make_run_dir(home, rec.id)
     return store.update(rec.id, run_dir=str(rdir), target=target.model_dump(), resumed_from=resumed_from), rdir

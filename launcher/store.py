@@ -217,8 +217,10 @@ class RunStore:
     # ------------------------------------------------------------------ API
     def create(self, *, label: str = "", plan: dict | BaseModel | None = None, status: Status = "queued",
                run_dir: str | os.PathLike | None = None, command: dict | None = None,
-               gpus: list[int] | None = None, run_id: str | None = None) -> RunRecord:
-        """Insert a new run (``queued`` unless told otherwise) and return it."""
+               gpus: list[int] | None = None, run_id: str | None = None, owner: dict | None = None) -> RunRecord:
+        """Insert a new run (``queued`` unless told otherwise) and return it. ``owner``: the process that
+        will run it (``launcher.procs.owner_identity``), recorded in the same insert, so no moment exists
+        when a foreground run's record names nobody (``launcher.settle`` ends it if that process dies)."""
         if status not in ("queued", "running"):
             raise ValueError(f"a run starts queued or running, not {status}")
         now = time.time()
@@ -227,7 +229,7 @@ class RunStore:
             fields = self._encode({"status": status, "label": label, "created": now,
                                    "started": now if status == "running" else None, "plan": plan,
                                    "command": command, "run_dir": None if run_dir is None else str(run_dir),
-                                   "gpus": gpus, "attempts": []})
+                                   "gpus": gpus, "attempts": [], "owner": owner})
             cols = ", ".join(["id", *fields])
             marks = ", ".join("?" * (len(fields) + 1))
             try:
