@@ -95,3 +95,86 @@ def test_kill_9_of_a_launch_before_it_starts_its_run_leaves_no_queued_record(tmp
     (rec,) = json.loads(res.stdout)
     assert rec["status"] == "cancelled" and "killed before the run started" in rec["error"], rec
     assert RunStore.open(home).list()[0].status == "cancelled"  # written, not only shown
+
+
+def _serve(home: Path) -> subprocess.Popen:
+    from launcher.service import service_pid
+    from waiting import wait_for
+
+    log = open(home.parent / f"serve-{time.monotonic_ns()}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--home", str(home), "--poll", "0.2",
+                             "--grace", "3", "--cpu"], stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = Path(log.name)
+    wait_for(lambda: service_pid(home) == proc.pid or proc.poll() is not None, 120, "the service to start")
+    return proc
+
+
+def _starts(run_dir: Path) -> int:
+    path = run_dir / "starts.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_the_documented_recovery_from_a_corrupt_store_does_not_run_finished_work_again(tmp_path):
+    """Queued before the service's backup, finished after it; the store is then corrupted and the
+    documented fix (restore ``runs.sqlite.bak``) applied: the run is recorded from its run directory,
+    never run again."""
+    from waiting import wait_for
+
+    home = tmp_path / "home"
+    res = advise(home, "submit", *TINY, "--max-steps", "2", "--no-final-weights", "--json",
+                 "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0")
+    rid = json.loads(res.stdout)["id"]
+    svc = _serve(home)  # backs the store up at once: the run is queued in runs.sqlite.bak
+    store = RunStore.open(home)
+    try:
+        wait_for(lambda: store.get(rid).terminal, 300, "the run to end")
+    finally:
+        svc.send_signal(signal.SIGTERM)
+        assert svc.wait(120) == 0
+    assert store.get(rid).status == "succeeded"
+    run_dir = Path(store.get(rid).run_dir)
+    assert _starts(run_dir) == 1
+
+    with open(home / "runs.sqlite", "r+b") as f:  # damage the page holding the records
+        f.seek(4096 + 100)
+        f.write(os.urandom(2000))
+    res = advise(home, "runs")
+    assert res.returncode == 2 and "restore the last backup" in res.stderr, res.stderr
+    fix = res.stderr.split("restore the last backup (", 1)[1].split("),", 1)[0]
+    subprocess.run(fix, shell=True, check=True)  # exactly what the message says (mv ... && cp ...)
+
+    assert RunStore.open(home).get(rid).status == "queued"  # the backup's view
+    svc = _serve(home)
+    try:
+        wait_for(lambda: "serving" in svc.log_path.read_text(), 120, "the service to reconcile")
+        time.sleep(2)  # several passes: a queued run would start in the first
+    finally:
+        svc.send_signal(signal.SIGTERM)
+        assert svc.wait(120) == 0
+    rec = RunStore.open(home).get(rid)
+    assert rec.status == "succeeded" and _starts(run_dir) == 1, (rec.status, _starts(run_dir), svc.log_path.read_text())
+
+
+def test_a_run_that_succeeds_while_the_store_is_unwritable_is_recorded_succeeded(tmp_path):
+    """Another process holds the store's write lock past the 30 s busy timeout while a foreground run
+    ends: the end is recorded later, and as it was (succeeded), not as a failure of the bookkeeping."""
+    home = tmp_path / "home"
+    RunStore.open(home)
+    p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", *TINY, "--max-steps", "3", "--no-final-weights",
+                          "--home", str(home), "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    from waiting import wait_for
+
+    wait_for(lambda: list((home / "runs").glob("*/steps.txt")) or p.poll() is not None, 300, "the run to train")
+    blocker = sqlite3.connect(home / "runs.sqlite", isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # nobody else writes until we let go
+    try:
+        out, err = p.communicate(timeout=300)  # the launch gives up on the store (twice 30 s) and exits
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert "cannot be written now" in err, err
+    res = advise(home, "runs", "--json")  # a read settles it from the run directory
+    (rec,) = json.loads(res.stdout)
+    assert rec["status"] == "succeeded", rec
