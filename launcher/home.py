@@ -40,8 +40,9 @@ def _mkdir_private(path: Path) -> None:
 def check_home(home: Path) -> Path:
     """An existing home (and its ``runs/``) that is the caller's and writable by nobody else;
     UserError otherwise (a missing home included: readers have nothing to read)."""
-    from launcher.store_safety import check_dir
+    from launcher.store_safety import check_ancestors, check_dir
 
+    check_ancestors(home)
     if not home.exists():
         raise UserError("no cardwise home here", where=str(home), fix="`advise runs --home DIR` to look elsewhere")
     if not home.is_dir():
@@ -55,9 +56,12 @@ def check_home(home: Path) -> Path:
 
 def ensure_home(home: Path) -> Path:
     """Create the home and its ``runs/`` folder if needed, check them (``check_home``); return the home."""
+    from launcher.store_safety import check_ancestors
+
     if home.exists() and not home.is_dir():
         raise UserError("the cardwise home is not a directory", where=str(home),
                         fix="pass a directory with --home DIR or set CARDWISE_HOME")
+    check_ancestors(home)  # before creating anything under them
     _mkdir_private(home)
     _mkdir_private(home / RUNS_DIR)
     return check_home(home)

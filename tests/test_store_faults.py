@@ -178,3 +178,33 @@ def test_a_run_that_succeeds_while_the_store_is_unwritable_is_recorded_succeeded
     res = advise(home, "runs", "--json")  # a read settles it from the run directory
     (rec,) = json.loads(res.stdout)
     assert rec["status"] == "succeeded", rec
+
+
+def test_a_home_under_a_directory_another_user_can_swap_is_refused(tmp_path):
+    """The attack: a root service's home sits in a directory another user owns (or anyone may write);
+    that user renames the home away and puts their own in its place. Every parent is checked."""
+    writable = tmp_path / "shared"
+    writable.mkdir()
+    (writable / "home").mkdir(mode=0o700)
+    os.chmod(writable, 0o777)  # world-writable, not sticky
+    res = advise(writable / "home", "runs")
+    assert res.returncode == 2 and "writable by others" in res.stderr and str(writable) in res.stderr, res.stderr
+    os.chmod(writable, 0o1777)  # sticky, like /tmp: others cannot rename what is not theirs
+    assert advise(writable / "home", "submit", *TINY, "--recipe", "synthetic", "--max-steps", "2").returncode == 0
+    if os.geteuid() != 0:
+        return  # the swap by another user needs a directory another uid owns: root only
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 4242, 4242)
+    home = theirs / "home"
+    home.mkdir(mode=0o700)  # root's home, but in a directory uid 4242 can rename entries of
+    for command, argv in (("serve", ["--cpu"]), ("submit", [*TINY, "--recipe", "synthetic", "--max-steps", "2"]),
+                          ("runs", [])):
+        res = advise(home, command, *argv, timeout=120)
+        assert res.returncode == 2 and "belongs to uid 4242" in res.stderr and "Traceback" not in res.stderr, \
+            (command, res.stderr)
+    # and through a link: the resolved parents count too
+    link = tmp_path / "link"
+    link.symlink_to(theirs)
+    res = advise(link / "home", "runs")
+    assert res.returncode == 2 and "belongs to uid 4242" in res.stderr, res.stderr
