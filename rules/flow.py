@@ -92,8 +92,9 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     base_batch = req.base_batch or (req.batch_size if req.base_lr else None) or fam.base_batch
     lr_defaulted = req.base_lr is None
     applied = [f"base lr {base_lr:g} at batch {base_batch} ({fam.source})"] if lr_defaulted else []
-    seq_len = req.seq_len or (spec.default_seq_len if spec.is_text else None)
-    image_size = req.image_size or (spec.default_image_size if spec.is_vision else None)
+    # A flag that does not size this model's input is ignored (rules flag.seq-len-not-text, flag.image-size-not-vision)
+    seq_len = None if spec.is_vision else req.seq_len or (spec.default_seq_len if spec.is_text else None)
+    image_size = None if spec.is_text else req.image_size or (spec.default_image_size if spec.is_vision else None)
     cfg = TrainConfig(micro_batch=req.micro_batch or 1, grad_accum=req.grad_accum or 1, seq_len=seq_len,
                       image_size=image_size, precision=req.precision or Precision.bf16,
                       optimizer=req.optimizer or Optimizer.adamw, compile=bool(req.compile),
@@ -181,6 +182,7 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
                               gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
                               gpus_per_node=hw.per_node, nodes=hw.nodes, global_batch=c.global_batch,
                               base_lr=c.lr.base_lr, base_batch=c.lr.base_batch,
+                              reads_tokens=not p.model.is_vision, reads_images=not p.model.is_text,
                               no_accumulation=_no_accumulation(req, run.compromise) if no_accumulation is None and c is run.final
                               else bool(no_accumulation))
 
