@@ -145,20 +145,24 @@ def _tree(rec):
 
 
 def render_report(rec, console=None) -> None:
-    from rich.console import Console, Group
+    from rich.console import Group
+
+    from cli.console import report_console
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    console = console or Console(soft_wrap=False, width=max(100, Console().width))
+    console = console or report_console()
     r, e = rec.recommendation, rec.estimate
     hw, m = e.hardware, e.model
 
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("hardware", f"{hw.count}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, "
-                 f"{hw.nodes} node(s); {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
+    given, given_nodes = rec.gpus_at_hand or hw.count, rec.nodes_at_hand or hw.nodes  # the hardware, not the plan
+    uses = f"; the plan uses {hw.count}" if hw.count != given else ""
+    head.add_row("hardware", f"{given}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, "
+                 f"{given_nodes} node(s){uses}; {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
                  f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
                  + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))
@@ -194,8 +198,10 @@ def render_report(rec, console=None) -> None:
                           f"{row.scaling_efficiency:.0%}" if row.gpus > 1 else "-", format_hours(row.time_to_train_h),
                           ", ".join(row.changed) or "-", style=style)
             else:
+                # the whole note, in the wrapping last column (it was cut to 30 characters)
                 t.add_row(str(row.gpus), row.strategy, "-", "-", f"{row.device_gib:.1f}" if row.device_gib else "-",
-                          "does not fit" if "GiB" in row.note else row.note[:30], "-", "-", "-", "-", style="red")
+                          "does not fit" if "GiB" in row.note else "-", "-", "-", "-",
+                          "-" if "GiB" in row.note else row.note or "-", style="red")
         console.print(t)
         console.print()
 

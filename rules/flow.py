@@ -214,7 +214,7 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
         alternatives=alt_list, warnings=warnings, plan=_plan(run, core), scaling=_scaling(ctx, ch),
         rules_evaluated=[RuleSummary(id=t.id, phase=t.phase, fired=t.fired, blocked_by_pin=t.blocked_by_pin)
                          for t in run.traces],
-        defaults_applied=run.defaults_applied,
+        defaults_applied=run.defaults_applied, gpus_at_hand=hardware.total_gpus, nodes_at_hand=hardware.nodes,
     )
     rec._trace = run.traces  # every rule evaluated, with its leaves: Recommendation.trace
     return rec

@@ -159,6 +159,9 @@ class Recommendation(BaseModel):
     scaling: list[ScalingRow] = Field(default_factory=list)
     rules_evaluated: list[RuleSummary] = Field(default_factory=list)
     defaults_applied: list[str] = Field(default_factory=list)
+    gpus_at_hand: int | None = Field(None, description="GPUs given (--gpus x --nodes) or detected, all of them; "
+                                     "the plan may use fewer (recommendation.gpus)")
+    nodes_at_hand: int | None = Field(None, description="nodes given (--nodes) or 1")
 
     _trace: list[RuleTrace] = PrivateAttr(default_factory=list)
 
