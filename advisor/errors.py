@@ -29,6 +29,18 @@ class UserError(Exception):
         return text
 
 
+class ResourceShortage(UserError):
+    """Not a mistake and not for good: the disk is full (ENOSPC, EDQUOT), memory ran out. The CLI exits
+    ``EXIT_TEMPFAIL`` (sysexits.h's EX_TEMPFAIL, 75) instead of 2, so the shipped systemd unit, which does
+    not restart on 2 (``RestartPreventExitStatus=2``: a wrong flag stays wrong), restarts the queue
+    once space is freed."""
+
+    exit_code = 75
+
+
+EXIT_TEMPFAIL = ResourceShortage.exit_code
+
+
 def close_names(name: str, choices: Iterable[str], n: int = 4) -> list[str]:
     """Names from ``choices`` that look like ``name`` (case-insensitive), best first."""
     lowered = {c.lower(): c for c in choices}

@@ -117,7 +117,7 @@ def estimate(
 
 def _mark_transferred_compile(est: Estimate, model: ModelSpec, config: TrainConfig, hardware: HardwareSpec,
                               cal: Calibration) -> Estimate:
-    """torch.compile's speed-up is fit on the reference GPU's rows only (benchmarks/fit_calibration.py: the H200):
+    """torch.compile's speed-up is fit on the reference GPU's rows only (benchmarks/calibration/fit.py: the H200):
     on another GPU kind it is transferred, not measured. The estimate says so (``throughput.transferred``) and
     exposes ``throughput.conservative_samples_per_s`` without it (the eager rate, when slower), which is what a
     deadline check should count on, unless `advise bench`/`advise probe` measured this compiled configuration here."""

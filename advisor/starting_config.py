@@ -69,6 +69,11 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
         if device == "gpu":
             notes.append(f"strategy {strategy.value} ({ranks} GPU{'s' if ranks > 1 else ''})")
     seq_len, image_size = req.seq_len, req.image_size
+    if spec is not None:
+        # A flag that does not size this model's input is dropped (rules flag.seq-len-not-text and
+        # flag.image-size-not-vision say so), so it reaches neither the estimate nor the launch command.
+        seq_len = None if spec.is_vision else seq_len
+        image_size = None if spec.is_text else image_size
     if spec is not None and seq_len is None:
         if device == "cpu":
             if spec.arch is not None and not spec.is_vision:

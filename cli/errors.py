@@ -14,7 +14,7 @@ def run_guarded(fn, args) -> int:
         return int(fn(args) or 0)
     except UserError as exc:
         print(f"advise: error: {exc.message()}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)  # 75 for a full disk (advisor.errors.ResourceShortage)
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = ".".join(str(p) for p in e.get("loc", ())) or exc.title
@@ -25,3 +25,14 @@ def run_guarded(fn, args) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a full disk anywhere (run directory, submission, logs): transient, not a bug
+        import errno
+
+        from advisor.errors import EXIT_TEMPFAIL
+
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"advise: error: {where}no space left on the device ({exc.strerror}); this is transient\n"
+              "  fix: free space on that disk (df -h) and run it again", file=sys.stderr)
+        return EXIT_TEMPFAIL

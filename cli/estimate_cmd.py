@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(est, applied: list[str], console=None) -> None:
-    from rich.console import Console
+    from cli.console import report_console
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -57,7 +57,7 @@ def render(est, applied: list[str], console=None) -> None:
     from advisor.units import format_hours
     from cli.recommend_cmd import memory_bar
 
-    console = console or Console(width=max(100, Console().width))
+    console = console or report_console()
     m, t, c, hw = est.memory, est.throughput, est.config, est.hardware
     title = (f"{est.model.name} ({est.model.params:,} params) on {hw.count}x {hw.gpu}: {c.strategy.value}, micro-batch "
              f"{c.micro_batch} x accum {c.grad_accum}, {c.precision.value}, {c.optimizer.value}"

@@ -51,11 +51,11 @@ def _count(env, name: str) -> int | None:
 
 def _started_from(env):
     """The checkpoint a resumed run was started from, if it is still a complete one (the store is the user's file)."""
-    from launcher.checkpoints import read_meta
+    from launcher.checkpoints import damage
     from launcher.command import ENV_RESUME
 
     value = env.get(ENV_RESUME) if isinstance(env, dict) else None
-    return Path(value) if isinstance(value, str) and value and read_meta(Path(value)) is not None else None
+    return Path(value) if isinstance(value, str) and value and damage(Path(value)) is None else None
 
 
 def resume_run(args: argparse.Namespace, run_recorded) -> int:
@@ -65,7 +65,7 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
         raise UserError(f"{', '.join(given)} cannot be combined with --resume (the resumed run keeps its plan)",
                         fix=f"advise launch --resume {args.resume} [--home DIR] [--json]")
     from cli.launch_plan import check_here, options_from_flags, require_gpus
-    from launcher.checkpoints import latest, read_meta
+    from launcher.checkpoints import newest_usable, read_meta
     from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS, ENV_MAX_STEPS, check_target, checkpoint_env
     from launcher.home import resolve_home
     from launcher.store import RunStore
@@ -75,11 +75,18 @@ def resume_run(args: argparse.Namespace, run_recorded) -> int:
     if not old.terminal:
         raise UserError(f"run {old.id} is {old.status}", fix=f"wait for it to end, or `advise cancel {old.id}` first")
     env = (old.command or {}).get("env") or {}
-    # Its own newest checkpoint, else the one it started from (a resumed run that ended before saving one).
-    ckpt = latest(old.run_dir) or _started_from(env)
+    # Its own newest checkpoint that checks out (files, sizes, hashes: before anything starts), else the
+    # one it started from (a resumed run that ended before saving one).
+    ckpt, damaged = newest_usable(old.run_dir)
+    ckpt = ckpt or _started_from(env)
+    if ckpt is None and damaged:
+        raise UserError(f"run {old.id}'s checkpoints are all damaged: {'; '.join(damaged)}",
+                        fix="launch it again with the same flags and --checkpoint-every N")
     if ckpt is None:
         raise UserError(f"run {old.id} has no checkpoint to resume from",
                         fix="launch with --checkpoint-every N to save one every N steps")
+    for line in damaged:
+        print(f"advise: note: {line}; resuming from {ckpt.name}, the one kept before it", file=sys.stderr)
     plan = old.plan_model()
     if plan is None:
         raise UserError(f"run {old.id} has no recorded plan", fix="launch it again with the same flags")

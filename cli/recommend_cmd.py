@@ -145,24 +145,27 @@ def _tree(rec):
 
 
 def render_report(rec, console=None) -> None:
-    from rich.console import Console, Group
+    from rich.console import Group
+
+    from cli.console import report_console
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    console = console or Console(soft_wrap=False, width=max(100, Console().width))
+    console = console or report_console()
     r, e = rec.recommendation, rec.estimate
     hw, m = e.hardware, e.model
 
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    if hw.nodes_at_hand != hw.nodes:  # the nodes named, then what this plan uses of them
-        count = f"{hw.gpus_at_hand}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, " \
-                f"{hw.nodes_at_hand} nodes (this plan uses {hw.count} GPU(s) on {hw.nodes})"
-    else:
-        count = f"{hw.count}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, {hw.nodes} node(s)"
-    head.add_row("hardware", f"{count}; {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
+    given, given_nodes = hw.gpus_at_hand or hw.count, hw.nodes_at_hand or hw.nodes  # the hardware, not the plan
+    uses = ""
+    if (hw.count, hw.nodes) != (given, given_nodes):
+        uses = f"; the plan uses {hw.count}" + (f" on {hw.nodes} node{'s' if hw.nodes > 1 else ''}"
+                                                if hw.nodes != given_nodes else "")
+    head.add_row("hardware", f"{given}x {hw.gpu} ({hw.memory_gib:.0f} GiB), {hw.interconnect}, "
+                 f"{given_nodes} node{'s' if given_nodes > 1 else ''}{uses}; {'detected' if hw.detected else 'ASSUMED (no GPU detected; name yours with --gpu)' if hw.assumed else 'as named (not detected)'}")
     if hw.network:
         head.add_row("network", hw.network)
     t = e.throughput
@@ -205,8 +208,10 @@ def render_report(rec, console=None) -> None:
                           format_hours(row.time_to_train_h),
                           ", ".join(row.changed) or "-", style=style)
             else:
+                # the whole note, in the wrapping last column (it was cut to 30 characters)
                 t.add_row(str(row.gpus), row.strategy, "-", "-", f"{row.device_gib:.1f}" if row.device_gib else "-",
-                          "does not fit" if "GiB" in row.note else row.note[:30], "-", "-", "-", "-", style="red")
+                          "does not fit" if "GiB" in row.note else "-", "-", "-", "-",
+                          "-" if "GiB" in row.note else row.note or "-", style="red")
         console.print(t)
         console.print()
 

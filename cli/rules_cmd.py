@@ -126,10 +126,10 @@ def _render_defaults(d: dict) -> None:
 
 
 def _render_list(rules, nodes) -> None:
-    from rich.console import Console
+    from cli.console import report_console
     from rich.table import Table
 
-    console = Console(width=max(100, Console().width))
+    console = report_console()
     t = Table(title="decision tree (rules/data/tree.toml)", title_justify="left", show_edge=False)
     t.add_column("node", style="bold")
     t.add_column("question")
@@ -150,11 +150,11 @@ def _render_list(rules, nodes) -> None:
 
 def _print_panel(title: str, rows: list[tuple[str, str]]) -> None:
     """A titled two-column panel: how `advise rules ID` shows a rule or a tree node."""
-    from rich.console import Console
+    from cli.console import report_console
     from rich.panel import Panel
     from rich.table import Table
 
-    console = Console(width=max(100, Console().width))
+    console = report_console()
     g = Table.grid(padding=(0, 2))
     g.add_column(style="bold")
     g.add_column()

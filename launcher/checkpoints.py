@@ -29,6 +29,11 @@ from launcher.compromises.lora import ADAPTER_DIR
 CHECKPOINTS_DIR = "checkpoints"
 META_NAME = "cardwise.json"
 KEEP = 2  # cardwise's choice: the newest complete checkpoint and one before it (in case the newest is bad)
+# The files of a checkpoint are hashed into cardwise.json when they total at most this much (cardwise's
+# choice): sha256 ran at 2.0 GB/s on the project's 2-core CI-class VM (launcher/runtime.py's
+# DIGEST_MAX_PARAMS note), so at most ~2 s per save. Larger checkpoints record sizes only, which still
+# catch the usual damage (a write cut short by a full disk or a kill).
+HASH_MAX_BYTES = 4 << 30
 
 
 def checkpoints_of(rt) -> "Checkpoints":
@@ -98,6 +103,69 @@ def latest(run_dir: str | Path | None) -> Path | None:
     return None if best is None else best[1]
 
 
+def _state_files(path: Path) -> list[Path]:
+    return sorted(p for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink()
+                  and p.name not in (META_NAME, META_NAME + ".tmp"))
+
+
+def manifest(path: Path) -> dict:
+    """Every state file of a checkpoint: its size, and its sha256 when the whole is small enough to hash."""
+    import hashlib
+
+    files = _state_files(path)
+    sizes = {str(f.relative_to(path)): f.stat().st_size for f in files}
+    out: dict = {"sizes": sizes}
+    if sum(sizes.values()) <= HASH_MAX_BYTES:
+        digests = {}
+        for f in files:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            digests[str(f.relative_to(path))] = h.hexdigest()
+        out["sha256"] = digests
+    return out
+
+
+def damage(path: Path) -> str | None:
+    """Why the checkpoint at ``path`` cannot be resumed from, or None when it checks out: complete
+    (``cardwise.json``), and every file it recorded present with its size (and hash, when recorded).
+    A checkpoint saved before cardwise recorded files is judged by ``cardwise.json`` alone."""
+    meta = read_meta(path)
+    if meta is None:
+        return f"no complete {META_NAME}"
+    files = meta.get("files")
+    if not isinstance(files, dict) or not isinstance(files.get("sizes"), dict):
+        return None
+    now = manifest(path) if isinstance(files.get("sha256"), dict) else {
+        "sizes": {str(f.relative_to(path)): f.stat().st_size for f in _state_files(path)}}
+    for name, size in files["sizes"].items():
+        if name not in now["sizes"]:
+            return f"{name} is missing"
+        if now["sizes"][name] != size:
+            return f"{name} has {now['sizes'][name]} bytes, saved with {size}"
+    for name, digest in (files.get("sha256") or {}).items():
+        if now.get("sha256", {}).get(name) != digest:
+            return f"{name} changed since it was saved (sha256 differs)"
+    return None
+
+
+def newest_usable(run_dir: str | Path | None) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint of a run directory that checks out (``damage``), and one line for each
+    newer one passed over: a damaged newest checkpoint falls back to the one kept before it."""
+    if not run_dir:
+        return None, []
+    found = sorted(((m["step"], p) for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*")
+                    if not p.is_symlink() and (m := read_meta(p)) is not None), reverse=True)
+    skipped = []
+    for _, p in found:
+        why = damage(p)
+        if why is None:
+            return p, skipped
+        skipped.append(f"{p.name} is damaged ({why})")
+    return None, skipped
+
+
 def for_retry(run_dir: Path, attempt_dir: Path, *, same_batch: bool) -> Path | None:
     """Where an OOM retry (``launcher.oom``) of a run starts: the run's newest complete checkpoint
     when the retry keeps the global batch (a step is the same samples; only the micro-batch and the
@@ -106,7 +174,7 @@ def for_retry(run_dir: Path, attempt_dir: Path, *, same_batch: bool) -> Path | N
     checkpoints, saved under the same ``step-N`` names, would overwrite them half-way or be pruned
     as older than them (``prune``)."""
     if same_batch:
-        return latest(run_dir)
+        return newest_usable(run_dir)[0]
     here = Path(run_dir) / CHECKPOINTS_DIR
     if here.is_dir() and not here.is_symlink():
         try:
@@ -199,7 +267,8 @@ class Checkpoints:
         rt.accelerator.wait_for_everyone()
         if rt.is_main:
             meta = {"step": rt.step, "world_size": rt.world_size, "micro_batch": rt.plan.config.micro_batch,
-                    "grad_accum": rt.plan.config.grad_accum, "time": time.time()}
+                    "grad_accum": rt.plan.config.grad_accum, "time": time.time(),
+                    "files": manifest(path)}  # what resuming checks before it starts (damage)
             tmp = path / (META_NAME + ".tmp")
             tmp.write_text(json.dumps(meta) + "\n")
             tmp.replace(path / META_NAME)

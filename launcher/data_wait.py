@@ -5,7 +5,8 @@
   interval into ``metrics.jsonl`` (``data_wait_s``, ``data_wait_share`` = waited / interval).
 - The runner samples the GPUs' utilisation through NVML while the launch runs
   (``UtilisationSampler``, the one device sampler ``advisor.sampling``), one row a second into
-  ``attempt-N/utilisation.jsonl``. CPU runs have no NVML: no file, and the check says so.
+  ``attempt-N/utilisation.jsonl``. CPU runs have no NVML and need none: a rank waiting for a batch
+  computes nothing, so the wait share alone gives the CPU's busy share (``check(cpu=True)``).
 
 ``check`` (pure) flags a run as data-bound when the GPUs were busy less than 70% of the time
 over the training steps while the ranks spent a large share of each step waiting for batches,
@@ -78,13 +79,28 @@ class DataBound(BaseModel):
     fix: str | None = Field(None, description="what to change, when flagged")
 
 
-def check(wait_share: float | None, util_samples: list[float], *, workers: int | None = None) -> DataBound | None:
-    """The verdict from the ranks' data-wait share and the GPU utilisation readings (pure)."""
+def check(wait_share: float | None, util_samples: list[float], *, workers: int | None = None,
+          cpu: bool = False) -> DataBound | None:
+    """The verdict from the ranks' data-wait share and the GPU utilisation readings (pure).
+
+    ``cpu``: the ranks compute on the CPU, so no NVML reading exists, and none is needed: a rank that
+    waits inside ``next()`` computes nothing meanwhile, so its compute is busy ``1 - wait share`` of the
+    time, and the same rule applies to that figure (busy under 70% while waiting >= 20%, i.e. waiting
+    at least 30% of each step)."""
     if wait_share is None and not util_samples:
         return None
     wait_txt = "unknown" if wait_share is None else f"{wait_share:.0%}"
+    if cpu and not util_samples and wait_share is not None:
+        busy = 100.0 * (1.0 - wait_share)
+        figures = f"the ranks waited for data {wait_txt} of step time, so the CPU computed {busy:.0f}% of it"
+        if workers is not None:
+            figures += f", {workers} DataLoader worker(s) per rank"
+        if busy < UTIL_THRESHOLD_PCT and wait_share >= WAIT_SHARE_THRESHOLD:
+            return DataBound(flagged=True, data_wait_share=wait_share, message=f"data-bound (CPU run): {figures} "
+                             f"(under {UTIL_THRESHOLD_PCT:.0f}% while waiting >= {WAIT_SHARE_THRESHOLD:.0%})", fix=FIX)
+        return DataBound(flagged=False, data_wait_share=wait_share, message=f"not data-bound (CPU run): {figures}")
     if len(util_samples) < MIN_UTIL_SAMPLES:
-        why = "no NVML on a CPU run" if not util_samples else f"only {len(util_samples)} reading(s)"
+        why = "no NVML reading" if not util_samples else f"only {len(util_samples)} reading(s)"
         return DataBound(flagged=False, data_wait_share=wait_share, gpu_util_pct=None, util_samples=len(util_samples),
                          message=f"data wait {wait_txt} of step time; GPU utilisation unavailable ({why})")
     # The mean, not the median: a data-starved GPU alternates bursts of full use with idle waits, so
@@ -124,6 +140,12 @@ def wait_share(rows: list[dict]) -> float | None:
     return sum(shares) / len(shares) if shares else None
 
 
+def on_cpu(rows: list[dict]) -> bool:
+    """Whether the rows come from ranks computing on the CPU (``launcher.runtime`` writes ``device``)."""
+    devices = {r.get("device") for r in rows if "data_wait_s" in r}
+    return devices == {"cpu"}
+
+
 def steady_util(util_rows: list[dict], rows: list[dict]) -> list[float]:
     """Utilisation readings taken during the logged training steps, after the first logged
     interval (start-up, model loading and compile leave the GPUs idle for reasons of their own)."""
@@ -154,7 +176,7 @@ def read_util(path: Path) -> list[dict]:
 def summarise(rows: list[dict], util_path: Path | None, workers: int | None = None) -> DataBound | None:
     """The check for one attempt: its metrics rows and (GPU runs) its utilisation file."""
     util = steady_util(read_util(util_path), rows) if util_path is not None else []
-    return check(wait_share(rows), util, workers=workers)
+    return check(wait_share(rows), util, workers=workers, cpu=on_cpu(rows))
 
 
 class UtilisationSampler:

@@ -11,10 +11,11 @@ nobody else can write it (``launcher.store_safety``): otherwise every command re
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
-from advisor.errors import UserError
+from advisor.errors import ResourceShortage, UserError
 from advisor.paths import ENV_HOME, resolve_home  # noqa: F401 - re-exported for the launcher
 
 STORE_NAME = "runs.sqlite"
@@ -29,6 +30,9 @@ def _mkdir_private(path: Path) -> None:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ResourceShortage(f"cannot create {path.name}: no space left on the device; this is transient",
+                                   where=str(path), fix=f"free space on that disk (df -h {path.parent}) and run it again") from None
         raise UserError(f"cannot create the cardwise home: {exc.strerror}", where=str(path),
                         fix="pass a writable directory with --home DIR or set CARDWISE_HOME") from None
 
@@ -36,8 +40,9 @@ def _mkdir_private(path: Path) -> None:
 def check_home(home: Path) -> Path:
     """An existing home (and its ``runs/``) that is the caller's and writable by nobody else;
     UserError otherwise (a missing home included: readers have nothing to read)."""
-    from launcher.store_safety import check_dir
+    from launcher.store_safety import check_ancestors, check_dir
 
+    check_ancestors(home)
     if not home.exists():
         raise UserError("no cardwise home here", where=str(home), fix="`advise runs --home DIR` to look elsewhere")
     if not home.is_dir():
@@ -51,9 +56,12 @@ def check_home(home: Path) -> Path:
 
 def ensure_home(home: Path) -> Path:
     """Create the home and its ``runs/`` folder if needed, check them (``check_home``); return the home."""
+    from launcher.store_safety import check_ancestors
+
     if home.exists() and not home.is_dir():
         raise UserError("the cardwise home is not a directory", where=str(home),
                         fix="pass a directory with --home DIR or set CARDWISE_HOME")
+    check_ancestors(home)  # before creating anything under them
     _mkdir_private(home)
     _mkdir_private(home / RUNS_DIR)
     return check_home(home)
@@ -78,6 +86,8 @@ def make_run_dir(home: Path, run_id: str) -> Path:
 def new_run(store, home: Path, plan, target, *, resumed_from: str | None = None):
     """A queued record for ``plan`` and its private run directory: (record, run_dir)."""
     label = f"{plan.model.label()} · {target.label()}" + (f" · resumes {resumed_from}" if resumed_from else "")
-    rec = store.create(label=label, plan=plan.model_dump(mode="json"))
+    from launcher.procs import owner_identity
+
+    rec = store.create(label=label, plan=plan.model_dump(mode="json"), owner=owner_identity())
     rdir = make_run_dir(home, rec.id)
     return store.update(rec.id, run_dir=str(rdir), target=target.model_dump(), resumed_from=resumed_from), rdir

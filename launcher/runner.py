@@ -311,11 +311,12 @@ def write_attempt_files(plan, target, run_dir: Path, attempt: int, options: RunO
 
 def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions | None = None, *,
             cancel: threading.Event | None = None, echo: IO[str] | None = None,
-            on_launch: Callable[[Launch], None] | None = None):
+            on_launch: Callable[[Launch], None] | None = None, claimed: bool = False):
     """Run ``run_id`` to a terminal status and return its final ``RunRecord``.
 
-    The record must be ``queued`` (moved to running here) or already ``running`` (claimed by the
-    queue service). Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
+    The record must be ``queued`` (moved to running here) or, with ``claimed`` (the queue service,
+    which claimed it), ``running``: a claimed record found ``queued`` again was handed back by a
+    graceful stop of the service before its launcher started, and stays queued. Each attempt is recorded with its micro-batch and accumulation; a CUDA OOM
     retries smaller (``launcher.oom``) up to ``options.max_oom_retries`` times, from the last
     checkpoint when the global batch stays (``launcher.checkpoints.for_retry``). ``cancel`` (an
     event set from a signal handler or another thread) stops the run and records ``cancelled``.
@@ -330,7 +331,7 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
     options = options or RunOptions()
     run_dir = Path(run_dir)
     rec = store.get(run_id)
-    if rec.status == "queued":
+    if rec.status == "queued" and not claimed:
         rec = store.transition(run_id, "running", expect=["queued"], run_dir=str(run_dir))
     if rec is None or rec.status != "running":
         return store.get(run_id)  # cancelled (or finished) before it started
@@ -362,9 +363,15 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
             is_oom = out.status == "failed" and oom.logs_have_oom([adir / "launcher.log", *logs])
             nxt, why = oom.retry_decision(is_oom, current, attempt_no, options.max_oom_retries)
             status = "oom" if is_oom else out.status
-            store.record_attempt(run_id, att.model_copy(update={
-                "status": status, "exit_code": out.exit_code, "ended": time.time(),
-                "error": (oom.OOM_ERROR if is_oom else out.error)}))
+            final = {"status": out.status, "exit_code": out.exit_code, "error": why or out.error}
+            try:  # the launch ended: a store that cannot take this now (disk full) must not change its verdict
+                store.record_attempt(run_id, att.model_copy(update={
+                    "status": status, "exit_code": out.exit_code, "ended": time.time(),
+                    "error": (oom.OOM_ERROR if is_oom else out.error)}))
+            except Exception:
+                if nxt is not None and not cancel.is_set():
+                    raise  # a retry needs the store; recorded failed below with the reason
+            
             if nxt is not None and not cancel.is_set():
                 note = oom.retry_note(current, nxt)
                 resume = checkpoints.for_retry(run_dir, adir, same_batch=nxt.global_batch == current.global_batch)
@@ -374,7 +381,6 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                     echo.write(f"{oom.OOM_RETRY_MARK} at micro-batch {current.config.micro_batch}; {note}\n")
                 current = nxt
                 continue
-            final = {"status": out.status, "exit_code": out.exit_code, "error": why or out.error}
             break
     except BaseException as exc:  # recorded as failed (or cancelled on Ctrl-C), then re-raised
         interrupted = isinstance(exc, KeyboardInterrupt)

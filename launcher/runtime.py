@@ -298,6 +298,7 @@ class Runtime:
             "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
             "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30 if self.device.type == "cuda" else None,
             "rank": self.rank,
+            "device": self.device.type,  # launcher.data_wait: a CPU run's verdict needs no NVML
             "time": time.time(),
             "attempt": self.attempt,
             "interval_s": dt,

@@ -18,6 +18,9 @@ service pass *settles* the records still ``running``:
 Identity, not guesses: a live owner is never overruled except by its own verdict, and a transition
 only applies to a record still ``running`` (compare-and-set), so a settle cannot race the runner.
 A read-only store (``advise runs`` on a store it may not write) settles in memory only.
+
+A foreground record still ``queued`` whose owner is gone (``abandoned``: its ``advise launch`` was
+killed before it started the run) is ``cancelled`` the same way; the owner is in the insert itself.
 """
 
 from __future__ import annotations
@@ -94,9 +97,22 @@ def pending_end(rec: RunRecord, *, owner_gone: bool) -> dict | None:
     return fields
 
 
+def abandoned(rec: RunRecord) -> bool:
+    """A foreground run's record still ``queued`` whose ``advise launch`` is gone: killed between
+    recording the run and starting it (``kill -9`` in its first seconds). Nobody will ever start it:
+    a service only starts records with a ``submission.json``, and the owner is recorded in the insert."""
+    return (rec.status == "queued" and not _is_service_run(rec) and procs.owner_alive(rec.owner) is False)
+
+
 def settle_one(store, rec: RunRecord, *, owner_gone: bool | None = None) -> RunRecord:
     """``rec`` settled if its run directory says it ended (written when the store allows).
     ``owner_gone``: known by the caller (a service holding the home's lock); else by identity."""
+    if abandoned(rec):
+        fields = {"error": f"its `advise launch` (pid {rec.owner.get('pid', '?')}) was killed before the run started"}
+        with contextlib.suppress(Exception):
+            done = store.transition(rec.id, "cancelled", expect=["queued"], **fields)
+            return done if done is not None else store.get(rec.id)
+        return rec.model_copy(update={**fields, "status": "cancelled", "ended": time.time()})
     if rec.status != "running":
         return rec
     if owner_gone is None:  # a record without an owner predates owners: only the runner's verdict counts
@@ -116,4 +132,4 @@ def settle_one(store, rec: RunRecord, *, owner_gone: bool | None = None) -> RunR
 
 def settle(store, records: list[RunRecord]) -> list[RunRecord]:
     """Every ``running`` record of ``records`` settled where its run directory says it ended."""
-    return [settle_one(store, r) if r.status == "running" else r for r in records]
+    return [settle_one(store, r) if r.status in ("running", "queued") else r for r in records]

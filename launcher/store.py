@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from advisor.errors import UserError
+from advisor.errors import ResourceShortage, UserError
 from launcher import store_safety
 from launcher.records import (ALLOWED, STATUSES, TERMINAL, Attempt, MetricsSummary, RunRecord,  # noqa: F401
                               Status)  # re-exported: the store's callers import the records from here
@@ -104,12 +104,21 @@ class RunStore:
             if self.readonly:
                 raise UserError("no run store here yet", where=str(self.path), fix="`advise runs --home DIR` to look elsewhere")
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            store_safety.create_store(self.path, _migrate)
+            try:
+                store_safety.create_store(self.path, _migrate)
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
         try:
             with self._conn() as db:
                 check = db.execute("PRAGMA quick_check").fetchone()[0]
                 if check != "ok":
                     raise store_safety.corrupt(self.path, f"quick_check: {check}")
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                if version > len(_MIGRATIONS):  # never write (or migrate) a schema we do not know
+                    raise UserError(f"the run store was written by a newer cardwise (schema {version}; this one "
+                                    f"knows up to {len(_MIGRATIONS)}): refusing to use it, so nothing of it is lost",
+                                    where=str(self.path),
+                                    fix="upgrade cardwise (pip install -U cardwise) or use another --home")
                 if not self.readonly:
                     _migrate(db)
         except sqlite3.Error as exc:
@@ -118,6 +127,11 @@ class RunStore:
     def _error(self, exc: sqlite3.Error) -> UserError:
         if store_safety.is_corruption(exc):
             return store_safety.corrupt(self.path, str(exc))
+        full = _disk_full(self.path.parent)
+        if full or (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == 13:  # SQLITE_FULL
+            return ResourceShortage(f"the disk holding the run store is full ({full or exc}); this is transient",
+                                    where=str(self.path), fix="free space on that disk (df -h "
+                                    f"{self.path.parent}) and run it again; nothing was recorded")
         if "locked" in str(exc) or "busy" in str(exc):
             return UserError(f"the run store is busy: {exc} (held by another process for over 30 s)",
                              where=str(self.path), fix="try again; `advise serve` holds it only for moments")
@@ -205,8 +219,10 @@ class RunStore:
     # ------------------------------------------------------------------ API
     def create(self, *, label: str = "", plan: dict | BaseModel | None = None, status: Status = "queued",
                run_dir: str | os.PathLike | None = None, command: dict | None = None,
-               gpus: list[int] | None = None, run_id: str | None = None) -> RunRecord:
-        """Insert a new run (``queued`` unless told otherwise) and return it."""
+               gpus: list[int] | None = None, run_id: str | None = None, owner: dict | None = None) -> RunRecord:
+        """Insert a new run (``queued`` unless told otherwise) and return it. ``owner``: the process that
+        will run it (``launcher.procs.owner_identity``), recorded in the same insert, so no moment exists
+        when a foreground run's record names nobody (``launcher.settle`` ends it if that process dies)."""
         if status not in ("queued", "running"):
             raise ValueError(f"a run starts queued or running, not {status}")
         now = time.time()
@@ -215,7 +231,7 @@ class RunStore:
             fields = self._encode({"status": status, "label": label, "created": now,
                                    "started": now if status == "running" else None, "plan": plan,
                                    "command": command, "run_dir": None if run_dir is None else str(run_dir),
-                                   "gpus": gpus, "attempts": []})
+                                   "gpus": gpus, "attempts": [], "owner": owner})
             cols = ", ".join(["id", *fields])
             marks = ", ".join("?" * (len(fields) + 1))
             try:
@@ -370,6 +386,26 @@ def _run_script(db: sqlite3.Connection, sql: str) -> None:
     for stmt in sql.split(";"):
         if stmt.strip():
             db.execute(stmt)
+
+
+# Below this much free space (or with no free inode) an SQLite I/O error is read as a full disk: SQLite
+# reports ENOSPC on its -shm/-wal files as "disk I/O error" (SQLITE_IOERR), not SQLITE_FULL (seen on a
+# full tmpfs, tests/test_disk_full.py). cardwise's choice: a WAL frame is one 4 KiB page plus its header.
+_FULL_BELOW_BYTES = 64 << 10
+
+
+def _disk_full(directory: Path) -> str | None:
+    """"0 bytes free" when the filesystem holding ``directory`` has (almost) no space or inodes left."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free < _FULL_BELOW_BYTES:
+        return f"{free} bytes free"
+    if st.f_files and st.f_favail == 0:
+        return "no free inode"
+    return None
 
 
 def _like_prefix(prefix: str) -> str:

@@ -61,6 +61,33 @@ def check_dir(path: Path, what: str = "the cardwise home") -> None:
     _check_owner_mode(path, st, what)
 
 
+def check_ancestors(home: Path) -> None:
+    """Every directory above the home (as named, and with links resolved) belongs to root or the caller
+    and is writable by nobody else unless sticky (like /tmp): otherwise its owner could rename the home
+    away and put a directory of theirs in its place between a check and a use, and a root service would
+    run what they queued. Checked on every use; only root or the caller can change such parents."""
+    me = os.geteuid()
+    named = Path(os.path.abspath(home))
+    seen: set[Path] = set()
+    for chain in (named.parents, Path(os.path.realpath(home)).parents):
+        for parent in chain:
+            if parent in seen:
+                continue
+            seen.add(parent)
+            try:
+                st = os.stat(parent)  # a link among the parents is judged by where it leads (and its own parent)
+            except OSError:
+                continue  # not there (yet): ensure_home creates it, as the caller's
+            if st.st_uid not in (0, me):
+                raise UserError(f"the home's parent directory {parent} belongs to uid {st.st_uid} (not you or root): "
+                                "its owner could swap the home for a directory of theirs; refusing",
+                                where=str(home), fix="use a --home whose parent directories are yours or root's")
+            if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+                raise UserError(f"the home's parent directory {parent} is writable by others (mode "
+                                f"{stat.S_IMODE(st.st_mode):04o}, not sticky): anyone could swap the home; refusing",
+                                where=str(home), fix=f"chmod go-w {parent} (or chmod +t), or use another --home")
+
+
 def check_file(path: Path, what: str) -> bool:
     """An existing ``path`` is a regular file (not a link) of the caller, not writable by others.
     False when it does not exist."""

@@ -84,6 +84,8 @@ class PinnedFacts(_Section):
     lora_rank: bool
     optimizer_in_backward: bool
     cpu_offload: bool
+    seq_len: bool = False
+    image_size: bool = False
     compromise: bool = Field(description="a memory compromise is pinned: pure-bf16, adamw-8bit, LoRA, optimizer in "
                              "backward or CPU offload")
 
@@ -130,6 +132,8 @@ class PlanFacts(_Section):
     warmup_rule: str
     total_steps: int | None
     steps_per_epoch: int | None
+    batches_per_epoch: float | None = Field(None, description="--dataset-size / the global batch (under 1: one "
+                                            "step needs more samples than the dataset has)")
     gpus_at_hand: int
     min_gpus_to_fit: int | None
     strategy_overridden: bool = Field(description="a pinned --strategy replaced the tree's choice")

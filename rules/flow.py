@@ -110,7 +110,7 @@ def check_pins(p: Planner) -> None:
 def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibration, host_ram_gib: float | None = None) -> Run:
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
-    seq_len = req.seq_len or (spec.default_seq_len if spec.is_text else None)
+    seq_len = None if spec.is_vision else req.seq_len or (spec.default_seq_len if spec.is_text else None)
     rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.lora_rank is not None,
                     optimizer=req.optimizer.value if req.optimizer else None)
     base_lr, base_batch, lr_defaulted = rec.base_lr, rec.base_batch, rec.defaulted
@@ -213,6 +213,7 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
                               gpu_arg=hardware.gpu.name if (hypothetical or req.gpu or hardware.assumed) else None,
                               gpus_per_node=hw.per_node, nodes=hw.nodes, global_batch=c.global_batch,
                               base_lr=c.lr.base_lr, base_batch=c.lr.base_batch,
+                              reads_tokens=not p.model.is_vision, reads_images=not p.model.is_text,
                               no_accumulation=_no_accumulation(req, run.compromise) if no_accumulation is None and c is run.final
                               else bool(no_accumulation))
 

@@ -98,6 +98,7 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
         grad_ckpt_needed=ch.ckpt_needed, fits=fits,
         lr=lr.lr, lr_ratio=lr.ratio, warmup_steps=lr.warmup_steps, warmup_rule=lr.warmup_rule,
         total_steps=lr.total_steps, steps_per_epoch=lr.steps_per_epoch, gpus_at_hand=p.available,
+        batches_per_epoch=p.req.dataset_size / ch.global_batch if p.req.dataset_size else None,
         min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),
         strategy_overridden=strategy.value != ctx.tree_strategy,
         compromise=ctx.compromise_name, gives_up=ctx.gives_up,

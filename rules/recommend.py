@@ -273,10 +273,13 @@ def render_text(rec: Recommendation) -> str:
 
 
 def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_node: int, nodes: int,
-                   global_batch: int, base_lr: float, base_batch: int, no_accumulation: bool = False) -> str:
+                   global_batch: int, base_lr: float, base_batch: int, no_accumulation: bool = False,
+                   reads_tokens: bool = True, reads_images: bool = True) -> str:
     """The `advise launch` argv (a shell-quoted string) that pins every choice of a plan: the
     request with the chosen configuration written over it (``Request.to_argv``). A plan that must
-    keep accumulation at 1 (``no_accumulation``) pins --grad-accum 1, so its plan says so too."""
+    keep accumulation at 1 (``no_accumulation``) pins --grad-accum 1, so its plan says so too.
+    ``reads_tokens``/``reads_images``: whether the model's input is sized by --seq-len/--image-size;
+    a flag that does not apply is left out (the rules flag.seq-len-not-text/flag.image-size-not-vision say so)."""
     pins = dict(gpu=gpu_arg, gpus=gpus_per_node, nodes=nodes, strategy=strategy, micro_batch=config.micro_batch,
                 batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
@@ -288,5 +291,9 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                                   and config.pure_bf16_update is PureBf16Update.plain else None),
                 # accumulation follows from batch / (micro-batch x GPUs) unless the user pinned it
                 grad_accum=config.grad_accum if req.grad_accum is not None or no_accumulation else None)
+    if not reads_tokens:
+        pins["seq_len"] = None
+    if not reads_images:
+        pins["image_size"] = None
     pinned = req.model_copy(update=pins)
     return shlex.join(["advise", "launch", *pinned.to_argv(skip={"alternatives", "keep_global_batch"})])

@@ -96,7 +96,7 @@ def test_pil_transform_matches_torchvisions_contract():
     (0.6, [30.0, 35.0, 40.0], True, "data-bound: GPU utilisation 35%"),
     (0.05, [30.0, 35.0, 40.0], False, "not data-bound"),  # idle GPU, but not waiting for data
     (0.6, [90.0, 95.0, 92.0], False, "not data-bound"),  # waiting, yet the GPU is busy
-    (0.4, [], False, "GPU utilisation unavailable (no NVML on a CPU run)"),
+    (0.4, [], False, "GPU utilisation unavailable (no NVML reading)"),
     (0.4, [20.0], False, "only 1 reading"),
 ])
 def test_the_data_bound_check(share, util, flagged, words):
@@ -167,7 +167,7 @@ def test_causal_lm_killed_resumes_from_its_checkpoint_and_ends_at_the_same_step(
     assert new.metrics.last_loss < first_loss  # the loss fell over the whole run
     assert (run / "model" / "model.safetensors").is_file() and (run / "model" / "tokenizer.json").is_file()
     assert [p.name for p in sorted((run / "checkpoints").iterdir())][-2:] == ["step-00000036", "step-00000040"]
-    assert new.metrics.data_bound.gpu_util_pct is None and "unavailable" in new.metrics.data_bound.message
+    assert new.metrics.data_bound.gpu_util_pct is None and "(CPU run)" in new.metrics.data_bound.message
 
 
 @pytest.mark.slow
@@ -198,7 +198,7 @@ def test_text_classification_streams_a_csv_and_evaluates_held_out_rows(tmp_path,
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "held-out: accuracy" in out and "on 12 rows" in out
-    assert "data: data wait" in out and "GPU utilisation unavailable" in out  # the end-of-run summary's check
+    assert "data: " in out and "data-bound (CPU run): the ranks waited for data" in out  # the end-of-run summary's check
     run = next((tmp_path / "home" / "runs").iterdir())
     final = json.loads((run / "final-rank0.json").read_text())
     assert final["eval_rows"] == 12 and 0.0 <= final["eval_accuracy"] <= 1.0 and final["eval_loss"] > 0

@@ -120,6 +120,10 @@ def test_case(case, capsys):
     assert not wrong, f"must not fire: {sorted(wrong)}"
     for path, want in exp.get("values", {}).items():
         _check_value(path, _get(data, path), want)
+    for flag in exp.get("command_lacks", []):  # a flag that does not apply is not copied into the command
+        assert flag not in shlex.split(r.command), r.command
+    for flag in exp.get("command_has", []):
+        assert flag in shlex.split(r.command), r.command
     if exp.get("no_plain_amp_fit"):
         # the standard setup (autocast, AdamW, full fine-tune, no compromise) must not be what fits
         assert not (r.fits and r.precision in ("bf16", "fp16") and r.optimizer == "adamw" and r.lora_rank is None

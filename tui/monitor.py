@@ -16,7 +16,7 @@ from pathlib import Path
 # Device usage is read by the one sampler (advisor.sampling) that detection and bench use too;
 # the OOM retry line is the runner's (launcher.oom). Both re-exported for the screens.
 from advisor.sampling import DeviceSample, DeviceSampler, FixedSampler  # noqa: F401
-from launcher.data_wait import DataBound, check, wait_share
+from launcher.data_wait import DataBound, check, on_cpu, wait_share
 from launcher.oom import OOM_RETRY_MARK  # noqa: F401
 
 _RANK_RE = re.compile(r"^\[default(\d+)\]:(.*)$")
@@ -121,7 +121,7 @@ class LiveDataCheck:
         gpus = [d.util_pct for d in devices if d.label.startswith("GPU") and d.util_pct is not None]
         if gpus and len(self.steps) > 1:  # past the first logged interval
             self.util.append(sum(gpus) / len(gpus))
-        return check(wait_share(self.rows), self.util)
+        return check(wait_share(self.rows), self.util, cpu=on_cpu(self.rows))
 
 
 def data_bound_text(bound) -> str | None:

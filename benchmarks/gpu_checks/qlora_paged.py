@@ -1,7 +1,7 @@
 """QLoRA and paged 8-bit AdamW on llama3-8b, launched as `advise launch` runs them, beside the estimate.
 
 Each configuration is a Plan launched with `advise launch --plan PLAN --recipe synthetic` in a child
-process (the machinery of benchmarks/h200_compromises.py: ``run_one``), so the runtime builds what
+process (the machinery of benchmarks/gpu_checks/h200_compromises.py: ``run_one``), so the runtime builds what
 launcher.compromises builds: bitsandbytes Linear4bit (NF4, double quantization) under peft for
 QLoRA, PagedAdamW8bit for the paged optimizer. Measured: the peak of torch.cuda.max_memory_allocated
 after the first optimizer step (paged states live in CUDA unified memory, outside it: the estimate's
@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from advisor.config import Optimizer, Precision
-from benchmarks.h200_compromises import fmt, make_plan, run_one
+from benchmarks.gpu_checks.h200_compromises import fmt, make_plan, run_one
 
 # name, config overrides (llama3-8b, seq 2048, checkpointing on, no accumulation). lora-r16 and adamw-8bit
-# are benchmarks/h200_compromises.py's rows again, the references the new ones are read against.
+# are benchmarks/gpu_checks/h200_compromises.py's rows again, the references the new ones are read against.
 CONFIGS = [
     ("lora-r16", dict(micro_batch=4, precision=Precision.bf16, lora_rank=16, grad_ckpt=True)),
     ("qlora-r16", dict(micro_batch=4, precision=Precision.bf16, lora_rank=16, quantize_base="4bit", grad_ckpt=True)),

@@ -8,6 +8,8 @@ ranks agree on what a good file is. No torch here: the CLI imports this while it
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from advisor.errors import UserError
@@ -109,6 +111,62 @@ def is_hub_id(value: str) -> bool:
     return len(parts) == 2 and all(parts) and not value.startswith((".", "~")) and not Path(value).exists()
 
 
+def _check_hub_model(repo: str) -> None:
+    """A Hub id must be loadable before any process starts: its config in the local Hugging Face cache,
+    or the Hub reachable to fetch it (a few kB). Otherwise the ranks would fail after the run started,
+    in a 125-line traceback of connection errors."""
+    try:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import (GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError,
+                                            RevisionNotFoundError)
+    except ImportError:
+        raise UserError(f"--hf-model {repo} is a Hub id, and huggingface_hub is not installed to fetch it",
+                        fix="pip install transformers, or give --hf-model DIR: a local folder written by "
+                            "save_pretrained (config.json and a tokenizer)") from None
+    local_fix = (f"give a local folder instead: where the network is, `huggingface-cli download {repo} --local-dir DIR` "
+                 "(or save_pretrained of the model and its tokenizer), copy DIR here and pass --hf-model DIR")
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+        return  # cached: transformers loads it from there, network or not
+    if os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0"):
+        raise UserError(f"--hf-model {repo} is a Hub id, not in the local cache, and HF_HUB_OFFLINE is set",
+                        fix=local_fix)
+    reach = _hub_unreachable()
+    if reach:  # one quick look, not huggingface_hub's five retries over 23 s
+        raise UserError(f"--hf-model {repo} is a Hub id, not in the local cache, and the Hub cannot be reached "
+                        f"({reach})", fix=local_fix)
+    try:
+        hf_hub_download(repo, "config.json")
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise UserError(f"--hf-model {repo}: no such model on the Hugging Face Hub (or it is private)",
+                        fix=f"check the id (https://huggingface.co/{repo}), log in with `huggingface-cli login` for a "
+                            f"private one, or {local_fix}") from None
+    except GatedRepoError:
+        raise UserError(f"--hf-model {repo} is gated on the Hub: accept its licence there and log in",
+                        fix=f"`huggingface-cli login`, or {local_fix}") from None
+    except (LocalEntryNotFoundError, OSError) as exc:
+        why = "offline mode (HF_HUB_OFFLINE)" if os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0") else \
+            (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise UserError(f"--hf-model {repo} is a Hub id, not in the local cache, and the Hub cannot be reached "
+                        f"({why})", fix=local_fix) from None
+
+
+def _hub_unreachable(timeout_s: float = 5.0) -> str | None:
+    """Why the Hub's host cannot be reached over TCP (name lookup, connect), or None when it can."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
+    except OSError as exc:
+        return f"{url.hostname}: {exc.strerror or exc}"
+    return None
+
+
 def _check_causal_lm(args: list[str], plan) -> None:
     from launcher.recipes import chat_rows
 
@@ -124,7 +182,8 @@ def _check_causal_lm(args: list[str], plan) -> None:
     except ValueError as exc:
         raise UserError(str(exc), fix=chat_rows.FIX) from None
     if is_hub_id(model):
-        return  # downloaded by transformers in the ranks (when the network allows)
+        _check_hub_model(model)  # the ranks load it from the cache this fills, or fail here in one line
+        return
     try:
         chat_rows.check_model_dir(Path(model), needs_chat_template=counts["messages"] > 0)
     except ValueError as exc:

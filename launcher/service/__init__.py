@@ -38,7 +38,8 @@ learn their exit status, and "succeeded" must mean what the launcher saw. Under 
 once; reconcile covers the other ways of running it.
 
 Graceful stop (SIGTERM, Ctrl-C): the service takes no new work, moves each running run back to
-``queued`` (so a restart runs it again: cardwise runs have no resume), stops its processes
+``queued`` (a restart runs it again, from its newest good checkpoint if it saved any: see
+``Service._resume_point``), stops its processes
 through the launcher (SIGTERM, grace, SIGKILL) and exits 0. A second signal skips the grace.
 ``service_attempts`` counts every start, graceful stops included; the ``max_starts`` limit is
 applied only when reconcile finds a run interrupted by a crash. When a requeued run starts again its previous files

@@ -45,6 +45,7 @@ class ActiveRun:
     thread: threading.Thread | None = None
     stopping: bool = False
     requeued: bool = False
+    final: RunRecord | None = None  # how it ended, as execute() saw it, for a store that could not take it then
 
 
 def _archive_previous(run_dir: Path, n: int) -> Path | None:
@@ -102,6 +103,8 @@ class Service:
         self.bypassed: dict[str, int] = {}
         self.force = threading.Event()
         self._waiting: dict[str, str] = {}
+        self._unrecorded: dict[str, RunRecord | None] = {}  # ended runs whose end the store has not taken yet
+        self._told_unrecorded: set[str] = set()
         self._lock = ServiceLock(self.home)
         self._watch = self.store.data_version()
         self._queue_cache: list[tuple[RunRecord, Submission]] | None = None
@@ -246,16 +249,44 @@ class Service:
         return out
 
     def _reap(self) -> None:
-        from launcher.settle import settle_one
-
         for rid, run in list(self.active.items()):
             if run.thread is not None and not run.thread.is_alive():
                 del self.active[rid]
-                # Its end could not be written (store busy or full): record it from outcome.json now.
-                with contextlib.suppress(Exception):
-                    rec = self.store.get(rid)
-                    if rec.status == "running" and not run.requeued:
-                        settle_one(self.store, rec)
+                if not run.requeued:
+                    self._unrecorded[rid] = run.final
+        for rid, final in list(self._unrecorded.items()):
+            if self._record_end(rid, final):
+                del self._unrecorded[rid]
+
+    def _record_end(self, rid: str, final: RunRecord | None) -> bool:
+        """Make sure a run whose thread ended is not left ``running``: its end could not be written then
+        (store busy, disk full; the runner's outcome.json perhaps neither), so write the verdict the
+        service still holds to outcome.json and settle the record from it. False: try again next pass."""
+        from launcher.records import OUTCOME_NAME, last_attempt_dir, write_json_atomic
+        from launcher.settle import settle_one
+
+        try:
+            rec = self.store.get(rid)
+            if rec.status != "running":
+                return True
+            adir = last_attempt_dir(rec.run_dir, rec.attempts[-1].log_dir if rec.attempts else None)
+            if final is not None and final.terminal and adir is not None and not (adir / OUTCOME_NAME).exists():
+                write_json_atomic(adir / OUTCOME_NAME, {"status": final.status, "exit_code": final.exit_code,
+                                                        "error": final.error, "ended": time.time()})
+            done = settle_one(self.store, rec, owner_gone=True)  # its thread, the owner, is gone
+            if done.status == "running" and final is None:  # nothing to record it with: as a crash would
+                done = self.store.transition(rid, "failed", expect=["running"],
+                                             error="its launcher thread ended without a verdict") or done
+            status = self.store.get(rid).status
+            if status != "running":
+                log.info("run %s recorded late: %s", rid, status)
+            return status != "running"
+        except Exception as exc:  # busy, disk full: next pass (said once)
+            if rid not in self._told_unrecorded:
+                self._told_unrecorded.add(rid)
+                log.warning("run %s ended but its end cannot be recorded yet (%s); trying every pass",
+                            rid, (str(exc).splitlines() or [type(exc).__name__])[0])
+            return False
 
     def _watch_cancels(self) -> None:
         for run in self.active.values():
@@ -320,6 +351,22 @@ class Service:
         if self.force.is_set():
             launch.kill_now()
 
+    def _resume_point(self, run_id: str, run_dir: Path, options: RunOptions) -> RunOptions:
+        """A run started again (requeued by a stop or a crash) goes on from its newest checkpoint that
+        checks out (``launcher.checkpoints.newest_usable``), never from step 0 over its own checkpoints.
+        Its steps are the same samples: the plan is the submitted one, and an OOM retry that changed the
+        global batch moved its checkpoints aside (``checkpoints.for_retry``)."""
+        from launcher.checkpoints import newest_usable
+        from launcher.command import ENV_RESUME
+
+        ckpt, damaged = newest_usable(run_dir)
+        for line in damaged:
+            log.warning("run %s: %s; passed over", run_id, line)
+        if ckpt is None:
+            return options
+        log.info("run %s resumes from %s", run_id, ckpt)
+        return options.model_copy(update={"extra_env": {**options.extra_env, ENV_RESUME: str(ckpt)}})
+
     def _work(self, run: ActiveRun, plan, sub: Submission, options: RunOptions, run_dir: Path, n: int) -> None:
         from launcher.runner import execute
 
@@ -327,8 +374,10 @@ class Service:
             moved = _archive_previous(run_dir, n - 1)
             if moved is not None:
                 log.info("run %s: files of the interrupted execution kept in %s", run.id, moved)
+            options = self._resume_point(run.id, run_dir, options)
             final = execute(self.store, run.id, plan, sub.target, run_dir, options, cancel=run.cancel,
-                            on_launch=lambda launch: self._on_launch(run, launch))
+                            on_launch=lambda launch: self._on_launch(run, launch), claimed=True)
+            run.final = final
             if not run.requeued:
                 extra = f" ({final.error})" if final.error and final.status != "succeeded" else ""
                 log.info("run %s %s%s", run.id, final.status, extra)

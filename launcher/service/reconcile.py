@@ -107,6 +107,31 @@ def _finished_while_down(store: RunStore, records: list[RunRecord], report: Reco
     return left
 
 
+def _ran_already(store: RunStore, records: list[RunRecord], report: ReconcileReport) -> list[RunRecord]:
+    """Record the ``queued`` runs whose run directory says they already ran to an end of their own
+    (the runner's verdict succeeded/failed, or the shim's exit file, not stopped): a store restored
+    from ``runs.sqlite.bak`` holds runs queued at the backup that finished since, and those must not
+    run again. A verdict of ``cancelled`` is a requeue's (graceful stop), so those stay queued."""
+    from launcher.settle import pending_end, settle_one
+
+    left = []
+    for rec in records:
+        if rec.status == "queued":
+            fields = pending_end(rec.model_copy(update={"status": "running"}), owner_gone=True)
+            if fields is not None and fields["status"] in ("succeeded", "failed"):
+                claimed = store.transition(rec.id, "running", expect=["queued"])
+                done = settle_one(store, claimed, owner_gone=True) if claimed is not None else rec
+                if done.status in ("succeeded", "failed"):
+                    report.finished.append(rec.id)
+                    log.info("reconcile: run %s already ran (its run directory says %s): recorded, not run again",
+                             rec.id, done.status)
+                    continue
+                if claimed is not None:  # could not settle after all: back where it was
+                    store.transition(rec.id, "queued", expect=["running"])
+        left.append(rec)
+    return left
+
+
 def reconcile(store: RunStore, home: Path, *, max_starts: int = DEFAULT_MAX_STARTS,
               grace_s: float = DEFAULT_GRACE_S) -> ReconcileReport:
     """Make the store true again after a service died (call holding the lock, before placing).
@@ -115,7 +140,8 @@ def reconcile(store: RunStore, home: Path, *, max_starts: int = DEFAULT_MAX_STAR
     before anything is stopped, and once more after: one that ended between the two looks (its
     exit file says it was not stopped) is recorded, not requeued. Only the rest are requeued."""
     report = ReconcileReport()
-    records = _finished_while_down(store, [r for r in store.list() if is_service_run(r)], report)
+    records = _ran_already(store, [r for r in store.list() if is_service_run(r)], report)
+    records = _finished_while_down(store, records, report)
     leftovers = {p.pid: p for p in procs.tagged_processes(**{ENV_SERVICE_HOME: os.path.realpath(home)})}
     for rec in records:
         if rec.status == "running" or rec.pgid:

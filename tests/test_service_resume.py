@@ -1,0 +1,154 @@
+"""A requeued service run goes on from its last checkpoint, and a stop never turns a requeue into a cancel.
+
+Real processes on CPU: ``advise serve --cpu``, ``advise submit``, SIGKILL and SIGTERM of the service, the
+real run store. The training script (tests/scripts/slow_steps.py) records where each execution started
+(``starts.txt``) and every step it trained (``steps.txt``), so "resumed" and "lost nothing" are read off
+files the ranks wrote, not off the service's own account.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.checkpoints import latest, read_meta
+from launcher.service import service_pid
+from launcher.store import RunStore
+from waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = Path(__file__).with_name("scripts")
+TINY = ["--cpu", "--processes", "1", "--model", "mini-transformer", "--seq-len", "16", "--micro-batch", "2"]
+
+
+def advise(home: Path, command: str, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli.main", command, "--home", str(home), *argv],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_service(home: Path) -> subprocess.Popen:
+    log = open(home.parent / f"serve-{time.monotonic_ns()}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--home", str(home), "--poll", "0.2",
+                             "--grace", "5", "--cpu"], stdout=log, stderr=subprocess.STDOUT)
+    proc.log_path = Path(log.name)
+    wait_for(lambda: service_pid(home) == proc.pid or proc.poll() is not None, 120, "the service to start")
+    assert proc.poll() is None, proc.log_path.read_text()
+    return proc
+
+
+def starts(run_dir: Path) -> list[int]:
+    path = run_dir / "starts.txt"
+    return [int(line.split()[1]) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def steps(run_dir: Path) -> list[int]:
+    path = run_dir / "steps.txt"
+    return [int(s) for s in path.read_text().split()] if path.exists() else []
+
+
+def checkpointed(run_dir: Path, at_least: int) -> int | None:
+    ckpt = latest(run_dir)
+    step = read_meta(ckpt)["step"] if ckpt is not None else 0
+    return step if step >= at_least else None
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
+def test_a_requeued_run_goes_on_from_its_last_checkpoint(tmp_path, how):
+    home = tmp_path / "home"
+    svc = start_service(home)
+    try:
+        res = advise(home, "submit", *TINY, "--max-steps", "24", "--checkpoint-every", "4", "--no-final-weights",
+                     "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.25")
+        assert res.returncode == 0, res.stderr
+        rid = json.loads(res.stdout)["id"]
+        store = RunStore.open(home)
+        run_dir = Path(store.get(rid).run_dir)
+        saved = wait_for(lambda: checkpointed(run_dir, 8), 300, "a checkpoint at step 8 or later")
+        if how == "sigkill":
+            svc.send_signal(signal.SIGKILL)
+            assert svc.wait(60) == -signal.SIGKILL
+        else:
+            svc.send_signal(signal.SIGTERM)
+            assert svc.wait(120) == 0
+            assert "requeued" in svc.log_path.read_text()
+            assert store.get(rid).status == "queued"
+        kept = checkpointed(run_dir, saved)
+        assert kept is not None  # the stop took nothing away
+        svc = start_service(home)
+        rec = wait_for(lambda: (r := store.get(rid)).terminal and r, 300, "the requeued run to end")
+        assert rec.status == "succeeded", (rec.error, svc.log_path.read_text())
+        first, second = starts(run_dir)
+        assert first == 0 and second >= kept, (first, second, kept)  # from its checkpoint, not step 0
+        ran = steps(run_dir)
+        assert ran[-1] == 24 and sorted(set(ran)) == list(range(1, 25))  # every step trained
+        assert ran.count(1) == 1  # and the first ones only once
+        assert latest(run_dir) is not None and read_meta(latest(run_dir))["step"] == 24
+        assert "resumes from" in svc.log_path.read_text()
+    finally:
+        if svc.poll() is None:
+            svc.terminate()
+            svc.wait(120)
+
+
+def test_a_stop_right_after_a_run_was_claimed_requeues_it_for_good(tmp_path):
+    """SIGTERM of the service in the first moments of a run (claimed ``running``, the launcher not started
+    yet) must leave it ``queued``, as the log says, never ``cancelled``: several stops at 0-1.5 s."""
+    home = tmp_path / "home"
+    outcomes = []
+    for delay in (0.0, 0.05, 0.2, 0.5, 1.0, 1.5):
+        svc = start_service(home)
+        res = advise(home, "submit", *TINY, "--max-steps", "2", "--no-final-weights", "--json",
+                     "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "5")
+        rid = json.loads(res.stdout)["id"]
+        store = RunStore.open(home)
+        wait_for(lambda: store.get(rid).status != "queued", 300, "the service to claim the run")
+        time.sleep(delay)
+        svc.send_signal(signal.SIGTERM)
+        assert svc.wait(120) == 0
+        rec = store.get(rid)
+        outcomes.append((delay, rec.status, rec.error))
+        assert "requeued" in svc.log_path.read_text()
+        advise(home, "cancel", rid)  # not the next round's business
+    assert all(status == "queued" for _, status, _ in outcomes), outcomes
+
+
+def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path):
+    """``advise launch --resume`` checks the checkpoint before anything starts: a damaged newest one (cut
+    short, or changed at the same size) is passed over, with a note, for the one kept before it."""
+    home = tmp_path / "home"
+    res = advise(home, "launch", *TINY, "--max-steps", "8", "--checkpoint-every", "2", "--no-final-weights", "--json",
+                 "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0", "--die-after", "4")
+    old = json.loads(res.stdout)
+    assert old["status"] == "failed", res.stderr
+    run_dir = Path(old["run_dir"])
+    newest = latest(run_dir)
+    assert read_meta(newest)["step"] == 4
+    weights = next(p for p in newest.iterdir() if p.name.startswith("model"))
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # same size, one byte changed
+
+    res = advise(home, "launch", "--resume", old["id"], "--json")
+    assert res.returncode == 0, res.stderr
+    new = json.loads(res.stdout)
+    assert new["status"] == "succeeded", new
+    assert "step-00000004 is damaged" in res.stderr and "resuming from step-00000002" in res.stderr
+    assert starts(Path(new["run_dir"])) == [2]
+    assert steps(Path(new["run_dir"])) == list(range(3, 9))
+
+    # both damaged: refused before anything runs, one line, exit 2
+    for ckpt in (run_dir / "checkpoints").glob("step-*"):
+        for f in ckpt.iterdir():
+            if f.name.startswith("model"):
+                f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    n_runs = len(RunStore.open(home).list())
+    res = advise(home, "launch", "--resume", old["id"])
+    assert res.returncode == 2 and "checkpoints are all damaged" in res.stderr and "Traceback" not in res.stderr
+    assert len(RunStore.open(home).list()) == n_runs
