@@ -54,11 +54,12 @@ class PilTransform:
         left, top = (width - side) // 2, (height - side) // 2
         return left, top, left + side, top + side
 
-    def __call__(self, img):
+    def __call__(self, img, rng: random.Random | None = None):
         from PIL import Image
 
-        img = img.resize((self.size, self.size), Image.BILINEAR, box=self.crop_box(*img.size))
-        if random.random() < 0.5:
+        rng = rng or random.Random()
+        img = img.resize((self.size, self.size), Image.BILINEAR, box=self.crop_box(*img.size, rng))
+        if rng.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(self.size, self.size, 3)
         x = x.permute(2, 0, 1).float().div_(255)
@@ -76,22 +77,33 @@ def training_transform(size: int):
 
 
 class ImageFolderDataset(torch.utils.data.Dataset):
+    """Images indexed by ``launcher.data_order.SampleKey``: each sample's crop and flip are drawn from its
+    key (sample, epoch, seed), not from the process's RNG, so a resumed run augments exactly as the
+    uninterrupted one did, whichever worker decodes it and however many batches were skipped."""
+
     def __init__(self, samples: list[tuple[str, int]], transform):
         self.samples, self.transform = samples, transform
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, i):
+    def __getitem__(self, key):
         from PIL import Image
 
-        path, label = self.samples[i]
+        from launcher.data_order import SampleKey
+
+        key = key if isinstance(key, SampleKey) else SampleKey(int(key), 0)
+        path, label = self.samples[key.index]
         try:
             with Image.open(path) as img:
                 img = img.convert("RGB")
         except Exception as exc:
             raise RuntimeError(f"{path}: cannot decode this image ({exc})") from None
-        return self.transform(img), label
+        if isinstance(self.transform, PilTransform):
+            return self.transform(img, key.rng()), label
+        with torch.random.fork_rng(devices=[]):  # torchvision draws from torch's RNG: seed it per sample, then put it back
+            torch.manual_seed(key.derived_seed())
+            return self.transform(img), label
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return model
 
     model = startup.seeded(build)
-    loader = rt.dataloader(ImageFolderDataset(samples, transform), shuffle=True)
+    loader = rt.dataloader(ImageFolderDataset(samples, transform), shuffle=True, keyed=True)
     model, optimizer, loader = startup.setup_and_prepare(rt, model, loader)
     batches = rt.batches(loader)
     dtype = torch.bfloat16 if plan.config.precision.value == "pure-bf16" else None
