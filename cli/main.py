@@ -52,7 +52,12 @@ def _top_help() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is one message and the pointer to --help, not the whole usage."""
+    """argparse, but a mistake is one message and the pointer to --help, not the whole usage; and no
+    abbreviations (``allow_abbrev=False``): a prefix such as ``--cpu`` silently meant ``--cpu-offload``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message}\n  see `{self.prog} --help`\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import io
 import json
 import re
@@ -313,6 +314,32 @@ def test_no_flag_parses_bare_float_or_int():
     for name in COMMANDS:
         for action in build_parser(name)._actions:
             assert action.type not in (float, int), f"advise {name} {action.option_strings}: type={action.type}"
+
+
+def _prefixes(parser) -> list[str]:
+    """Each long flag of ``parser`` less its last letter, where that is no flag itself (``--cpu-offloa``)."""
+    flags = {f for action in parser._actions for f in action.option_strings}
+    return sorted({f[:-1] for f in flags if f.startswith("--") and len(f) > 4 and f[:-1] not in flags})
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_no_command_takes_an_abbreviated_flag(name, capsys, no_process):
+    """argparse's prefix matching made `advise estimate --cpu` mean --cpu-offload (issue 31): every parser
+    refuses every prefix of its long flags, exit 2, one line, before running anything."""
+    needs_id = [] if name not in ("show", "cancel", "logs") else ["abc"]
+    prefixes = _prefixes(build_parser(name))
+    assert prefixes, name
+    for prefix in prefixes:
+        rc, out, err = run_cli([name, *needs_id, prefix], capsys)
+        assert_refused(rc, err, f"unrecognized arguments: {prefix}")
+    # the recipes' own parsers (options after `--`) too
+    if name == "launch":
+        from launcher import recipes
+
+        for module in recipes.RECIPES.values():
+            with pytest.raises(SystemExit) as exc:
+                importlib.import_module(module).main(["--log-ever", "1"])
+            assert exc.value.code == 2, module
 
 
 def _flags_in_messages() -> set[tuple[str, str]]:

@@ -107,7 +107,8 @@ class ImageFolderDataset(torch.utils.data.Dataset):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--data", type=Path, required=True, help="folder with one sub-folder of images per class")
     startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
