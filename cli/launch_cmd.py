@@ -165,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
     flags.check_output_file(args.save_plan, "--save-plan", "plan.json")
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
-    if not (args.dry_run or args.emit):
-        plan = check_here(plan, force=args.force)  # before anything is recorded or started
+    if not args.emit and (plan.cpu or not args.dry_run or _gpus_here(plan)):
+        # Before anything is recorded or started. A dry run checks what the launch would check when it
+        # would run here (CPU processes, or the GPUs it needs are here); else it shows a plan for elsewhere.
+        plan = check_here(plan, force=args.force, runs_here=not args.dry_run)
     # Slurm assigns node ranks and the main address: no --node-rank needed. Refused flags write no plan file.
     options = None if args.emit else options_from_flags(args, plan)
     for note in notes:
@@ -189,6 +191,12 @@ def run(args: argparse.Namespace) -> int:
         if stop is not None:
             return stop
     return _run_recorded(args, plan, target, options)
+
+
+def _gpus_here(plan) -> bool:
+    from advisor.hardware import detect_machine
+
+    return len(detect_machine().gpus) >= plan.processes_per_node
 
 
 def _run_recorded(args: argparse.Namespace, plan, target, options, resumed_from: str | None = None) -> int:

@@ -135,6 +135,15 @@ REFUSED = [
     (["launch", "--cpu", "--processes", "2", "--model", "llama3-8b", "--recipe", "synthetic", "--max-steps", "5"],
      "no number of CPU processes fits"),
     (["launch", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
+    # --- refused before the run record exists (issue 31: they were refused by the attempt, after it)
+    (["launch", *MINI, "--strategy", "fsdp", "--recipe", "synthetic"], "cannot launch FSDP on CPU processes"),
+    (["launch", *MINI, "--strategy", "single", "--processes", "2", "--recipe", "synthetic"],
+     "--strategy single but has 2 ranks"),
+    (["submit", *MINI, "--strategy", "fsdp", "--recipe", "synthetic"], "cannot launch FSDP on CPU processes"),
+    (["launch", *MINI, "--strategy", "fsdp", "--recipe", "synthetic", "--dry-run"], "cannot launch FSDP on CPU processes"),
+    # --- a dry run refuses what the launch would refuse (issue 31)
+    (["launch", *MINI, "--processes", "100000", "--recipe", "synthetic", "--dry-run"], "more than 4 per core"),
+    (["launch", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic", "--dry-run"], "GiB of host RAM per CPU process"),
     (["submit", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic"], "GiB of host RAM per CPU process"),
     (["submit", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
     (["bench", *MINI, "--processes", "1,100000"], "only wait on each other"),
