@@ -19,6 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.errors import UserError
 from advisor.plan import ModelRef
+from advisor.units import MAX_COUNT, MAX_DEADLINE_H
+
+# Ranges of the numbers (issue 31: 10**40 as --seq-len overflowed in the estimate, as --batch-size it
+# hung). Wide on purpose, cardwise's choices: each is far beyond any published training run, and keeps
+# the estimate's arithmetic finite. The CLI's flags take their ranges from these fields (cli.flags).
+MAX_GPUS = 1_000_000  # GPUs per node, nodes (the planner's search is bounded whatever the count)
+MAX_BATCH = 1_000_000_000  # samples in a global batch, a micro-batch, accumulation steps
+MAX_SEQ_LEN = 100_000_000  # tokens per sample (the longest published contexts are ~10M)
+MAX_IMAGE_SIZE = 65_536  # pixels per side; also the largest LoRA rank
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "pure_bf16_update", "compile",
@@ -54,15 +63,15 @@ class Request(BaseModel):
     model: ModelRef
     # hardware
     gpu: str | None = Field(None, description="GPU kind; None = what is detected")
-    gpus: int | None = Field(None, ge=1, description="GPUs per node; None = all detected (or 1 with --gpu)")
-    nodes: int = Field(1, ge=1)
+    gpus: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs per node; None = all detected (or 1 with --gpu)")
+    nodes: int = Field(1, ge=1, le=MAX_GPUS)
     interconnect: Literal["nvlink", "pcie"] | None = None
-    network_gbps: float | None = Field(None, gt=0)
+    network_gbps: float | None = Field(None, gt=0, le=1e5)  # GB/s: 100x a 400G link
     # configuration (pinned when given)
-    micro_batch: int | None = Field(None, ge=1)
-    grad_accum: int | None = Field(None, ge=1)
-    seq_len: int | None = Field(None, ge=1)
-    image_size: int | None = Field(None, ge=1)
+    micro_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
+    grad_accum: int | None = Field(None, ge=1, le=MAX_BATCH)
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    image_size: int | None = Field(None, ge=1, le=MAX_IMAGE_SIZE)
     precision: Precision | None = None
     optimizer: Optimizer | None = None
     pure_bf16_update: PureBf16Update | None = Field(
@@ -71,16 +80,16 @@ class Request(BaseModel):
     channels_last: bool | None = None
     grad_ckpt: bool | None = None
     strategy: Strategy | None = None
-    lora_rank: int | None = Field(None, ge=1)
+    lora_rank: int | None = Field(None, ge=1, le=MAX_IMAGE_SIZE)
     optimizer_in_backward: bool | None = None
     cpu_offload: bool | None = None
     # workload
-    batch_size: int | None = Field(None, ge=1, description="global batch, pinned")
-    dataset_size: int | None = Field(None, ge=1)
-    epochs: float | None = Field(None, gt=0)
-    deadline_h: float | None = Field(None, gt=0)
-    base_lr: float | None = Field(None, gt=0)
-    base_batch: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1, le=MAX_BATCH, description="global batch, pinned")
+    dataset_size: int | None = Field(None, ge=1, le=MAX_COUNT)
+    epochs: float | None = Field(None, gt=0, le=1e6)
+    deadline_h: float | None = Field(None, gt=0, le=MAX_DEADLINE_H)
+    base_lr: float | None = Field(None, gt=0, le=100.0)
+    base_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
     lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
     keep_global_batch: bool = False
     task: str | None = None

@@ -35,7 +35,28 @@ def _argparse_type(parse):
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     typed.__name__ = parse.__name__  # argparse names the type in its messages
+    typed.range = getattr(parse, "range", None)  # cli.main states the range in --help
     return typed
+
+
+def request_number(field: str):
+    """The argparse type of a Request field's flag, with the field's own range (its ge/gt/le)."""
+    import typing
+
+    import annotated_types as at
+
+    info = Request.model_fields[field]
+    low, high, low_open = None, None, False
+    for m in info.metadata:
+        if isinstance(m, at.Ge):
+            low = m.ge
+        elif isinstance(m, at.Gt):
+            low, low_open = m.gt, True
+        elif isinstance(m, at.Le):
+            high = m.le
+    if int in typing.get_args(info.annotation) or info.annotation is int:
+        return _argparse_type(units.int_range(low, high))
+    return _argparse_type(units.float_range(low, high, low_open=low_open))
 
 
 positive_int = _argparse_type(units.positive_int)
@@ -44,6 +65,9 @@ positive_float = _argparse_type(units.positive_float)
 port = _argparse_type(units.port)
 shape = _argparse_type(units.shape)
 duration_hours = _argparse_type(units.duration_hours)
+poll_seconds = _argparse_type(units.poll_seconds)
+grace_seconds = _argparse_type(units.grace_seconds)
+worker_count = _argparse_type(units.worker_count)
 
 
 def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -63,10 +87,10 @@ def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration (given = pinned)")
-    g.add_argument("--micro-batch", type=positive_int, metavar="N", help="samples per GPU per forward")
-    g.add_argument("--grad-accum", type=positive_int, metavar="N", help="micro-batches per optimizer step")
-    g.add_argument("--seq-len", type=positive_int, metavar="N", help="tokens per sample")
-    g.add_argument("--image-size", type=positive_int, metavar="N", help="image side in pixels")
+    g.add_argument("--micro-batch", type=request_number("micro_batch"), metavar="N", help="samples per GPU per forward")
+    g.add_argument("--grad-accum", type=request_number("grad_accum"), metavar="N", help="micro-batches per optimizer step")
+    g.add_argument("--seq-len", type=request_number("seq_len"), metavar="N", help="tokens per sample")
+    g.add_argument("--image-size", type=request_number("image_size"), metavar="N", help="image side in pixels")
     g.add_argument("--precision", choices=[p.value for p in Precision], help="bf16/fp16 = autocast with fp32 master weights")
     g.add_argument("--optimizer", choices=[o.value for o in Optimizer])
     g.add_argument("--pure-bf16-update", choices=[u.value for u in PureBf16Update],
@@ -76,7 +100,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
     g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
-    g.add_argument("--lora-rank", type=positive_int, metavar="R", help="LoRA rank (train adapters only)")
+    g.add_argument("--lora-rank", type=request_number("lora_rank"), metavar="R", help="LoRA rank (train adapters only)")
     g.add_argument("--optimizer-in-backward", action=argparse.BooleanOptionalAction, default=None,
                    help="step each parameter in its gradient hook (no full gradient buffer; no accumulation)")
     g.add_argument("--cpu-offload", action=argparse.BooleanOptionalAction, default=None,
@@ -86,20 +110,20 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
 def add_hardware_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hardware (default: what is detected)")
     g.add_argument("--gpu", metavar="NAME", help="GPU kind: h100, A100-80GB, 'NVIDIA H200', ... (`advise gpus --list`)")
-    g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs per node")
-    g.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="machines")
+    g.add_argument("--gpus", type=request_number("gpus"), metavar="N", help="GPUs per node")
+    g.add_argument("--nodes", type=request_number("nodes"), default=1, metavar="N", help="machines")
     g.add_argument("--interconnect", choices=_choices("interconnect"), help="GPU links within a node")
-    g.add_argument("--network-gbps", type=positive_float, metavar="GB/s", help="per-node network bandwidth between nodes (GB/s)")
+    g.add_argument("--network-gbps", type=request_number("network_gbps"), metavar="GB/s", help="per-node network bandwidth between nodes (GB/s)")
 
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
-    g.add_argument("--batch-size", type=positive_int, metavar="N", help="global batch (samples per optimizer step)")
-    g.add_argument("--dataset-size", type=positive_int, metavar="N", help="training samples per epoch")
-    g.add_argument("--epochs", type=positive_float, metavar="N", help="passes over the dataset")
+    g.add_argument("--batch-size", type=request_number("batch_size"), metavar="N", help="global batch (samples per optimizer step)")
+    g.add_argument("--dataset-size", type=request_number("dataset_size"), metavar="N", help="training samples per epoch")
+    g.add_argument("--epochs", type=request_number("epochs"), metavar="N", help="passes over the dataset")
     g.add_argument("--deadline", type=duration_hours, metavar="6h", help="time the training must finish in")
-    g.add_argument("--base-lr", type=positive_float, metavar="X", help="learning rate tuned at --base-batch")
-    g.add_argument("--base-batch", type=positive_int, metavar="N", help="global batch --base-lr was tuned at")
+    g.add_argument("--base-lr", type=request_number("base_lr"), metavar="X", help="learning rate tuned at --base-batch")
+    g.add_argument("--base-batch", type=request_number("base_batch"), metavar="N", help="global batch --base-lr was tuned at")
     g.add_argument("--lr-scaling", choices=_choices("lr_scaling"), default="linear")
     g.add_argument("--keep-global-batch", action="store_true", help="keep --batch-size fixed; use accumulation")
     g.add_argument("--task", help="what is trained (free text; recipes use it)")

@@ -52,7 +52,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--resume", metavar="RUN", help=shown("continue run RUN from its last checkpoint, same plan and steps"))
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
-    g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
+    g.add_argument("--num-workers", type=flags.worker_count, metavar="N", help="DataLoader workers per rank (--cpu plans)")
     g.add_argument("--cpu", action="store_true", help="run the ranks on CPU over gloo (no GPU needed)")
     g.add_argument("--processes", type=flags.positive_int, metavar="N", help="CPU processes per node (with --cpu)")
     g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help=shown("this machine's rank (multi-node)"))

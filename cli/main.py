@@ -67,7 +67,16 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     module = importlib.import_module(COMMANDS[name][0])
     parser = _Parser(prog="advise" if name == "recommend" else f"advise {name}", description=COMMANDS[name][1])
     module.add_parser(parser, name)
+    _state_ranges(parser)
     return parser
+
+
+def _state_ranges(parser: argparse.ArgumentParser) -> None:
+    """Every number flag's range in its --help (the type carries it: ``advisor.units``; issue 31)."""
+    for action in parser._actions:
+        shown = getattr(action.type, "range", None)
+        if shown and action.help != argparse.SUPPRESS:
+            action.help = f"{action.help or ''} [{shown}]".strip()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ GPT2 = ROOT / "tests" / "data" / "hf" / "gpt2" / "config.json"
 GPT2_STR = str(GPT2)
 MINI = ["--cpu", "--model", "mini-transformer"]
 TEXT = [*MINI, "--recipe", "text-classification", "--data"]
+BIG = str(10**40)
 
 
 @pytest.fixture
@@ -219,15 +220,29 @@ REFUSED = [
     (["bench", *MINI, "--csv", "{d}/adir"], "--csv names a directory"),
     (["bench", *MINI, "--report", "{d}/nope/report.md"], "--report: the folder"),
     (["bench", *MINI, "--plot", "{d}/adir"], "--plot names a directory"),
+    # --- numbers: every one has a range, checked where it is parsed (issue 31: tracebacks, a hang, a spin)
+    (["--model", "gpt2", "--gpu", "h100", "--batch-size", BIG], "must be at most 1_000_000_000"),
+    (["--model", "gpt2", "--gpu", "h100", "--seq-len", BIG], "must be at most 100_000_000"),
+    (["--model", "gpt2", "--gpu", "h100", "--micro-batch", BIG], "must be at most 1_000_000_000"),
+    (["--model", "resnet50", "--gpu", "h100", "--image-size", BIG], "must be at most 65536"),
+    (["estimate", "--model", "gpt2", "--gpu", "h100", "--seq-len", "1e30"], "expected a whole number, got '1e30'"),
+    (["--model", "gpt2", "--gpu", "h100", "--dataset-size", "1000", "--epochs", "1e300"], "must be > 0 and <= 1_000_000"),
+    (["--model", "gpt2", "--gpu", "h100", "--dataset-size", "1000", "--epochs", "1", "--deadline", "9" * 20 + "h"],
+     "at most 876000 hours"),
+    (["runs", "--limit", BIG], "must be at most 1_000_000_000_000"),
+    (["serve", "--cpu", "--poll", "1e300"], "must be 0.05..3600"),
+    (["serve", "--cpu", "--poll", "1e-9"], "must be 0.05..3600"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--num-workers", "100000"], "must be at most 256 (0..256)"),
+    (["estimate", "--module", "x.py:f", "--input-shape", "100000,100000,100000", "--gpu", "h100"], "elements per sample"),
     # --- numbers: ports, infinities, config.json
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "99999"], "1..65535"),
-    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "0"], "at least 1"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "0"], "must be at least 1 (1..65535)"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--base-lr", "inf"], "positive finite number"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--base-lr", "nan"], "positive finite number"),
     (["--model", "gpt2", "--gpu", "h100", "--epochs", "inf"], "positive finite number"),
     (["estimate", "--model", "gpt2", "--gpu", "h100", "--network-gbps", "nan"], "positive finite number"),
-    (["serve", "--cpu", "--poll", "inf"], "positive finite number"),
-    (["serve", "--cpu", "--grace", "nan"], "positive finite number"),
+    (["serve", "--cpu", "--poll", "inf"], "must be a finite number (0.05..3600)"),
+    (["serve", "--cpu", "--grace", "nan"], "must be a finite number (0.1..86400)"),
     (["submit", *MINI, "--recipe", "synthetic", "--need-gib", "inf"], "positive finite number"),
     (["estimate", "--hf-config", "{d}/nan.json", "--gpu", "h100"], "NaN is not a number"),
     (["estimate", "--hf-config", "{d}/inf.json", "--gpu", "h100"], "Infinity is not a number"),
@@ -349,6 +364,41 @@ def test_no_command_takes_an_abbreviated_flag(name, capsys, no_process):
             with pytest.raises(SystemExit) as exc:
                 importlib.import_module(module).main(["--log-ever", "1"])
             assert exc.value.code == 2, module
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_number_flag_states_its_range_and_refuses_a_huge_value(name, capsys, no_process):
+    """Issue 31: 10**40 hung or ended in a traceback. Every typed number flag carries its range (advisor.units),
+    --help states it, and 10**40 is refused where it is parsed."""
+    needs_id = [] if name not in ("show", "cancel", "logs") else ["abc"]
+    for action in build_parser(name)._actions:
+        shown = getattr(action.type, "range", None)
+        if (not action.option_strings or action.type in (None, Path, str) or action.help == argparse.SUPPRESS
+                or getattr(action.type, "__name__", "") in ("shape", "_gpu_list", "duration_hours")):
+            continue
+        assert shown and f"[{shown}]" in action.help, (name, action.option_strings)
+        flag = action.option_strings[-1]
+        rc, out, err = run_cli([name, *needs_id, flag, str(10**40)], capsys)
+        assert_refused(rc, err, f"argument {flag}: ")
+        assert f"{shown}" in err, err
+
+
+def test_the_top_of_every_request_range_is_estimated_without_a_traceback(capsys, no_process):
+    """The largest value each Request field allows reaches the estimate and comes back (exit 0 or 2), no overflow."""
+    import annotated_types as at
+
+    from advisor.request import FLAGS, Request
+
+    for field, (flag, kind) in FLAGS.items():
+        high = next((m.le for m in Request.model_fields[field].metadata if isinstance(m, at.Le)), None)
+        if high is None or kind != "value":
+            continue
+        extra = ["--dataset-size", "1000", "--epochs", "1"] if field == "deadline_h" else []
+        extra += ["--epochs", "1"] if field == "dataset_size" else ["--dataset-size", "1000"] if field == "epochs" else []
+        value = str(int(high)) if float(high).is_integer() else str(high)
+        for command in (["--model", "gpt2"], ["estimate", "--model", "gpt2"], ["--model", "resnet50"]):
+            rc, out, err = run_cli([*command, "--gpu", "h100", flag, value, *extra], capsys)
+            assert rc in (0, 2) and "Traceback" not in err, (command, flag, value, err)
 
 
 def _flags_in_messages() -> set[tuple[str, str]]:
