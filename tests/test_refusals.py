@@ -54,6 +54,16 @@ def d(tmp_path) -> Path:
     (tmp_path / "deep.json").write_text('{"model_type": "gpt2", "x": ' + "[" * 50_000 + "]" * 50_000 + "}")
     (tmp_path / "deep40.json").write_text(json.dumps({**cfg, "x": json.loads("[" * 40 + "]" * 40)}))
     (tmp_path / "home-file").write_text("not a directory\n")
+    # --module factories that misbehave (issue 31)
+    (tmp_path / "factories.py").write_text(
+        "import sys\nimport torch.nn as nn\n"
+        "def exit0(): sys.exit(0)\ndef exit3(): sys.exit(3)\ndef kbd(): raise KeyboardInterrupt\n"
+        "def base(): raise BaseException('boom\\nsecond line')\n"
+        "class Fwd(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        raise BaseException()\n"
+        "class Deep(Fwd):\n    def forward(self, x):\n        return self.forward(x)\n"
+        "def fwd(): return Fwd()\ndef deep(): return Deep()\n")
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\ndef build(): pass\n")
     # --recipe causal-lm: example files and model folders
     chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
     (tmp_path / "chat.jsonl").write_text(chat * 4)
@@ -220,6 +230,20 @@ REFUSED = [
     (["bench", *MINI, "--csv", "{d}/adir"], "--csv names a directory"),
     (["bench", *MINI, "--report", "{d}/nope/report.md"], "--report: the folder"),
     (["bench", *MINI, "--plot", "{d}/adir"], "--plot names a directory"),
+    # --- a --module factory that misbehaves: one guard around the user's code, exit 2 (issue 31)
+    (["estimate", "--module", "{d}/factories.py:exit0", "--input-shape", "4", "--gpu", "h100"],
+     "calling exit0() called sys.exit(0)"),
+    (["--module", "{d}/factories.py:exit3", "--input-shape", "4", "--gpu", "h100"], "calling exit3() called sys.exit(3)"),
+    (["estimate", "--module", "{d}/factories.py:kbd", "--input-shape", "4", "--gpu", "h100"],
+     "calling kbd() was interrupted (KeyboardInterrupt)"),
+    (["estimate", "--module", "{d}/factories.py:base", "--input-shape", "4", "--gpu", "h100"],
+     "calling base() failed: BaseException: boom second line"),
+    (["estimate", "--module", "{d}/factories.py:fwd", "--input-shape", "4", "--gpu", "h100"],
+     "tracing it on the meta device failed: BaseException"),
+    (["estimate", "--module", "{d}/factories.py:deep", "--input-shape", "4", "--gpu", "h100"], "RecursionError"),
+    (["estimate", "--module", "{d}/exits.py:build", "--input-shape", "4", "--gpu", "h100"], "importing it called sys.exit(3)"),
+    (["launch", "--cpu", "--module", "{d}/exits.py:build", "--input-shape", "4", "--", "{d}/train.py"],
+     "importing it called sys.exit(3)"),
     # --- numbers: every one has a range, checked where it is parsed (issue 31: tracebacks, a hang, a spin)
     (["--model", "gpt2", "--gpu", "h100", "--batch-size", BIG], "must be at most 1_000_000_000"),
     (["--model", "gpt2", "--gpu", "h100", "--seq-len", BIG], "must be at most 100_000_000"),
