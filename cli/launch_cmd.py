@@ -121,6 +121,8 @@ def _summary(rec) -> str:
         for a in rec.attempts:
             if a.note and a.global_batch and a.global_batch != rec.attempts[0].global_batch:
                 line += f"\n  attempt {a.n}: {a.note}"  # the OOM retry changed the global batch
+    if m is not None and m.bad_samples:
+        line += f"\n  data: skipped {m.bad_samples} unreadable sample(s) (--bad-samples skip; the ranks' logs name them)"
     bound = m.data_bound if m is not None else None
     if bound is not None:  # launcher.data_wait's check
         line += f"\n  data: {bound.message}" + (f"\n  fix: {bound.fix}" if bound.fix else "")

@@ -134,6 +134,7 @@ class Runtime:
         self._since_log = 0
         self._t_log: float | None = None
         self.first_step_time: float | None = None
+        self.counters: dict[str, int] = {}  # a recipe's running counts (e.g. bad_samples), in every metrics row
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "Runtime":
@@ -324,6 +325,7 @@ class Runtime:
             "attempt": self.attempt,
             "interval_s": dt,
         }
+        row.update(self.counters)
         if getattr(self, "_data_clock", None) is not None:  # launcher.data_wait: batches() measured the waits
             waited = self._data_clock.take()
             row.update(data_wait_s=waited, data_wait_share=min(1.0, waited / dt))

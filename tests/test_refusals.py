@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import io
+import os
 import json
 import re
 import subprocess
@@ -29,6 +31,16 @@ GPT2_STR = str(GPT2)
 MINI = ["--cpu", "--model", "mini-transformer"]
 TEXT = [*MINI, "--recipe", "text-classification", "--data"]
 BIG = str(10**40)
+
+
+@functools.lru_cache
+def _png(size: tuple[int, int], mode: str = "RGB") -> bytes:
+    """A PNG of ``size`` (12,000 x 12,000 1-bit pixels: a decompression bomb of a few kB)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, "PNG")
+    return out.getvalue()
 
 
 @pytest.fixture
@@ -64,6 +76,24 @@ def d(tmp_path) -> Path:
         "class Deep(Fwd):\n    def forward(self, x):\n        return self.forward(x)\n"
         "def fwd(): return Fwd()\ndef deep(): return Deep()\n")
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\ndef build(): pass\n")
+    # files that are not what they claim (issue 31)
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "badutf8.json").write_bytes(b'{"model": {"name": "mini-\xff\xfe"}}')
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deeprow.jsonl").write_text('{"text": "a", "label": "x"}\n{"text": ' + deep + ', "label": "y"}\n')
+    (tmp_path / "deepchat.jsonl").write_text('{"text": "hello"}\n{"text": ' + deep + "}\n")
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    for name in ("fifoimages", "truncimages", "bombimages"):
+        for cls in ("cat", "dog"):
+            (tmp_path / name / cls).mkdir(parents=True)
+            (tmp_path / name / cls / "a.png").write_bytes(_png((8, 8)))
+    os.mkfifo(tmp_path / "fifoimages" / "dog" / "x.jpg")
+    (tmp_path / "truncimages" / "dog" / "b.png").write_bytes(_png((64, 64))[:60])
+    (tmp_path / "bombimages" / "dog" / "b.png").write_bytes(_png((12_000, 12_000), "1"))
+    (tmp_path / "calhome").mkdir()
+    (tmp_path / "calhome" / "calibration.json").symlink_to("/etc/passwd")
+    (tmp_path / "fifohome").mkdir()
+    os.mkfifo(tmp_path / "fifohome" / "calibration.json")
     # --recipe causal-lm: example files and model folders
     chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
     (tmp_path / "chat.jsonl").write_text(chat * 4)
@@ -244,6 +274,26 @@ REFUSED = [
     (["estimate", "--module", "{d}/exits.py:build", "--input-shape", "4", "--gpu", "h100"], "importing it called sys.exit(3)"),
     (["launch", "--cpu", "--module", "{d}/exits.py:build", "--input-shape", "4", "--", "{d}/train.py"],
      "importing it called sys.exit(3)"),
+    # --- files that are not what they claim: read with limits, images checked up front (issue 31)
+    (["launch", "--plan", "{d}/zero.json", "--recipe", "synthetic", "--dry-run"], "a character device, not a regular file"),
+    (["launch", "--plan", "{d}/badutf8.json", "--recipe", "synthetic", "--dry-run"], "not a UTF-8 text file"),
+    (["estimate", "--hf-config", "{d}/zero.json", "--gpu", "h100"], "a character device, not a regular file"),
+    (["launch", *TEXT, "{d}/deeprow.jsonl"], "deeprow.jsonl:2: JSON nested too deeply"),
+    (["submit", *TEXT, "{d}/deeprow.jsonl"], "deeprow.jsonl:2: JSON nested too deeply"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/deepchat.jsonl"],
+     "deepchat.jsonl:2: JSON nested too deeply"),
+    (["launch", *MINI, "--recipe", "text-classification", "--", "--data", "{d}/fifo.jsonl"], "a FIFO (named pipe), not a regular file"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/fifoimages"],
+     "x.jpg: a FIFO (named pipe), not an image file"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/truncimages"],
+     "b.png: cannot decode this image"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/bombimages"],
+     "b.png: more than 89,478,485 pixels, a decompression bomb"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/badimage",
+      "--", "--bad-samples", "ignore"], "--bad-samples ignore: expected stop or skip"),
+    (["calibrate", "--home", "/etc/passwd"], "the cardwise home is a file, not a directory"),
+    (["calibrate", "--home", "{d}/calhome"], "cannot read the calibration file"),
+    (["calibrate", "--home", "{d}/fifohome"], "a FIFO (named pipe), not a regular file"),
     # --- numbers: every one has a range, checked where it is parsed (issue 31: tracebacks, a hang, a spin)
     (["--model", "gpt2", "--gpu", "h100", "--batch-size", BIG], "must be at most 1_000_000_000"),
     (["--model", "gpt2", "--gpu", "h100", "--seq-len", BIG], "must be at most 100_000_000"),
@@ -442,7 +492,7 @@ def _flags_in_messages() -> set[tuple[str, str]]:
 
 
 def test_every_flag_an_error_names_exists():
-    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data",  # recipes' own options
+    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data", "--bad-samples",  # recipes' own options
              "--time", "--partition"}  # sbatch's, in `--emit slurm` messages
     for name in COMMANDS:
         for action in build_parser(name)._actions:

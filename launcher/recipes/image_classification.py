@@ -81,35 +81,53 @@ class ImageFolderDataset(torch.utils.data.Dataset):
     key (sample, epoch, seed), not from the process's RNG, so a resumed run augments exactly as the
     uninterrupted one did, whichever worker decodes it and however many batches were skipped."""
 
-    def __init__(self, samples: list[tuple[str, int]], transform):
-        self.samples, self.transform = samples, transform
+    def __init__(self, samples: list[tuple[str, int]], transform, *, skip_bad: bool = False):
+        self.samples, self.transform, self.skip_bad = samples, transform, skip_bad
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, key):
-        from PIL import Image
-
+        """(image tensor, label, skipped): with ``skip_bad``, an unreadable image is replaced by the next
+        readable one in the folder's order (the micro-batch keeps its shape) and counted in ``skipped``."""
         from launcher.data_order import SampleKey
 
         key = key if isinstance(key, SampleKey) else SampleKey(int(key), 0)
-        path, label = self.samples[key.index]
-        try:
-            with Image.open(path) as img:
-                img = img.convert("RGB")
-        except Exception as exc:
-            raise RuntimeError(f"{path}: cannot decode this image ({exc})") from None
+        for skipped in range(len(self.samples)):
+            index = (key.index + skipped) % len(self.samples)
+            path, label = self.samples[index]
+            try:
+                img = image_folder.load_rgb(path)  # a regular file, decoded in full, no decompression bomb
+                break
+            except ValueError as exc:
+                if not self.skip_bad:
+                    raise RuntimeError(f"{path}: {exc} (remove it, or skip unreadable images with "
+                                       "`-- --bad-samples skip`)") from None
+                print(f"image-classification: skipped {path}: {exc}", file=sys.stderr, flush=True)
+        else:
+            raise RuntimeError(f"no image of {len(self.samples)} could be read (see the skipped files above)")
+        key = key._replace(index=index)
         if isinstance(self.transform, PilTransform):
-            return self.transform(img, key.rng()), label
+            return self.transform(img, key.rng()), label, skipped
         with torch.random.fork_rng(devices=[]):  # torchvision draws from torch's RNG: seed it per sample, then put it back
             torch.manual_seed(key.derived_seed())
-            return self.transform(img), label
+            return self.transform(img), label, skipped
+
+
+def collate(items):
+    """(images, labels, skipped): a micro-batch, and how many unreadable images ``--bad-samples skip``
+    replaced in it (for the run's metrics)."""
+    x, y = torch.utils.data.default_collate([(img, label) for img, label, _ in items])
+    return x, y, sum(skipped for _, _, skipped in items)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0],
                                 allow_abbrev=False)
     p.add_argument("--data", type=Path, required=True, help="folder with one sub-folder of images per class")
+    p.add_argument("--bad-samples", choices=image_folder.BAD_SAMPLES, default="stop",
+                   help="an image that cannot be read: stop the run naming it (default), or skip it and count it "
+                        "(bad_samples in metrics.jsonl)")
     startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
 
@@ -123,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"the image-classification recipe trains vision models, not {spec.name}")
     size = plan.config.image_size or spec.default_image_size or 224
     try:
-        classes, _ = image_folder.check_folder(args.data, 1000, micro_batch=plan.config.micro_batch, world=rt.world_size)
+        classes, _ = image_folder.check_folder(args.data, 1000, micro_batch=plan.config.micro_batch, world=rt.world_size,
+                                               files=args.bad_samples == "stop")
         _, samples = image_folder.list_images(args.data)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
@@ -139,14 +158,21 @@ def main(argv: list[str] | None = None) -> int:
         return model
 
     model = startup.seeded(build)
-    loader = rt.dataloader(ImageFolderDataset(samples, transform), shuffle=True, keyed=True)
+    skip_bad = args.bad_samples == "skip"
+    loader = rt.dataloader(ImageFolderDataset(samples, transform, skip_bad=skip_bad), shuffle=True, keyed=True,
+                           collate_fn=collate)
     model, optimizer, loader = startup.setup_and_prepare(rt, model, loader)
     batches = rt.batches(loader)
     dtype = torch.bfloat16 if plan.config.precision.value == "pure-bf16" else None
     layout = torch.channels_last if plan.config.channels_last else torch.contiguous_format
 
+    if skip_bad:
+        rt.counters["bad_samples"] = 0  # in every metrics row from now on: images skipped so far (this rank)
+
     def loss_fn(m, batch):
-        x, y = batch
+        x, y, skipped = batch
+        if skipped:
+            rt.counters["bad_samples"] += skipped
         x = x.to(dtype=dtype or x.dtype).contiguous(memory_format=layout)
         return m(x, y)
 
