@@ -11,6 +11,10 @@ transforms are used when it imports; otherwise the same transforms are done here
 torch (``PilTransform``), so the recipe runs where torchvision cannot load (CPU-only machines
 with a CUDA build of it). The DataLoader has the plan's workers, pin_memory and prefetch
 (``Runtime.dataloader``); channels_last and pure-bf16 are applied to the inputs on the device.
+Each sample's crop and flip come from its key (sample, epoch, seed: ``launcher.data_order``), so a
+resumed run augments exactly as the uninterrupted one. An image that cannot be read (not a regular
+file, truncated, a decompression bomb) stops the run naming it, or with ``-- --bad-samples skip`` is
+replaced by the next readable image and counted (``bad_samples`` in ``metrics.jsonl``).
 """
 
 from __future__ import annotations
