@@ -222,9 +222,10 @@ class Runtime:
         from launcher.data_order import DATA_SEED, EpochSampler
 
         workers = self.plan.num_workers
+        stream = isinstance(dataset, torch.utils.data.IterableDataset)  # orders itself (text_classification.RowStream)
         return torch.utils.data.DataLoader(
             dataset, batch_size=self.plan.config.micro_batch, drop_last=True,
-            sampler=EpochSampler(len(dataset), seed=DATA_SEED, shuffle=shuffle, keyed=keyed),
+            sampler=None if stream else EpochSampler(len(dataset), seed=DATA_SEED, shuffle=shuffle, keyed=keyed),
             generator=torch.Generator().manual_seed(DATA_SEED),
             num_workers=workers, pin_memory=self.plan.pin_memory and self.device.type == "cuda",
             persistent_workers=workers > 0, prefetch_factor=(self.plan.prefetch_factor or 2) if workers > 0 else None,
