@@ -145,7 +145,13 @@ def kahan_step_s(params: float, tensors: int, bw: float, launch_us: float, gpu_k
 
 def _combine(gpu_s: float, host_s: float, p: float) -> float:
     """throughput.combine (not imported: throughput imports this module)."""
-    return max(gpu_s, host_s) if p <= 0 else (gpu_s**p + host_s**p) ** (1.0 / p)
+    if p <= 0:
+        return max(gpu_s, host_s)
+    try:
+        return (gpu_s**p + host_s**p) ** (1.0 / p)
+    except OverflowError:  # a huge step (--seq-len 1e8): the same norm, scaled by the larger term
+        big = max(gpu_s, host_s)
+        return big * ((gpu_s / big) ** p + (host_s / big) ** p) ** (1.0 / p)
 
 
 def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, compute_s: float, bw: float, launch_us: float,

@@ -116,12 +116,17 @@ def _read(path: str | Path) -> tuple[dict[str, Any], Path, str]:
         p = p / "config.json"
         where = str(p)
     fix_path = "give the path of a Hugging Face config.json (the file beside the weights), or its folder"
+    from advisor.files import read_small_text
+
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_small_text(p)  # a regular file of at most 16 MiB (not /dev/zero, not a FIFO)
     except FileNotFoundError:
         raise UserError("file not found", where=where, fix=fix_path) from None
     except UnicodeDecodeError:
         raise UserError("not a text file (not UTF-8)", where=where, fix=fix_path) from None
+    except ValueError as exc:
+        detail = str(exc).removeprefix(f"{p}: ")
+        raise UserError("not a text file (not UTF-8)" if "UTF-8" in detail else detail, where=where, fix=fix_path) from None
     except OSError as exc:
         raise UserError(f"cannot read it: {exc.strerror or exc}", where=where,
                         fix="check the path and its permissions") from None

@@ -173,10 +173,15 @@ class Plan(BaseModel):
                                 fix="give a plan.json written by `advise --save-plan`, or a run directory "
                                     "(`advise show ID` prints it)")
             path = Path(path) / "plan.json"
+        from advisor.files import read_small_text
+
+        fix = "give the path of a plan.json written by `advise --save-plan` or a run directory"
         try:
-            text = Path(path).read_text()
+            text = read_small_text(path)  # a regular file of at most 16 MiB, UTF-8 (not /dev/zero, not a FIFO)
         except OSError as exc:
-            raise UserError(f"cannot read plan file: {exc.strerror}", where=str(path), fix="give the path of a plan.json written by `advise --save-plan` or a run directory") from None
+            raise UserError(f"cannot read plan file: {exc.strerror}", where=str(path), fix=fix) from None
+        except ValueError as exc:
+            raise UserError(f"cannot read plan file: {str(exc).removeprefix(f'{path}: ')}", where=str(path), fix=fix) from None
         try:
             return cls.model_validate_json(text)
         except Exception as exc:  # pydantic ValidationError or JSON error: name the file and field

@@ -21,6 +21,15 @@ from advisor.comm import NetworkLink
 from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
 from advisor.errors import UserError
 from advisor.plan import ModelRef
+from advisor.units import MAX_COUNT, MAX_DEADLINE_H
+
+# Ranges of the numbers (issue 31: 10**40 as --seq-len overflowed in the estimate, as --batch-size it
+# hung). Wide on purpose, cardwise's choices: each is far beyond any published training run, and keeps
+# the estimate's arithmetic finite. The CLI's flags take their ranges from these fields (cli.flags).
+MAX_GPUS = 1_000_000  # GPUs per node, nodes (the planner's search is bounded whatever the count)
+MAX_BATCH = 1_000_000_000  # samples in a global batch, a micro-batch, accumulation steps
+MAX_SEQ_LEN = 100_000_000  # tokens per sample (the longest published contexts are ~10M)
+MAX_IMAGE_SIZE = 65_536  # pixels per side; also the largest LoRA rank
 
 # The deadline policy plans to finish this fraction early (docs/design.md "Decision policy"): the
 # estimates' stated worst errors are 15-25% (DESIGN.md quality bars), so a plan at 98% of the
@@ -63,21 +72,21 @@ class Request(BaseModel):
     model: ModelRef
     # hardware
     gpu: str | None = Field(None, description="GPU kind; None = what is detected")
-    gpus: int | None = Field(None, ge=1, description="GPUs per node; None = all detected (or 1 with --gpu)")
-    nodes: int = Field(1, ge=1)
+    gpus: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs per node; None = all detected (or 1 with --gpu)")
+    nodes: int = Field(1, ge=1, le=MAX_GPUS)
     interconnect: Literal["nvlink", "pcie", "pcie-nop2p"] | None = None
     network: NetworkLink | None = Field(None, description="between nodes, with its unit: '100GbE', '400G-IB', '25GB/s'")
-    cpus_per_gpu: float | None = Field(None, gt=0, description="CPU cores each GPU's data loader gets; None: detected, "
+    cpus_per_gpu: float | None = Field(None, gt=0, le=4096, description="CPU cores each GPU's data loader gets; None: detected, "
                                        "or the default for named GPUs (advisor.loader.DEFAULT_CPUS_PER_GPU)")
     data_format: Literal["auto", "jpeg", "decoded", "tokenized", "synthetic"] | None = Field(
         None, description="what the loader reads; None/auto: JPEG files for vision models, tokenized text otherwise")
     loader: Literal["pytorch", "dali-cpu", "dali"] | None = Field(
         None, description="pytorch DataLoader (default), DALI decoding on the CPU, or DALI decoding on the GPU")
     # configuration (pinned when given)
-    micro_batch: int | None = Field(None, ge=1)
-    grad_accum: int | None = Field(None, ge=1)
-    seq_len: int | None = Field(None, ge=1)
-    image_size: int | None = Field(None, ge=1)
+    micro_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
+    grad_accum: int | None = Field(None, ge=1, le=MAX_BATCH)
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN)
+    image_size: int | None = Field(None, ge=1, le=MAX_IMAGE_SIZE)
     precision: Precision | None = None
     optimizer: Optimizer | None = None
     pure_bf16_update: PureBf16Update | None = Field(
@@ -86,18 +95,18 @@ class Request(BaseModel):
     channels_last: bool | None = None
     grad_ckpt: bool | None = None
     strategy: Strategy | None = None
-    lora_rank: int | None = Field(None, ge=1)
+    lora_rank: int | None = Field(None, ge=1, le=MAX_IMAGE_SIZE)
     quantize_base: Literal["4bit"] | None = Field(None, description="QLoRA: LoRA's frozen base in 4-bit NF4")
     optimizer_in_backward: bool | None = None
     cpu_offload: bool | None = None
     # workload
-    batch_size: int | None = Field(None, ge=1, description="global batch, pinned")
-    dataset_size: int | None = Field(None, ge=1)
-    epochs: float | None = Field(None, gt=0)
-    deadline_h: float | None = Field(None, gt=0)
+    batch_size: int | None = Field(None, ge=1, le=MAX_BATCH, description="global batch, pinned")
+    dataset_size: int | None = Field(None, ge=1, le=MAX_COUNT)
+    epochs: float | None = Field(None, gt=0, le=1e6)
+    deadline_h: float | None = Field(None, gt=0, le=MAX_DEADLINE_H)
     margin: float = Field(DEFAULT_MARGIN, ge=0, lt=1, description="plan to finish this fraction of the deadline early")
-    base_lr: float | None = Field(None, gt=0)
-    base_batch: int | None = Field(None, ge=1)
+    base_lr: float | None = Field(None, gt=0, le=100.0)
+    base_batch: int | None = Field(None, ge=1, le=MAX_BATCH)
     lr_scaling: Literal["linear", "sqrt", "none"] | None = Field(
         None, description="how the LR follows the global batch; None = the recipe's rule, else linear for SGD and "
                           "square root for Adam-family optimizers (rules.lr)")

@@ -304,7 +304,11 @@ def combine(gpu_s: float, host_s: float, p: float) -> float:
     else the p-norm, which is slower than max near the crossing (queue stalls, syncs)."""
     if p <= 0:
         return max(gpu_s, host_s)
-    return (gpu_s**p + host_s**p) ** (1.0 / p)
+    try:
+        return (gpu_s**p + host_s**p) ** (1.0 / p)
+    except OverflowError:  # a step of ~1e60 s (--seq-len 1e8): the same norm, scaled by the larger term
+        big = max(gpu_s, host_s)
+        return big * ((gpu_s / big) ** p + (host_s / big) ** p) ** (1.0 / p)
 
 
 def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> ThroughputEstimate:

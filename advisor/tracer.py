@@ -41,7 +41,7 @@ import importlib.util
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -354,12 +354,41 @@ def _units(m: nn.Module) -> list[nn.Module]:
 
 
 # ------------------------------------------------------------------ --module FILE.py:FACTORY
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def user_code(where: str, doing: str, fix: str) -> Iterator[None]:
+    """The one guard around the user's code (importing a --module file, calling its factory, its forward
+    on the meta device): whatever it does, even ``sys.exit(0)``, ``KeyboardInterrupt`` or a bare
+    ``BaseException`` (issue 31: wrong exit codes and tracebacks), becomes a UserError saying what it
+    did, so the CLI exits 2 with one line. ``doing`` names the step ("importing it", "tracing ...")."""
+    try:
+        yield
+    except UserError:
+        raise
+    except SystemExit as exc:
+        raise UserError(f"{doing} called sys.exit({exc.code!r})", where=where,
+                        fix="a factory returns a torch.nn.Module; keep the script's exits under `if __name__ == '__main__':`") from None
+    except KeyboardInterrupt:
+        raise UserError(f"{doing} was interrupted (KeyboardInterrupt)", where=where, fix=fix) from None
+    except RecursionError:
+        raise UserError(f"{doing} recursed too deeply (RecursionError)", where=where, fix=fix) from None
+    except MemoryError:
+        raise UserError(f"{doing} ran out of host memory (MemoryError)", where=where, fix=fix) from None
+    except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything; we report it
+        detail = f": {_one_line(exc)}" if str(exc).strip() else ""
+        raise UserError(f"{doing} failed: {type(exc).__name__}{detail}", where=where, fix=fix) from None
+
+
 def load_factory(spec: str) -> Callable[[], nn.Module]:
     """Import ``FILE.py:FACTORY`` or ``pkg.mod:FACTORY`` and return the callable."""
     if ":" not in spec:
         raise UserError(f"--module '{spec}' has no factory", fix="write FILE.py:FACTORY or pkg.mod:FACTORY, e.g. --module net.py:build")
     target, name = spec.rsplit(":", 1)
-    try:
+    with user_code(target, "importing it", "check that the file imports on its own (python -c 'import ...')"):
         if target.endswith(".py"):
             path = Path(target).expanduser()
             if not path.exists():
@@ -371,11 +400,6 @@ def load_factory(spec: str) -> Callable[[], nn.Module]:
             s.loader.exec_module(module)
         else:
             module = importlib.import_module(target)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(f"importing it failed: {type(exc).__name__}: {exc}", where=target,
-                        fix="check that the file imports on its own (python -c 'import ...')") from None
     factory = getattr(module, name, None)
     if factory is None or not callable(factory):
         raise UserError(f"no callable '{name}' in it", where=target, fix=f"define def {name}(): return MyModule()")
@@ -404,7 +428,9 @@ def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtyp
         return (torch.zeros(b, *input_shape, device="meta", dtype=dtype),)
 
     def build():
-        m = factory()
+        name = spec.rsplit(":", 1)[-1]
+        with user_code(spec, f"calling {name}()", f"{name}() takes no arguments and returns the torch.nn.Module"):
+            m = factory()
         if not isinstance(m, nn.Module):
             raise UserError(f"factory returned {type(m).__name__}, not a torch.nn.Module", where=spec)
         return m
@@ -412,13 +438,9 @@ def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtyp
     # Token ids [batch, seq]: with fused attention everything saved is linear in seq (sdpa.py).
     scales = "tokens" if len(input_shape) == 1 and not dtype.is_floating_point else "fixed"
     start = time.perf_counter()
-    try:
+    with user_code(spec, "building and tracing it on the meta device",
+                   "check --input-shape matches what forward() expects (per sample, no batch dim)"):
         profile, n_params = profile_module(build, make_inputs, tuple(input_shape), scales_with=scales, loss=loss)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(f"tracing on the meta device failed: {type(exc).__name__}: {exc}", where=spec,
-                        fix="check --input-shape matches what forward() expects (per sample, no batch dim)") from None
     family = "cnn" if profile.has_batchnorm and len(input_shape) == 3 else "custom"
     return ModelSpec(name=spec.rsplit(":", 1)[-1], family=family, params=n_params, source=f"module {spec}",
                      description=f"traced in {time.perf_counter() - start:.1f}s on the meta device",

@@ -4,6 +4,7 @@ the Python API and the wizard (no argparse here)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -44,43 +45,91 @@ def format_hours(h: float | None) -> str:
 # ---------------------------------------------------------------- value parsers
 # One home for reading the numbers people type, shared by the CLI (wrapped as argparse types in
 # cli/flags.py) and the wizard's form validators. Each raises ValueError with the message to show.
+# Every number has a range (issue 31: 10**40 as --seq-len overflowed in the estimate, --batch-size
+# hung, `serve --poll 1e-9` spun): a parser carries it as ``bounds`` (low, high), the CLI states it in
+# --help and the error, and a flag of the Request takes its range from the Request's field.
+
+# The widest range of any count (steps, limits, sizes): beyond 10**12 a count is a typo, and below
+# 2**53 float arithmetic on it stays exact and SQLite's 64-bit integers hold it (cardwise's choice).
+MAX_COUNT = 10**12
+MAX_MAGNITUDE = 1e12  # the same bound for other numbers, and for JSON numbers (below)
+_SHOWN = 24  # characters of a rejected value echoed back (a 5,000-digit number is not a message)
+
+
+def _shown(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN - 4]}... ({len(text)} characters)"
+
+
+def _number(x) -> str:
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e15):
+        return f"{int(x):_}" if abs(x) >= 100_000 else str(int(x))  # 1_000_000 reads better than 1000000
+    return f"{x:g}"
+
+
+def range_text(low, high, *, low_open: bool = False) -> str:
+    """'1..1_000_000', '> 0 and <= 3_600' (how --help and the errors state a range)."""
+    if low_open:
+        return f"> {_number(low)} and <= {_number(high)}"
+    return f"{_number(low)}..{_number(high)}"
+
+
+def int_range(low: int, high: int):
+    """A parser of whole numbers in ``low..high`` (inclusive); ``parse.range`` says it for --help."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text.strip())  # 4,300+ digits is a ValueError too (CPython's int() limit)
+        except ValueError:
+            raise ValueError(f"expected a whole number, got '{_shown(text)}'") from None
+        if v < low:
+            raise ValueError(f"must be at least {low} ({range_text(low, high)}), got {v}")
+        if v > high:
+            raise ValueError(f"must be at most {_number(high)} ({range_text(low, high)}), got {_shown(str(v))}")
+        return v
+
+    parse.bounds, parse.range = (low, high), range_text(low, high)
+    return parse
+
+
+def float_range(low: float, high: float, *, low_open: bool = True):
+    """A parser of finite numbers in (low, high] (``low_open``) or [low, high]."""
+    shown = range_text(low, high, low_open=low_open)
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text.strip())
+        except ValueError:
+            raise ValueError(f"expected a number {shown}, got '{_shown(text)}'") from None
+        if not math.isfinite(v):
+            what = "a positive finite number" if low_open and low == 0 else "a finite number"
+            raise ValueError(f"must be {what} ({shown}), got {_shown(text)}")
+        if not (math.isfinite(v) and (v > low if low_open else v >= low) and v <= high):
+            raise ValueError(f"must be {shown}, got {_shown(text)}")
+        return v
+
+    parse.bounds, parse.range = (low, high), shown
+    return parse
 
 
 def _int_at_least(text: str, low: int) -> int:
-    try:
-        v = int(text.strip())
-    except ValueError:
-        raise ValueError(f"expected a whole number, got '{text}'") from None
-    if v < low:
-        raise ValueError(f"must be at least {low}, got {v}")
-    return v
+    return int_range(low, MAX_COUNT)(text)
 
 
-def positive_int(text: str) -> int:
-    return _int_at_least(text, 1)
+positive_int = int_range(1, MAX_COUNT)
+nonneg_int = int_range(0, MAX_COUNT)
 
 
-def nonneg_int(text: str) -> int:
-    return _int_at_least(text, 0)
-
-
-def port(text: str) -> int:
-    """A TCP port, 1..65535 (a larger number would reach the rendezvous and fail in every rank)."""
-    v = _int_at_least(text, 1)
-    if v > 65535:
-        raise ValueError(f"a TCP port is 1..65535, got {v}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    """A finite number above zero ('inf' and 'nan' are not numbers a run can use)."""
-    try:
-        v = float(text.strip())
-    except ValueError:
-        raise ValueError(f"expected a number, got '{text}'") from None
-    if not (v > 0 and v != float("inf")):
-        raise ValueError(f"must be a positive finite number, got {text}")
-    return v
+# A TCP port, 1..65535 (a larger number would reach the rendezvous and fail in every rank).
+port = int_range(1, 65535)
+positive_float = float_range(0, MAX_MAGNITUDE)
+# The service's loop: below 0.05 s between looks it spends its time reading the store (`serve --poll
+# 1e-9` spun a core); a stop's grace from 0.1 s (a rank's SIGTERM handler needs a moment) to a day.
+poll_seconds = float_range(0.05, 3600.0, low_open=False)
+# DataLoader workers per rank: each is a process; more than 256 per rank exceeds any node's cores (cardwise's choice).
+worker_count = int_range(0, 256)
+grace_seconds = float_range(0.1, 86400.0, low_open=False)
+MAX_SHAPE_ELEMENTS = 2**40  # per-sample elements of --input-shape: above it numel overflows the tracer's arithmetic (cardwise's choice)
 
 
 def margin(text: str) -> float:
@@ -91,9 +140,12 @@ def margin(text: str) -> float:
         v = float(t[:-1] if pct else t) / (100.0 if pct else 1.0)
     except ValueError:
         raise ValueError(f"expected a fraction like 0.15 or 15%, got '{text}'") from None
-    if not 0.0 <= v < 1.0:
-        raise ValueError(f"must be a fraction from 0 up to (not including) 1, got {text}")
+    if not 0.0 <= v < 1.0:  # NaN fails this too
+        raise ValueError(f"must be {margin.range}, got {_shown(text)}")
     return v
+
+
+margin.range = ">= 0 and < 1"  # cli.main states it in --help
 
 
 def shape(text: str) -> tuple[int, ...]:
@@ -101,18 +153,30 @@ def shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
     except ValueError:
-        raise ValueError(f"expected comma-separated sizes like 3,224,224, got '{text}'") from None
+        raise ValueError(f"expected comma-separated sizes like 3,224,224, got '{_shown(text)}'") from None
     if not dims or any(d < 1 for d in dims):
-        raise ValueError(f"sizes must be positive, got '{text}'")
+        raise ValueError(f"sizes must be positive, got '{_shown(text)}'")
+    if len(dims) > 8 or math.prod(dims) > MAX_SHAPE_ELEMENTS:
+        raise ValueError(f"at most 8 sizes and {MAX_SHAPE_ELEMENTS:,} elements per sample, got '{_shown(text)}'")
     return dims
+
+
+MAX_DEADLINE_H = 876_000.0  # 100 years (cardwise's choice: anything longer is a typo)
 
 
 def duration_hours(text: str) -> float:
     """parse_duration_hours with a ValueError (the form of the other parsers)."""
     try:
-        return parse_duration_hours(text.strip())
+        hours = parse_duration_hours(text.strip())
     except UserError as exc:
         raise ValueError(exc.message().replace("\n  fix:", ";")) from None
+    if not math.isfinite(hours) or hours > MAX_DEADLINE_H:
+        raise ValueError(f"must be at most {MAX_DEADLINE_H:g} hours (100 years), got '{_shown(text)}'")
+    return hours
+
+
+duration_hours.bounds, duration_hours.range = (0, MAX_DEADLINE_H), f"> 0 and <= {MAX_DEADLINE_H:g} h"
+
 
 # ---------------------------------------------------------------- JSON numbers
 # Python's ``json`` accepts ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON at all), numbers of
@@ -121,9 +185,8 @@ def duration_hours(text: str) -> float:
 # hands to cardwise whose numbers feed arithmetic, such as a Hugging Face ``config.json``, is read
 # with ``strict_json_loads`` instead: each of those is a ``JSONLimitError`` (a ``ValueError``).
 
-# Larger than any size, count or constant a real model config holds (vocabularies ~1e6, context
-# lengths ~1e7, rope_theta ~1e8), small enough that products of a few of them stay finite.
-MAX_MAGNITUDE = 1e12
+# MAX_MAGNITUDE (above): larger than any size, count or constant a real model config holds (vocabularies
+# ~1e6, context lengths ~1e7, rope_theta ~1e8), small enough that products of a few of them stay finite.
 # Hugging Face configs nest 3-4 levels (task_specific_params, rope_scaling, text_config); 32 is
 # generous and far below the recursion limit.
 MAX_DEPTH = 32

@@ -289,6 +289,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from launcher.home import resolve_home
 
     home = resolve_home(args.home)
+    flags.check_home_readable(home)  # a file given as the home (/etc/passwd) is not "no calibration yet"
     path = calibrate.calibration_path(home)
     if args.reset:
         removed = calibrate.reset_calibration(home)

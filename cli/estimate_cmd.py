@@ -14,7 +14,7 @@ import json
 import sys
 
 from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
-                                positive_float, positive_int)
+                       request_number)
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
@@ -22,8 +22,8 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     add_config_flags(parser)
     add_hardware_flags(parser)
     g = parser.add_argument_group("workload (for time-to-train)")
-    g.add_argument("--dataset-size", type=positive_int, metavar="N", help="training samples per epoch")
-    g.add_argument("--epochs", type=positive_float, metavar="N", help="passes over the dataset")
+    g.add_argument("--dataset-size", type=request_number("dataset_size"), metavar="N", help="training samples per epoch")
+    g.add_argument("--epochs", type=request_number("epochs"), metavar="N", help="passes over the dataset")
     add_home_flag(parser)
     add_json_flag(parser)
 

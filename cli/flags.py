@@ -35,7 +35,28 @@ def _argparse_type(parse):
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     typed.__name__ = parse.__name__  # argparse names the type in its messages
+    typed.range = getattr(parse, "range", None)  # cli.main states the range in --help
     return typed
+
+
+def request_number(field: str):
+    """The argparse type of a Request field's flag, with the field's own range (its ge/gt/le)."""
+    import typing
+
+    import annotated_types as at
+
+    info = Request.model_fields[field]
+    low, high, low_open = None, None, False
+    for m in info.metadata:
+        if isinstance(m, at.Ge):
+            low = m.ge
+        elif isinstance(m, at.Gt):
+            low, low_open = m.gt, True
+        elif isinstance(m, at.Le):
+            high = m.le
+    if int in typing.get_args(info.annotation) or info.annotation is int:
+        return _argparse_type(units.int_range(low, high))
+    return _argparse_type(units.float_range(low, high, low_open=low_open))
 
 
 positive_int = _argparse_type(units.positive_int)
@@ -52,6 +73,9 @@ def _network_gbps_refused(text: str):
     raise argparse.ArgumentTypeError(
         "--network-gbps is gone: it took gigabytes per second, so 100 meant 800 Gb/s; "
         "say the unit instead: --network 100GbE, --network 400G-IB or --network 12.5GB/s")
+poll_seconds = _argparse_type(units.poll_seconds)
+grace_seconds = _argparse_type(units.grace_seconds)
+worker_count = _argparse_type(units.worker_count)
 
 
 def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -71,10 +95,10 @@ def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration (given = pinned)")
-    g.add_argument("--micro-batch", type=positive_int, metavar="N", help="samples per GPU per forward")
-    g.add_argument("--grad-accum", type=positive_int, metavar="N", help="micro-batches per optimizer step")
-    g.add_argument("--seq-len", type=positive_int, metavar="N", help="tokens per sample")
-    g.add_argument("--image-size", type=positive_int, metavar="N", help="image side in pixels")
+    g.add_argument("--micro-batch", type=request_number("micro_batch"), metavar="N", help="samples per GPU per forward")
+    g.add_argument("--grad-accum", type=request_number("grad_accum"), metavar="N", help="micro-batches per optimizer step")
+    g.add_argument("--seq-len", type=request_number("seq_len"), metavar="N", help="tokens per sample")
+    g.add_argument("--image-size", type=request_number("image_size"), metavar="N", help="image side in pixels")
     g.add_argument("--precision", choices=[p.value for p in Precision], help="bf16/fp16 = autocast with fp32 master weights")
     g.add_argument("--optimizer", choices=[o.value for o in Optimizer])
     g.add_argument("--pure-bf16-update", choices=[u.value for u in PureBf16Update],
@@ -84,7 +108,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
     g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
-    g.add_argument("--lora-rank", type=positive_int, metavar="R", help="LoRA rank (train adapters only)")
+    g.add_argument("--lora-rank", type=request_number("lora_rank"), metavar="R", help="LoRA rank (train adapters only)")
     g.add_argument("--quantize-base", choices=_choices("quantize_base"),
                    help="QLoRA: LoRA's frozen base in 4-bit NF4 (bitsandbytes; needs --lora-rank)")
     g.add_argument("--optimizer-in-backward", action=argparse.BooleanOptionalAction, default=None,
@@ -96,14 +120,14 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
 def add_hardware_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hardware (default: what is detected)")
     g.add_argument("--gpu", metavar="NAME", help="GPU kind: h100, A100-80GB, 'NVIDIA H200', ... (`advise gpus --list`)")
-    g.add_argument("--gpus", type=positive_int, metavar="N", help="GPUs per node")
-    g.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="machines")
+    g.add_argument("--gpus", type=request_number("gpus"), metavar="N", help="GPUs per node")
+    g.add_argument("--nodes", type=request_number("nodes"), default=1, metavar="N", help="machines")
     g.add_argument("--interconnect", choices=_choices("interconnect"), help="GPU links within a node")
     g.add_argument("--network", type=network, metavar="LINK",
                    help="network between nodes, with its unit: 100GbE, 400G-IB, NDR, 25Gb/s, 12.5GB/s "
                         "(default with --nodes > 1: one 200 Gb/s InfiniBand port per node, stated in the report)")
     g.add_argument("--network-gbps", type=_network_gbps_refused, help=argparse.SUPPRESS)
-    g.add_argument("--cpus-per-gpu", type=positive_float, metavar="N",
+    g.add_argument("--cpus-per-gpu", type=request_number("cpus_per_gpu"), metavar="N",
                    help="CPU cores each GPU's data loader gets (default: detected; 8 for named GPUs)")
     g.add_argument("--data-format", choices=_choices("data_format"),
                    help="what the loader reads: jpeg files (default for vision), decoded tensors, tokenized text, synthetic")
@@ -113,14 +137,14 @@ def add_hardware_flags(p: argparse.ArgumentParser) -> None:
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload")
-    g.add_argument("--batch-size", type=positive_int, metavar="N", help="global batch (samples per optimizer step)")
-    g.add_argument("--dataset-size", type=positive_int, metavar="N", help="training samples per epoch")
-    g.add_argument("--epochs", type=positive_float, metavar="N", help="passes over the dataset")
+    g.add_argument("--batch-size", type=request_number("batch_size"), metavar="N", help="global batch (samples per optimizer step)")
+    g.add_argument("--dataset-size", type=request_number("dataset_size"), metavar="N", help="training samples per epoch")
+    g.add_argument("--epochs", type=request_number("epochs"), metavar="N", help="passes over the dataset")
     g.add_argument("--deadline", type=duration_hours, metavar="6h", help="time the training must finish in")
     g.add_argument("--margin", type=margin, metavar="0.15",
                    help="plan to finish this fraction before --deadline (default 0.15: the estimates' stated error)")
-    g.add_argument("--base-lr", type=positive_float, metavar="X", help="learning rate tuned at --base-batch")
-    g.add_argument("--base-batch", type=positive_int, metavar="N", help="global batch --base-lr was tuned at")
+    g.add_argument("--base-lr", type=request_number("base_lr"), metavar="X", help="learning rate tuned at --base-batch")
+    g.add_argument("--base-batch", type=request_number("base_batch"), metavar="N", help="global batch --base-lr was tuned at")
     g.add_argument("--lr-scaling", choices=_choices("lr_scaling"),
                    help="how the LR follows the global batch (default: the recipe's rule, else linear for SGD, sqrt for AdamW)")
     g.add_argument("--keep-global-batch", action="store_true", help="keep --batch-size fixed; use accumulation")

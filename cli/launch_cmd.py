@@ -53,7 +53,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
                    "plan and steps" if submit else "continue run RUN from its last checkpoint, same plan and steps")
     g.add_argument("--max-steps", type=flags.positive_int, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--warmup-steps", type=flags.nonneg_int, metavar="N", help="LR warmup steps (--cpu plans)")
-    g.add_argument("--num-workers", type=flags.nonneg_int, metavar="N", help="DataLoader workers per rank (--cpu plans)")
+    g.add_argument("--num-workers", type=flags.worker_count, metavar="N", help="DataLoader workers per rank (--cpu plans)")
     g.add_argument("--cpu", action="store_true", help="run the ranks on CPU over gloo (no GPU needed)")
     g.add_argument("--processes", type=flags.positive_int, metavar="N", help="CPU processes per node (with --cpu)")
     g.add_argument("--node-rank", type=flags.nonneg_int, metavar="R", help=shown("this machine's rank (multi-node)"))
@@ -125,6 +125,8 @@ def _summary(rec) -> str:
         for a in rec.attempts:
             if a.note and a.global_batch and a.global_batch != rec.attempts[0].global_batch:
                 line += f"\n  attempt {a.n}: {a.note}"  # the OOM retry changed the global batch
+    if m is not None and m.bad_samples:
+        line += f"\n  data: skipped {m.bad_samples} unreadable sample(s) (--bad-samples skip; the ranks' logs name them)"
     bound = m.data_bound if m is not None else None
     if bound is not None:  # launcher.data_wait's check
         line += f"\n  data: {bound.message}" + (f"\n  fix: {bound.fix}" if bound.fix else "")
@@ -173,8 +175,10 @@ def run(args: argparse.Namespace) -> int:
     flags.check_output_file(args.save_plan, "--save-plan", "plan.json")
     plan, notes = plan_from_flags(args)
     target = target_from_flags(args, plan)
-    if not (args.dry_run or args.emit):
-        plan = check_here(plan, force=args.force)  # before anything is recorded or started
+    if not args.emit and (plan.cpu or not args.dry_run or _gpus_here(plan)):
+        # Before anything is recorded or started. A dry run checks what the launch would check when it
+        # would run here (CPU processes, or the GPUs it needs are here); else it shows a plan for elsewhere.
+        plan = check_here(plan, force=args.force, runs_here=not args.dry_run)
     # Slurm assigns node ranks and the main address: no --node-rank needed. Refused flags write no plan file.
     options = None if args.emit else options_from_flags(args, plan)
     for note in notes:
@@ -199,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
         if stop is not None:
             return stop
     return _run_recorded(args, plan, target, options)
+
+
+def _gpus_here(plan) -> bool:
+    from advisor.hardware import detect_machine
+
+    return len(detect_machine().gpus) >= plan.processes_per_node
 
 
 def _run_recorded(args: argparse.Namespace, plan, target, options, resumed_from: str | None = None) -> int:

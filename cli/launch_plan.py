@@ -108,12 +108,13 @@ def forced(plan, why: str, *, runs_here: bool = True):
     return plan.model_copy(update={"forced": why})
 
 
-def check_here(plan, *, force: bool = False):
-    """``launcher.preflight.check_here`` for the commands: ``plan``, or the plan marked forced (``--force``)."""
+def check_here(plan, *, force: bool = False, runs_here: bool = True):
+    """``launcher.preflight.check_here`` for the commands: ``plan``, or the plan marked forced (``--force``;
+    ``runs_here`` False for --dry-run, which checks the same but starts nothing)."""
     from launcher.preflight import check_here as check
 
     why = check(plan, force=force)
-    return forced(plan, why) if why else plan
+    return forced(plan, why, runs_here=runs_here) if why else plan
 
 
 # What --data names for each recipe that reads data (a file, or a folder of class folders).

@@ -52,7 +52,12 @@ def _top_help() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is one message and the pointer to --help, not the whole usage."""
+    """argparse, but a mistake is one message and the pointer to --help, not the whole usage; and no
+    abbreviations (``allow_abbrev=False``): a prefix such as ``--cpu`` silently meant ``--cpu-offload``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message}\n  see `{self.prog} --help`\n")
@@ -62,7 +67,16 @@ def build_parser(name: str) -> argparse.ArgumentParser:
     module = importlib.import_module(COMMANDS[name][0])
     parser = _Parser(prog="advise" if name == "recommend" else f"advise {name}", description=COMMANDS[name][1])
     module.add_parser(parser, name)
+    _state_ranges(parser)
     return parser
+
+
+def _state_ranges(parser: argparse.ArgumentParser) -> None:
+    """Every number flag's range in its --help (the type carries it: ``advisor.units``; issue 31)."""
+    for action in parser._actions:
+        shown = getattr(action.type, "range", None)
+        if shown and action.help != argparse.SUPPRESS:
+            action.help = f"{action.help or ''} [{shown}]".strip()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
                             help="with --cpu: CPU slots, one per rank (default 1); on GPUs: most runs at once (default: no cap)")
         parser.add_argument("--gpu-ids", type=_gpu_list, metavar="0,1,...",
                             help="GPUs the service may use (default: $CUDA_VISIBLE_DEVICES, else all detected)")
-        parser.add_argument("--poll", type=flags.positive_float, default=service.DEFAULT_POLL_S, metavar="S",
+        parser.add_argument("--poll", type=flags.poll_seconds, default=service.DEFAULT_POLL_S, metavar="S",
                             help=f"seconds between looks at the queue (default {service.DEFAULT_POLL_S:g})")
         parser.add_argument("--max-starts", type=flags.positive_int, default=service.DEFAULT_MAX_STARTS, metavar="N",
                             help="a run interrupted by a service crash is failed once started N times "
@@ -49,7 +49,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("--max-bypass", type=flags.nonneg_int, default=None, metavar="N",
                             help="later runs that may start ahead of the oldest waiting run before it reserves "
                                  "devices (default 3; 0 = strict FIFO)")
-        parser.add_argument("--grace", type=flags.positive_float, default=service.DEFAULT_GRACE_S, metavar="S",
+        parser.add_argument("--grace", type=flags.grace_seconds, default=service.DEFAULT_GRACE_S, metavar="S",
                             help=f"seconds a stopped run gets between SIGTERM and SIGKILL (default {service.DEFAULT_GRACE_S:g})")
         flags.add_home_flag(parser)
         return

@@ -71,13 +71,20 @@ def read_calibration(home: Path) -> CalibrationFile:
     path = calibration_path(home)
     if not path.exists():
         return CalibrationFile()
+    from advisor.files import read_small_text
+    from advisor.units import strict_json_loads
+
     try:
-        data = json.loads(path.read_text())
+        # A regular file of at most 16 MiB, strict JSON, an object of calibration's shape: nothing else
+        # (a device, a FIFO, /etc/passwd linked here) is trusted as measured factors.
+        data = strict_json_loads(read_small_text(path))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
         if "samples" not in data:  # a file with factors only (hand-written): keep them
             data = {"measured": data.get("measured", {})}
         return CalibrationFile(**data)
     except (OSError, ValueError, TypeError) as exc:
-        raise UserError(f"cannot read the calibration file ({str(exc).splitlines()[0]})", where=str(path),
+        raise UserError(f"cannot read the calibration file ({str(exc).splitlines()[0].removeprefix(f'{path}: ')})", where=str(path),
                         fix="`advise calibrate --reset` removes it; `advise bench` writes a new one") from None
 
 
@@ -120,9 +127,12 @@ def reset_calibration(home: Path) -> int:
     path = calibration_path(home)
     if not path.exists():
         return 0
+    from advisor.files import read_small_text
+    from advisor.units import strict_json_loads
+
     try:
-        count = len(json.loads(path.read_text()).get("measured", {}))
-    except (OSError, ValueError, AttributeError):
+        count = len(strict_json_loads(read_small_text(path)).get("measured", {}))
+    except (OSError, ValueError, AttributeError, TypeError):
         count = 0
     path.unlink()
     return count

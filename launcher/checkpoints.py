@@ -65,14 +65,22 @@ def _length(loader) -> int | None:
 
 
 def _stream(rt, loader, ckpt: "Checkpoints", clock, skip: int) -> Iterator:
+    """Epoch after epoch; a resumed run's ``skip`` micro-batches are whole epochs (re-numbered, not read:
+    the order is a function of the epoch, ``launcher.data_order``) and the first ones of its epoch
+    (skipped as indices, unread, for a map-style DataLoader; read and dropped for a stream)."""
+    from launcher.data_order import can_skip_by_sampler, set_epoch
+
     epoch, per_epoch = 0, _length(loader)
     if skip and per_epoch:
-        epoch, skip = divmod(skip, per_epoch)  # whole epochs are not read again, only re-numbered
+        epoch, skip = divmod(skip, per_epoch)
     while True:
-        if hasattr(loader, "set_epoch"):
-            loader.set_epoch(epoch)  # the same shuffle as the first time through: the skip lands right
+        set_epoch(loader, epoch)
+        source = loader
+        if skip and can_skip_by_sampler(loader):
+            source, skip = rt.accelerator.skip_first_batches(loader, skip), 0
+            set_epoch(source, epoch)
         fetched = 0
-        for batch in clock.wrap(loader):
+        for batch in clock.wrap(source):
             fetched += 1
             if skip:
                 skip -= 1

@@ -106,7 +106,7 @@ class Shim:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.pdeathsig")
+    parser = argparse.ArgumentParser(prog="python -m launcher.pdeathsig", allow_abbrev=False)
     parser.add_argument("--pdeathsig", action="store_true", help="SIGTERM ourselves when the parent dies")
     parser.add_argument("--parent", type=int, help="the parent's pid: if it died before we armed PR_SET_PDEATHSIG, "
                                                    "start nothing (our ppid is then already someone else)")

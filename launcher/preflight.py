@@ -17,8 +17,10 @@ def check_here(plan: Plan, *, force: bool = False) -> str | None:
     ``force`` (``--force``) lets through one thing only: CPU ranks whose estimated host RAM is more
     than is usable here; the return is then why the plan is forced (for ``Plan.forced``). Never
     forced: more processes than cores can serve, what the compromises need."""
+    from launcher.accelerate_config import distributed_type
     from launcher.compromises.checks import check_compromises
 
+    distributed_type(plan)  # what Accelerate cannot launch (FSDP on CPU, --strategy single on 2 ranks): before the record
     check_compromises(plan)
     if not plan.cpu:
         return None

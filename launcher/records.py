@@ -51,6 +51,8 @@ class MetricsSummary(BaseModel):
     ranks: int = 0
     wall_s: float | None = None
     bad_rows: int = Field(0, description="rows skipped: not JSON objects, or fields of the wrong type")
+    bad_samples: int | None = Field(None, description="training samples skipped as unreadable, summed over ranks "
+                                    "(image-classification's --bad-samples skip); None when not counted")
     data_bound: DataBound | None = Field(None, description="the data-bound check (launcher.data_wait): GPU "
                                          "utilisation, data-wait share, whether the run was data-bound, the fix")
 
@@ -103,7 +105,14 @@ class MetricsSummary(BaseModel):
                    samples_per_s=steady("samples_per_s"), tokens_per_s=steady("tokens_per_s"),
                    peak_gib=max(peaks) if peaks else None, ranks=len(by_rank),
                    wall_s=(max(times) - min(times)) if len(times) > 1 else None, bad_rows=bad,
-                   data_bound=bound)
+                   data_bound=bound, bad_samples=_last_count(by_rank, "bad_samples"))
+
+
+def _last_count(by_rank: dict[int, list[dict]], key: str) -> int | None:
+    """A running count the ranks log (``Runtime.counters``): each rank's last value, summed; None if none logs it."""
+    last = [max(rows, key=lambda r: r["step"]).get(key) for rows in by_rank.values()]
+    counts = [v for v in last if type(v) is int and v >= 0]
+    return sum(counts) if counts else None
 
 
 def _valid_row(line: str) -> dict | None:

@@ -23,7 +23,8 @@ What it applies, and why here rather than in each script:
   ``prepare`` (the config cardwise writes does that, so plain Accelerate scripts get it too).
 - Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
 - Data sharding per rank: ``accelerator.prepare`` of the DataLoader (Accelerate's equivalent of
-  DistributedSampler), ``set_epoch`` every epoch.
+  DistributedSampler), ``set_epoch`` every epoch; the order is a function of the seed and the epoch
+  (``launcher.data_order``), so a resumed run reads exactly what the uninterrupted one would have.
 - Checkpoints (``launcher.checkpoints``): ``accelerator.save_state`` every ``--checkpoint-every``
   steps and at the end, final weights (LoRA adapters only, under ``adapters/``) as safetensors,
   ``advise launch --resume RUN``.
@@ -83,7 +84,9 @@ class Runtime:
                  run_dir: str | Path | None = None, attempt: int = 1, log_every: int | None = None,
                  clip_grad_norm: float | None = None):
         from accelerate import Accelerator
-        from accelerate.utils import GradientAccumulationPlugin
+        from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin
+
+        from launcher.data_order import DATA_SEED
 
         self.plan = plan
         self.max_steps = max_steps
@@ -108,6 +111,9 @@ class Runtime:
             gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=plan.config.grad_accum,
                                                                     sync_with_dataloader=False),
             step_scheduler_with_optimizer=False,  # we step once per optimizer step, not per process
+            # A script's own DataLoader(shuffle=True), once prepared, shuffles by seed and epoch too
+            # (Accelerate's SeedableRandomSampler): resuming it after the first epoch reads the same order.
+            dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=DATA_SEED),
         )
         self.step = 0  # optimizer steps done (a resumed run starts at its checkpoint's)
         self._steps_here = 0  # optimizer steps this process did: a resumed run's first is not step 1
@@ -120,6 +126,7 @@ class Runtime:
         self._t_log: float | None = None
         self.first_step_time: float | None = None
         self._lr_used = plan.lr  # the LR of the last optimizer step (metrics.jsonl's "lr")
+        self.counters: dict[str, int] = {}  # a recipe's running counts (e.g. bad_samples), in every metrics row
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "Runtime":
@@ -195,11 +202,22 @@ class Runtime:
         params = model_or_params.parameters() if isinstance(model_or_params, torch.nn.Module) else model_or_params
         return compromises.make_optimizer(self.plan, params, self.device, weight_decay)
 
-    def dataloader(self, dataset, *, shuffle: bool = True, collate_fn: Callable | None = None) -> torch.utils.data.DataLoader:
-        """A DataLoader of micro-batches with the plan's workers/pinning; pass it to ``prepare``."""
+    def dataloader(self, dataset, *, shuffle: bool = True, collate_fn: Callable | None = None,
+                   keyed: bool = False) -> torch.utils.data.DataLoader:
+        """A DataLoader of micro-batches with the plan's workers/pinning; pass it to ``prepare``.
+
+        Its order is a function of the seed and the epoch (``launcher.data_order.EpochSampler``), so a
+        resumed run reads what the uninterrupted one would have. ``keyed=True`` indexes the dataset with
+        ``SampleKey`` s, for a dataset whose augmentations must be reproduced too (draw them from the key).
+        The loader has its own generator: loading never moves torch's global RNG (the model's dropout)."""
+        from launcher.data_order import DATA_SEED, EpochSampler
+
         workers = self.plan.num_workers
+        stream = isinstance(dataset, torch.utils.data.IterableDataset)  # orders itself (text_classification.RowStream)
         return torch.utils.data.DataLoader(
-            dataset, batch_size=self.plan.config.micro_batch, shuffle=shuffle, drop_last=True,
+            dataset, batch_size=self.plan.config.micro_batch, drop_last=True,
+            sampler=None if stream else EpochSampler(len(dataset), seed=DATA_SEED, shuffle=shuffle, keyed=keyed),
+            generator=torch.Generator().manual_seed(DATA_SEED),
             num_workers=workers, pin_memory=self.plan.pin_memory and self.device.type == "cuda",
             persistent_workers=workers > 0, prefetch_factor=(self.plan.prefetch_factor or 2) if workers > 0 else None,
             collate_fn=collate_fn)
@@ -303,6 +321,7 @@ class Runtime:
             "attempt": self.attempt,
             "interval_s": dt,
         }
+        row.update(self.counters)
         if getattr(self, "_data_clock", None) is not None:  # launcher.data_wait: batches() measured the waits
             waited = self._data_clock.take()
             row.update(data_wait_s=waited, data_wait_share=min(1.0, waited / dt))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
+import importlib
 import io
+import os
 import json
 import re
 import subprocess
@@ -27,6 +30,17 @@ GPT2 = ROOT / "tests" / "data" / "hf" / "gpt2" / "config.json"
 GPT2_STR = str(GPT2)
 MINI = ["--cpu", "--model", "mini-transformer"]
 TEXT = [*MINI, "--recipe", "text-classification", "--data"]
+BIG = str(10**40)
+
+
+@functools.lru_cache
+def _png(size: tuple[int, int], mode: str = "RGB") -> bytes:
+    """A PNG of ``size`` (12,000 x 12,000 1-bit pixels: a decompression bomb of a few kB)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, "PNG")
+    return out.getvalue()
 
 
 @pytest.fixture
@@ -52,6 +66,34 @@ def d(tmp_path) -> Path:
     (tmp_path / "deep.json").write_text('{"model_type": "gpt2", "x": ' + "[" * 50_000 + "]" * 50_000 + "}")
     (tmp_path / "deep40.json").write_text(json.dumps({**cfg, "x": json.loads("[" * 40 + "]" * 40)}))
     (tmp_path / "home-file").write_text("not a directory\n")
+    # --module factories that misbehave (issue 31)
+    (tmp_path / "factories.py").write_text(
+        "import sys\nimport torch.nn as nn\n"
+        "def exit0(): sys.exit(0)\ndef exit3(): sys.exit(3)\ndef kbd(): raise KeyboardInterrupt\n"
+        "def base(): raise BaseException('boom\\nsecond line')\n"
+        "class Fwd(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        raise BaseException()\n"
+        "class Deep(Fwd):\n    def forward(self, x):\n        return self.forward(x)\n"
+        "def fwd(): return Fwd()\ndef deep(): return Deep()\n")
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\ndef build(): pass\n")
+    # files that are not what they claim (issue 31)
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "badutf8.json").write_bytes(b'{"model": {"name": "mini-\xff\xfe"}}')
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deeprow.jsonl").write_text('{"text": "a", "label": "x"}\n{"text": ' + deep + ', "label": "y"}\n')
+    (tmp_path / "deepchat.jsonl").write_text('{"text": "hello"}\n{"text": ' + deep + "}\n")
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    for name in ("fifoimages", "truncimages", "bombimages"):
+        for cls in ("cat", "dog"):
+            (tmp_path / name / cls).mkdir(parents=True)
+            (tmp_path / name / cls / "a.png").write_bytes(_png((8, 8)))
+    os.mkfifo(tmp_path / "fifoimages" / "dog" / "x.jpg")
+    (tmp_path / "truncimages" / "dog" / "b.png").write_bytes(_png((64, 64))[:60])
+    (tmp_path / "bombimages" / "dog" / "b.png").write_bytes(_png((12_000, 12_000), "1"))
+    (tmp_path / "calhome").mkdir()
+    (tmp_path / "calhome" / "calibration.json").symlink_to("/etc/passwd")
+    (tmp_path / "fifohome").mkdir()
+    os.mkfifo(tmp_path / "fifohome" / "calibration.json")
     # --recipe causal-lm: example files and model folders
     chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
     (tmp_path / "chat.jsonl").write_text(chat * 4)
@@ -134,6 +176,15 @@ REFUSED = [
     (["launch", "--cpu", "--processes", "2", "--model", "llama3-8b", "--recipe", "synthetic", "--max-steps", "5"],
      "no number of CPU processes fits"),
     (["launch", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
+    # --- refused before the run record exists (issue 31: they were refused by the attempt, after it)
+    (["launch", *MINI, "--strategy", "fsdp", "--recipe", "synthetic"], "cannot launch FSDP on CPU processes"),
+    (["launch", *MINI, "--strategy", "single", "--processes", "2", "--recipe", "synthetic"],
+     "--strategy single but has 2 ranks"),
+    (["submit", *MINI, "--strategy", "fsdp", "--recipe", "synthetic"], "cannot launch FSDP on CPU processes"),
+    (["launch", *MINI, "--strategy", "fsdp", "--recipe", "synthetic", "--dry-run"], "cannot launch FSDP on CPU processes"),
+    # --- a dry run refuses what the launch would refuse (issue 31)
+    (["launch", *MINI, "--processes", "100000", "--recipe", "synthetic", "--dry-run"], "more than 4 per core"),
+    (["launch", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic", "--dry-run"], "GiB of host RAM per CPU process"),
     (["submit", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic"], "GiB of host RAM per CPU process"),
     (["submit", *MINI, "--processes", "100000", "--recipe", "synthetic"], "more than 4 per core"),
     (["bench", *MINI, "--processes", "1,100000"], "only wait on each other"),
@@ -209,9 +260,57 @@ REFUSED = [
     (["bench", *MINI, "--csv", "{d}/adir"], "--csv names a directory"),
     (["bench", *MINI, "--report", "{d}/nope/report.md"], "--report: the folder"),
     (["bench", *MINI, "--plot", "{d}/adir"], "--plot names a directory"),
+    # --- a --module factory that misbehaves: one guard around the user's code, exit 2 (issue 31)
+    (["estimate", "--module", "{d}/factories.py:exit0", "--input-shape", "4", "--gpu", "h100"],
+     "calling exit0() called sys.exit(0)"),
+    (["--module", "{d}/factories.py:exit3", "--input-shape", "4", "--gpu", "h100"], "calling exit3() called sys.exit(3)"),
+    (["estimate", "--module", "{d}/factories.py:kbd", "--input-shape", "4", "--gpu", "h100"],
+     "calling kbd() was interrupted (KeyboardInterrupt)"),
+    (["estimate", "--module", "{d}/factories.py:base", "--input-shape", "4", "--gpu", "h100"],
+     "calling base() failed: BaseException: boom second line"),
+    (["estimate", "--module", "{d}/factories.py:fwd", "--input-shape", "4", "--gpu", "h100"],
+     "tracing it on the meta device failed: BaseException"),
+    (["estimate", "--module", "{d}/factories.py:deep", "--input-shape", "4", "--gpu", "h100"], "RecursionError"),
+    (["estimate", "--module", "{d}/exits.py:build", "--input-shape", "4", "--gpu", "h100"], "importing it called sys.exit(3)"),
+    (["launch", "--cpu", "--module", "{d}/exits.py:build", "--input-shape", "4", "--", "{d}/train.py"],
+     "importing it called sys.exit(3)"),
+    # --- files that are not what they claim: read with limits, images checked up front (issue 31)
+    (["launch", "--plan", "{d}/zero.json", "--recipe", "synthetic", "--dry-run"], "a character device, not a regular file"),
+    (["launch", "--plan", "{d}/badutf8.json", "--recipe", "synthetic", "--dry-run"], "not a UTF-8 text file"),
+    (["estimate", "--hf-config", "{d}/zero.json", "--gpu", "h100"], "a character device, not a regular file"),
+    (["launch", *TEXT, "{d}/deeprow.jsonl"], "deeprow.jsonl:2: JSON nested too deeply"),
+    (["submit", *TEXT, "{d}/deeprow.jsonl"], "deeprow.jsonl:2: JSON nested too deeply"),
+    (["launch", "--cpu", "--recipe", "causal-lm", "--hf-model", "{d}/notemplate", "--data", "{d}/deepchat.jsonl"],
+     "deepchat.jsonl:2: JSON nested too deeply"),
+    (["launch", *MINI, "--recipe", "text-classification", "--", "--data", "{d}/fifo.jsonl"], "a FIFO (named pipe), not a regular file"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/fifoimages"],
+     "x.jpg: a FIFO (named pipe), not an image file"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/truncimages"],
+     "b.png: cannot decode this image"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/bombimages"],
+     "b.png: more than 89,478,485 pixels, a decompression bomb"),
+    (["launch", "--cpu", "--model", "resnet18", "--recipe", "image-classification", "--data", "{d}/badimage",
+      "--", "--bad-samples", "ignore"], "--bad-samples ignore: expected stop or skip"),
+    (["calibrate", "--home", "/etc/passwd"], "the cardwise home is a file, not a directory"),
+    (["calibrate", "--home", "{d}/calhome"], "cannot read the calibration file"),
+    (["calibrate", "--home", "{d}/fifohome"], "a FIFO (named pipe), not a regular file"),
+    # --- numbers: every one has a range, checked where it is parsed (issue 31: tracebacks, a hang, a spin)
+    (["--model", "gpt2", "--gpu", "h100", "--batch-size", BIG], "must be at most 1_000_000_000"),
+    (["--model", "gpt2", "--gpu", "h100", "--seq-len", BIG], "must be at most 100_000_000"),
+    (["--model", "gpt2", "--gpu", "h100", "--micro-batch", BIG], "must be at most 1_000_000_000"),
+    (["--model", "resnet50", "--gpu", "h100", "--image-size", BIG], "must be at most 65536"),
+    (["estimate", "--model", "gpt2", "--gpu", "h100", "--seq-len", "1e30"], "expected a whole number, got '1e30'"),
+    (["--model", "gpt2", "--gpu", "h100", "--dataset-size", "1000", "--epochs", "1e300"], "must be > 0 and <= 1_000_000"),
+    (["--model", "gpt2", "--gpu", "h100", "--dataset-size", "1000", "--epochs", "1", "--deadline", "9" * 20 + "h"],
+     "at most 876000 hours"),
+    (["runs", "--limit", BIG], "must be at most 1_000_000_000_000"),
+    (["serve", "--cpu", "--poll", "1e300"], "must be 0.05..3600"),
+    (["serve", "--cpu", "--poll", "1e-9"], "must be 0.05..3600"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--num-workers", "100000"], "must be at most 256 (0..256)"),
+    (["estimate", "--module", "x.py:f", "--input-shape", "100000,100000,100000", "--gpu", "h100"], "elements per sample"),
     # --- numbers: ports, infinities, config.json
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "99999"], "1..65535"),
-    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "0"], "at least 1"),
+    (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--main-port", "0"], "must be at least 1 (1..65535)"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--base-lr", "inf"], "positive finite number"),
     (["launch", *MINI, "--recipe", "synthetic", "--dry-run", "--base-lr", "nan"], "positive finite number"),
     (["--model", "gpt2", "--gpu", "h100", "--epochs", "inf"], "positive finite number"),
@@ -221,12 +320,12 @@ REFUSED = [
     (["--model", "gpt2", "--gpu", "h100", "--nodes", "2", "--network", "fast"], "cannot read the network"),
     (["--model", "gpt2", "--gpu", "h100", "--nodes", "2", "--network", "0GbE"], "faster than 0"),
     (["estimate", "--model", "gpt2", "--gpu", "h100", "--network-gbps", "100"], "--network-gbps is gone"),
-    (["--model", "gpt2", "--gpu", "h100", "--cpus-per-gpu", "0"], "positive finite number"),
+    (["--model", "gpt2", "--gpu", "h100", "--cpus-per-gpu", "0"], "must be > 0 and <= 4096"),
     (["--model", "resnet50", "--gpu", "h100", "--loader", "ffcv"], "invalid choice"),
     (["probe", "--data", "{d}/nope"], "--data: not a directory"),
     (["probe", "--data", "{d}/adir"], "--data: no image files"),
-    (["serve", "--cpu", "--poll", "inf"], "positive finite number"),
-    (["serve", "--cpu", "--grace", "nan"], "positive finite number"),
+    (["serve", "--cpu", "--poll", "inf"], "must be a finite number (0.05..3600)"),
+    (["serve", "--cpu", "--grace", "nan"], "must be a finite number (0.1..86400)"),
     (["submit", *MINI, "--recipe", "synthetic", "--need-gib", "inf"], "positive finite number"),
     (["estimate", "--hf-config", "{d}/nan.json", "--gpu", "h100"], "NaN is not a number"),
     (["estimate", "--hf-config", "{d}/inf.json", "--gpu", "h100"], "Infinity is not a number"),
@@ -324,6 +423,67 @@ def test_no_flag_parses_bare_float_or_int():
             assert action.type not in (float, int), f"advise {name} {action.option_strings}: type={action.type}"
 
 
+def _prefixes(parser) -> list[str]:
+    """Each long flag of ``parser`` less its last letter, where that is no flag itself (``--cpu-offloa``)."""
+    flags = {f for action in parser._actions for f in action.option_strings}
+    return sorted({f[:-1] for f in flags if f.startswith("--") and len(f) > 4 and f[:-1] not in flags})
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_no_command_takes_an_abbreviated_flag(name, capsys, no_process):
+    """argparse's prefix matching made `advise estimate --cpu` mean --cpu-offload (issue 31): every parser
+    refuses every prefix of its long flags, exit 2, one line, before running anything."""
+    needs_id = [] if name not in ("show", "cancel", "logs") else ["abc"]
+    prefixes = _prefixes(build_parser(name))
+    assert prefixes, name
+    for prefix in prefixes:
+        rc, out, err = run_cli([name, *needs_id, prefix], capsys)
+        assert_refused(rc, err, f"unrecognized arguments: {prefix}")
+    # the recipes' own parsers (options after `--`) too
+    if name == "launch":
+        from launcher import recipes
+
+        for module in recipes.RECIPES.values():
+            with pytest.raises(SystemExit) as exc:
+                importlib.import_module(module).main(["--log-ever", "1"])
+            assert exc.value.code == 2, module
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_number_flag_states_its_range_and_refuses_a_huge_value(name, capsys, no_process):
+    """Issue 31: 10**40 hung or ended in a traceback. Every typed number flag carries its range (advisor.units),
+    --help states it, and 10**40 is refused where it is parsed."""
+    needs_id = [] if name not in ("show", "cancel", "logs") else ["abc"]
+    for action in build_parser(name)._actions:
+        shown = getattr(action.type, "range", None)
+        if (not action.option_strings or action.type in (None, Path, str) or action.help == argparse.SUPPRESS
+                or getattr(action.type, "__name__", "") in ("shape", "_gpu_list", "duration_hours", "network")):
+            continue
+        assert shown and f"[{shown}]" in action.help, (name, action.option_strings)
+        flag = action.option_strings[-1]
+        rc, out, err = run_cli([name, *needs_id, flag, str(10**40)], capsys)
+        assert_refused(rc, err, f"argument {flag}: ")
+        assert f"{shown}" in err, err
+
+
+def test_the_top_of_every_request_range_is_estimated_without_a_traceback(capsys, no_process):
+    """The largest value each Request field allows reaches the estimate and comes back (exit 0 or 2), no overflow."""
+    import annotated_types as at
+
+    from advisor.request import FLAGS, Request
+
+    for field, (flag, kind) in FLAGS.items():
+        high = next((m.le for m in Request.model_fields[field].metadata if isinstance(m, at.Le)), None)
+        if high is None or kind != "value":
+            continue
+        extra = ["--dataset-size", "1000", "--epochs", "1"] if field == "deadline_h" else []
+        extra += ["--epochs", "1"] if field == "dataset_size" else ["--dataset-size", "1000"] if field == "epochs" else []
+        value = str(int(high)) if float(high).is_integer() else str(high)
+        for command in (["--model", "gpt2"], ["estimate", "--model", "gpt2"], ["--model", "resnet50"]):
+            rc, out, err = run_cli([*command, "--gpu", "h100", flag, value, *extra], capsys)
+            assert rc in (0, 2) and "Traceback" not in err, (command, flag, value, err)
+
+
 def _flags_in_messages() -> set[tuple[str, str]]:
     """(file, --flag) for every flag written in a UserError's text or fix under advisor/, cli/, launcher/, tui/."""
     found = set()
@@ -341,7 +501,7 @@ def _flags_in_messages() -> set[tuple[str, str]]:
 
 
 def test_every_flag_an_error_names_exists():
-    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data",  # recipes' own options
+    known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data", "--bad-samples",  # recipes' own options
              "--time", "--partition"}  # sbatch's, in `--emit slurm` messages
     for name in COMMANDS:
         for action in build_parser(name)._actions:

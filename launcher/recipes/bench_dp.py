@@ -50,7 +50,8 @@ MODES = ("single", "dp", "ddp", "fsdp")
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="launcher.recipes.bench_dp", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.bench_dp", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--mode", choices=MODES, required=True)
     p.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first (compile happens here)")

@@ -130,7 +130,8 @@ def load_model(source: str, device: torch.device, rank_seed: int = 0):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launcher.recipes.causal_lm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.causal_lm", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--hf-model", required=True, help="folder with config.json and a tokenizer, or a Hub id")
     p.add_argument("--data", type=Path, required=True, help="JSONL of messages / prompt+response / text examples")
     startup.add_step_args(p, DEFAULT_STEPS)

@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from advisor.files import read_small_text
 from advisor.units import strict_json_loads
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -58,16 +59,20 @@ def parse(obj, where: str) -> tuple[str, object]:
 
 def iter_examples(path: Path) -> Iterator[tuple[str, object]]:
     """The examples of a JSONL file, in order; ValueError naming the file and line on a bad one."""
+    from advisor.files import lines, open_regular
+
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
+        with open_regular(path) as f:  # a regular file (a FIFO would hang), lines of at most 16 MiB
+            for i, line in enumerate(lines(f, path), 1):
                 if not line.strip():
                     continue
                 try:
                     obj = json.loads(line)
                 except ValueError:
                     raise ValueError(f"{path}:{i}: not a JSON object") from None
+                except RecursionError:  # json's decoder recurses per level: [[[[...]]]] ends here
+                    raise ValueError(f"{path}:{i}: JSON nested too deeply") from None
                 yield parse(obj, f"{path}:{i}")
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a UTF-8 text file") from None
@@ -105,7 +110,7 @@ def check_model_dir(model_dir: Path, *, needs_chat_template: bool) -> dict:
     if not d.is_dir():
         raise ValueError(f"{d}: not a directory")
     try:
-        config = strict_json_loads((d / "config.json").read_text(encoding="utf-8"))
+        config = strict_json_loads(read_small_text(d / "config.json"))
     except FileNotFoundError:
         raise ValueError(f"{d}: no config.json (a folder written by save_pretrained has one)") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -90,8 +90,16 @@ def _check_images(args: list[str], plan) -> None:
     if importlib.util.find_spec("PIL") is None:
         raise UserError("recipe image-classification decodes images with Pillow, which is not installed",
                         fix="pip install 'cardwise[image]' (or pip install pillow)")
+    bad = option(args, "--bad-samples") or "stop"
+    if bad not in image_folder.BAD_SAMPLES:
+        raise UserError(f"--bad-samples {bad}: expected {' or '.join(image_folder.BAD_SAMPLES)}",
+                        fix="-- --bad-samples skip (skip and count unreadable images) or stop (the default)")
     try:
-        image_folder.check_folder(Path(data), 1000, micro_batch=plan.config.micro_batch, world=plan.world_size)
+        image_folder.check_folder(Path(data), 1000, micro_batch=plan.config.micro_batch, world=plan.world_size,
+                                  files=bad == "stop")
+    except image_folder.BadImage as exc:
+        raise UserError(str(exc), fix="remove or replace that file, or skip unreadable images with "
+                                      "`-- --bad-samples skip` (counted in the run's metrics)") from None
     except ValueError as exc:
         raise UserError(str(exc), fix=image_folder.FIX) from None
 

@@ -11,6 +11,10 @@ transforms are used when it imports; otherwise the same transforms are done here
 torch (``PilTransform``), so the recipe runs where torchvision cannot load (CPU-only machines
 with a CUDA build of it). The DataLoader has the plan's workers, pin_memory and prefetch
 (``Runtime.dataloader``); channels_last and pure-bf16 are applied to the inputs on the device.
+Each sample's crop and flip come from its key (sample, epoch, seed: ``launcher.data_order``), so a
+resumed run augments exactly as the uninterrupted one. An image that cannot be read (not a regular
+file, truncated, a decompression bomb) stops the run naming it, or with ``-- --bad-samples skip`` is
+replaced by the next readable image and counted (``bad_samples`` in ``metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -54,11 +58,12 @@ class PilTransform:
         left, top = (width - side) // 2, (height - side) // 2
         return left, top, left + side, top + side
 
-    def __call__(self, img):
+    def __call__(self, img, rng: random.Random | None = None):
         from PIL import Image
 
-        img = img.resize((self.size, self.size), Image.BILINEAR, box=self.crop_box(*img.size))
-        if random.random() < 0.5:
+        rng = rng or random.Random()
+        img = img.resize((self.size, self.size), Image.BILINEAR, box=self.crop_box(*img.size, rng))
+        if rng.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(self.size, self.size, 3)
         x = x.permute(2, 0, 1).float().div_(255)
@@ -76,27 +81,57 @@ def training_transform(size: int):
 
 
 class ImageFolderDataset(torch.utils.data.Dataset):
-    def __init__(self, samples: list[tuple[str, int]], transform):
-        self.samples, self.transform = samples, transform
+    """Images indexed by ``launcher.data_order.SampleKey``: each sample's crop and flip are drawn from its
+    key (sample, epoch, seed), not from the process's RNG, so a resumed run augments exactly as the
+    uninterrupted one did, whichever worker decodes it and however many batches were skipped."""
+
+    def __init__(self, samples: list[tuple[str, int]], transform, *, skip_bad: bool = False):
+        self.samples, self.transform, self.skip_bad = samples, transform, skip_bad
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, i):
-        from PIL import Image
+    def __getitem__(self, key):
+        """(image tensor, label, skipped): with ``skip_bad``, an unreadable image is replaced by the next
+        readable one in the folder's order (the micro-batch keeps its shape) and counted in ``skipped``."""
+        from launcher.data_order import SampleKey
 
-        path, label = self.samples[i]
-        try:
-            with Image.open(path) as img:
-                img = img.convert("RGB")
-        except Exception as exc:
-            raise RuntimeError(f"{path}: cannot decode this image ({exc})") from None
-        return self.transform(img), label
+        key = key if isinstance(key, SampleKey) else SampleKey(int(key), 0)
+        for skipped in range(len(self.samples)):
+            index = (key.index + skipped) % len(self.samples)
+            path, label = self.samples[index]
+            try:
+                img = image_folder.load_rgb(path)  # a regular file, decoded in full, no decompression bomb
+                break
+            except ValueError as exc:
+                if not self.skip_bad:
+                    raise RuntimeError(f"{path}: {exc} (remove it, or skip unreadable images with "
+                                       "`-- --bad-samples skip`)") from None
+                print(f"image-classification: skipped {path}: {exc}", file=sys.stderr, flush=True)
+        else:
+            raise RuntimeError(f"no image of {len(self.samples)} could be read (see the skipped files above)")
+        key = key._replace(index=index)
+        if isinstance(self.transform, PilTransform):
+            return self.transform(img, key.rng()), label, skipped
+        with torch.random.fork_rng(devices=[]):  # torchvision draws from torch's RNG: seed it per sample, then put it back
+            torch.manual_seed(key.derived_seed())
+            return self.transform(img), label, skipped
+
+
+def collate(items):
+    """(images, labels, skipped): a micro-batch, and how many unreadable images ``--bad-samples skip``
+    replaced in it (for the run's metrics)."""
+    x, y = torch.utils.data.default_collate([(img, label) for img, label, _ in items])
+    return x, y, sum(skipped for _, _, skipped in items)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.image_classification", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--data", type=Path, required=True, help="folder with one sub-folder of images per class")
+    p.add_argument("--bad-samples", choices=image_folder.BAD_SAMPLES, default="stop",
+                   help="an image that cannot be read: stop the run naming it (default), or skip it and count it "
+                        "(bad_samples in metrics.jsonl)")
     startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)
 
@@ -110,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"the image-classification recipe trains vision models, not {spec.name}")
     size = plan.config.image_size or spec.default_image_size or 224
     try:
-        classes, _ = image_folder.check_folder(args.data, 1000, micro_batch=plan.config.micro_batch, world=rt.world_size)
+        classes, _ = image_folder.check_folder(args.data, 1000, micro_batch=plan.config.micro_batch, world=rt.world_size,
+                                               files=args.bad_samples == "stop")
         _, samples = image_folder.list_images(args.data)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
@@ -126,14 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         return model
 
     model = startup.seeded(build)
-    loader = rt.dataloader(ImageFolderDataset(samples, transform), shuffle=True)
+    skip_bad = args.bad_samples == "skip"
+    loader = rt.dataloader(ImageFolderDataset(samples, transform, skip_bad=skip_bad), shuffle=True, keyed=True,
+                           collate_fn=collate)
     model, optimizer, loader = startup.setup_and_prepare(rt, model, loader)
     batches = rt.batches(loader)
     dtype = torch.bfloat16 if plan.config.precision.value == "pure-bf16" else None
     layout = torch.channels_last if plan.config.channels_last else torch.contiguous_format
 
+    if skip_bad:
+        rt.counters["bad_samples"] = 0  # in every metrics row from now on: images skipped so far (this rank)
+
     def loss_fn(m, batch):
-        x, y = batch
+        x, y, skipped = batch
+        if skipped:
+            rt.counters["bad_samples"] += skipped
         x = x.to(dtype=dtype or x.dtype).contiguous(memory_format=layout)
         return m(x, y)
 

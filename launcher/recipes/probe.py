@@ -187,7 +187,8 @@ def measure(plan, warmup: int, steps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launcher.recipes.probe", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.probe", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--plan", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first (at least 1)")

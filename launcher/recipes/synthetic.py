@@ -49,7 +49,8 @@ def make_pool(spec, plan, device, rank: int, size: int) -> list[tuple[torch.Tens
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launcher.recipes.synthetic", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.synthetic", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--pool", type=int, default=4, help="distinct micro-batches per rank, cycled")
     startup.add_step_args(p, DEFAULT_STEPS)
     args = p.parse_args(argv)

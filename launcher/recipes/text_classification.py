@@ -109,7 +109,8 @@ def evaluate(rt, model, stream: RowStream, batch: int = 64) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launcher.recipes.text_classification", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="launcher.recipes.text_classification", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--data", type=Path, default=SAMPLE, help="JSONL or CSV of (text, label); default: the shipped sample")
     p.add_argument("--eval-fraction", type=float, default=text_rows.EVAL_FRACTION)
     p.add_argument("--eval-rows", type=int, default=10_000, help="at most this many held-out rows evaluated at the end")

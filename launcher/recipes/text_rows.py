@@ -25,11 +25,13 @@ MAX_LABELS = 1000  # a scan stops collecting labels past this (a text column rea
 
 def iter_rows(path: Path) -> Iterator[tuple[int, str, str]]:
     """(line number, text, label) of a JSONL or CSV file (CSV by suffix, with a ``text,label`` header)."""
+    from advisor.files import lines, open_regular
+
     path = Path(path)
     try:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open_regular(path) as f:  # a regular file (a FIFO would hang), lines of at most 16 MiB
             if path.suffix.lower() == ".csv":
-                reader = csv.DictReader(f)
+                reader = csv.DictReader(lines(f, path))
                 if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
                     if reader.fieldnames is None:
                         raise ValueError(f"{path}: the file is empty")
@@ -39,13 +41,15 @@ def iter_rows(path: Path) -> Iterator[tuple[int, str, str]]:
                         raise ValueError(f"{path}:{reader.line_num}: a row without a label")
                     yield reader.line_num, r["text"], str(r["label"])
                 return
-            for i, line in enumerate(f, 1):
+            for i, line in enumerate(lines(f, path), 1):
                 if not line.strip():
                     continue
                 try:
                     obj = json.loads(line)
                 except ValueError:
                     obj = None
+                except RecursionError:  # json's decoder recurses per level: [[[[...]]]] ends here
+                    raise ValueError(f"{path}:{i}: JSON nested too deeply") from None
                 if not isinstance(obj, dict) or "text" not in obj:
                     raise ValueError(f"{path}:{i}: expected a JSON object with 'text' and 'label'")
                 label = obj.get("label")
