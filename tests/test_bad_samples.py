@@ -24,7 +24,7 @@ pytest.importorskip("PIL")
 def _folder(root: Path) -> Path:
     from PIL import Image
 
-    from benchmarks import recipe_data
+    from benchmarks.gpu_checks import recipe_data
 
     data = recipe_data.write_images(root, classes=2, per_class=3, size=24)
     os.mkfifo(data / "class_1" / "x.jpg")  # a plain open() of it would wait for a writer forever

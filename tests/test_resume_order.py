@@ -82,7 +82,7 @@ def test_a_resumed_stream_reads_what_the_uninterrupted_one_read_at_every_positio
 
 def test_an_augmentation_is_a_function_of_its_sample_and_epoch(tmp_path):
     pytest.importorskip("PIL")
-    from benchmarks import recipe_data
+    from benchmarks.gpu_checks import recipe_data
     from launcher.data_order import SampleKey
     from launcher.recipes import image_folder
     from launcher.recipes.image_classification import ImageFolderDataset, PilTransform, training_transform
@@ -131,7 +131,7 @@ def _checkpoints(home: Path) -> set[tuple[str, int]]:
 @pytest.mark.parametrize("processes", [1, 2])
 def test_kill_and_resume_across_epochs_reproduces_every_loss(processes, tmp_path):
     pytest.importorskip("PIL")
-    from benchmarks import recipe_data
+    from benchmarks.gpu_checks import recipe_data
     from launcher.store import RunStore
 
     per_epoch, every, steps = 3, 2, 8  # checkpoints at 2 (epoch 1), 4 (epoch 2), 6 (the end of epoch 2), 8 (the end)

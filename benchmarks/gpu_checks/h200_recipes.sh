@@ -12,7 +12,7 @@
 # 4. the same plan with its planned workers (CPU cores per GPU; must not be flagged).
 # Figures per run (samples/s, tokens/s, peak GiB, GPU utilisation, data-wait share, flagged or
 # not, loss first -> last) go to OUT/h200-recipes.json and the table to OUT/h200-recipes.md
-# (copy both to benchmarks/results/); OUT/h200-recipes.log has every command and its output;
+# (copy both to benchmarks/gpu_checks/results/); OUT/h200-recipes.log has every command and its output;
 # the data and run store go to OUT/work (delete it afterwards: the full fine-tune's weights are ~5 GB).
 # LoRA needs the runtime's LoRA (launcher/compromises/lora.py, peft); without it row 1 is refused
 # (exit 2) and the others still run. Needs transformers, tokenizers and Pillow; torchvision is
