@@ -168,22 +168,30 @@ class LaunchScreen(StepScreen):
         self.query_one("#run-status", Static).update(markup)
 
     # -------------------------------------------------------------- launch / stop
-    def action_launch(self) -> None:
+    def _ready_plan(self, busy: str):
+        """(choice, plan, target, notes) of the form, or None with the reason shown: the checks that
+        running here (``action_launch``) and handing to Slurm (``action_submit_slurm``) share."""
         if self.running:
-            self.notify("a run is already going: x stops it", severity="warning")
-            return
+            self.notify(busy, severity="warning")
+            return None
         if self.wizard.problems:
             step, message = next(iter(self.wizard.problems.items()))
             self._status(f"[b red]{message}[/] — fix it on the {step.title()} screen first")
-            return
+            return None
         try:
             choice = self._choice()
             plan, notes = launching.build_plan(choice, self.wizard.state, self.wizard.recommendation,
                                                self.wizard.machine)
-            target = launching.build_target(choice, plan)
+            return choice, plan, launching.build_target(choice, plan), notes
         except UserError as exc:
-            self._status(f"[b red]{exc.message()}[/]")
+            self._status(f"[b red]{escape(exc.message())}[/]")
+            return None
+
+    def action_launch(self) -> None:
+        ready = self._ready_plan("a run is already going: x stops it")
+        if ready is None:
             return
+        choice, plan, target, notes = ready
         self._cancel = threading.Event()
         self.wizard.run_cancel = self._cancel
         self._sink = LineSink()
@@ -206,20 +214,10 @@ class LaunchScreen(StepScreen):
     def action_submit_slurm(self) -> None:
         """The form's plan handed to Slurm instead of run here: ``advise submit --slurm``'s call
         (tui.launching.submit_slurm); the Runs screen and ``advise runs`` then show Slurm's state."""
-        if self.running:
-            self.notify("a run is going here: x stops it first", severity="warning")
+        ready = self._ready_plan("a run is going here: x stops it first")
+        if ready is None:
             return
-        if self.wizard.problems:
-            step, message = next(iter(self.wizard.problems.items()))
-            self._status(f"[b red]{message}[/] — fix it on the {step.title()} screen first")
-            return
-        try:
-            choice = self._choice()
-            plan, _ = launching.build_plan(choice, self.wizard.state, self.wizard.recommendation, self.wizard.machine)
-            target = launching.build_target(choice, plan)
-        except UserError as exc:
-            self._status(f"[b red]{escape(exc.message())}[/]")
-            return
+        choice, plan, target, _ = ready
         self._status(f"submitting {plan.nodes} node(s) x {plan.processes_per_node} rank(s) to Slurm …")
         self._submit_slurm(plan, target, choice.max_steps)
 
