@@ -64,6 +64,12 @@ def _is_service_run(rec: RunRecord) -> bool:
     return bool(rec.run_dir) and (Path(rec.run_dir) / "submission.json").is_file()
 
 
+def _is_slurm_run(rec: RunRecord) -> bool:
+    """Handed to Slurm (``advise submit --slurm``): its submitter exits once sbatch answers, and its
+    state is Slurm's (launcher.slurm_jobs), never settled from a missing owner."""
+    return rec.slurm is not None
+
+
 def pending_end(rec: RunRecord, *, owner_gone: bool) -> dict | None:
     """The fields that end ``rec`` (a ``running`` record), from its run directory; None if it cannot
     be settled (yet)."""
@@ -101,7 +107,8 @@ def abandoned(rec: RunRecord) -> bool:
     """A foreground run's record still ``queued`` whose ``advise launch`` is gone: killed between
     recording the run and starting it (``kill -9`` in its first seconds). Nobody will ever start it:
     a service only starts records with a ``submission.json``, and the owner is recorded in the insert."""
-    return (rec.status == "queued" and not _is_service_run(rec) and procs.owner_alive(rec.owner) is False)
+    return (rec.status == "queued" and not _is_service_run(rec) and not _is_slurm_run(rec)
+            and procs.owner_alive(rec.owner) is False)
 
 
 def settle_one(store, rec: RunRecord, *, owner_gone: bool | None = None) -> RunRecord:
@@ -113,7 +120,7 @@ def settle_one(store, rec: RunRecord, *, owner_gone: bool | None = None) -> RunR
             done = store.transition(rec.id, "cancelled", expect=["queued"], **fields)
             return done if done is not None else store.get(rec.id)
         return rec.model_copy(update={**fields, "status": "cancelled", "ended": time.time()})
-    if rec.status != "running":
+    if rec.status != "running" or _is_slurm_run(rec):
         return rec
     if owner_gone is None:  # a record without an owner predates owners: only the runner's verdict counts
         owner_gone = procs.owner_alive(rec.owner) is False

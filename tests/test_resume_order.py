@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _runtime(tmp_path):
     from advisor.plan import ModelRef
     from advisor.request import Request
-    from launcher.cpu_plan import cpu_plan
     from launcher.runtime import Runtime
+    from plans import cpu_plan_for
 
-    plan, _ = cpu_plan(Request(model=ModelRef(name="mini-transformer"), micro_batch=2, seq_len=8), processes=1, max_steps=8)
+    plan, _ = cpu_plan_for(Request(model=ModelRef(name="mini-transformer"), micro_batch=2, seq_len=8), processes=1, max_steps=8)
     return Runtime(plan, metrics_path=tmp_path / "metrics.jsonl")
 
 
