@@ -180,6 +180,18 @@ def table(rows: list[dict], device: str, seq_len: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def device_name(tiny: bool, script: str) -> str | None:
+    """What the rows ran on: the GPU's name, or the CPU dry run; None (said on stderr) without a GPU."""
+    if tiny:
+        return "CPU (--tiny dry run)"
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA GPU; use --tiny for a CPU dry run", file=sys.stderr)
+        return None
+    return torch.cuda.get_device_name(0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="dry run on CPU with mini-transformer (seq 16)")
@@ -193,15 +205,9 @@ def main() -> int:
     args.total_s = args.total_s or (1800.0 if args.tiny else 450.0)
     out = Path(os.environ.get("OUT") or "bench-out")
     out.mkdir(parents=True, exist_ok=True)
-    if args.tiny:
-        device = "CPU (--tiny dry run)"
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("h200_compromises: no CUDA GPU; use --tiny for a CPU dry run", file=sys.stderr)
-            return 2
-        device = torch.cuda.get_device_name(0)
+    device = device_name(args.tiny, "h200_compromises")
+    if device is None:
+        return 2
     home = Path(tempfile.mkdtemp(prefix="h200-compromises-"))
     began, rows = time.perf_counter(), []
     by_name = {c[0]: c for c in CONFIGS}

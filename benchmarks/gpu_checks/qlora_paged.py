@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from advisor.config import Optimizer, Precision
-from benchmarks.gpu_checks.h200_compromises import fmt, make_plan, run_one
+from benchmarks.gpu_checks.h200_compromises import device_name, fmt, make_plan, run_one
 
 # name, config overrides (llama3-8b, seq 2048, checkpointing on, no accumulation). lora-r16 and adamw-8bit
 # are benchmarks/gpu_checks/h200_compromises.py's rows again, the references the new ones are read against.
@@ -64,15 +64,9 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(os.environ.get("OUT") or "bench-out")
     out.mkdir(parents=True, exist_ok=True)
-    if args.tiny:
-        device = "CPU (--tiny dry run)"
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("qlora_paged: no CUDA GPU; use --tiny for a CPU dry run", file=sys.stderr)
-            return 2
-        device = torch.cuda.get_device_name(0)
+    device = device_name(args.tiny, "qlora_paged")
+    if device is None:
+        return 2
     by_name = dict(CONFIGS)
     names = args.only or [n for n, _ in CONFIGS]
     home = Path(tempfile.mkdtemp(prefix="qlora-paged-"))
