@@ -122,8 +122,10 @@ def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = F
     return 2 * norm + attn_in + flash + mlp_in + mlp
 
 
-def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = False) -> tuple[float, float]:
-    """(saved bytes per token outside the layers, of which the loss keeps) — embeddings, head, loss."""
+def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = False,
+                           head_share: float = 1.0) -> tuple[float, float]:
+    """(saved bytes per token outside the layers, of which the loss keeps) — embeddings, head, loss.
+    ``head_share``: the share of the tokens an LM/MLM head runs on (``TransformerArch.head_positions``)."""
     h = a.d_model
     c = p.compute_bytes
     r = 2 if p is Precision.pure_bf16 else 4
@@ -138,8 +140,8 @@ def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = Fa
     loss = 0.0
     if a.head in ("lm", "mlm"):
         # Eager: fp32 log-softmax output of the upcast logits; compiled: the logits themselves.
-        loss = (c if compiled else 4) * a.vocab + 8
-        n += (norm + c * h) if a.head == "lm" else (2 * c * h + r * h + 8 + c * h)
+        loss = ((c if compiled else 4) * a.vocab + 8) * head_share
+        n += ((norm + c * h) if a.head == "lm" else (2 * c * h + r * h + 8 + c * h)) * head_share
     elif a.head == "image-cls":
         # The classifier reads the class token, a view that keeps the whole normalised output
         # alive, except under autocast, whose bf16 cast copies the slice alone.
@@ -173,10 +175,10 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         layer = transformer_layer_bytes(a, p, config.compile, gelu_kept, seq=tokens,
                                         transformers=model.is_transformers) * tokens
-        base, loss = transformer_base_bytes(a, p, config.compile)
+        base, loss = transformer_base_bytes(a, p, config.compile, head_share=a.head_tokens(tokens) / max(1, tokens))
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
         r = 2 if p is Precision.pure_bf16 else 4
-        logits = a.vocab * tokens if a.head in ("lm", "mlm") else 0
+        logits = a.vocab * a.head_tokens(tokens) if a.head in ("lm", "mlm") else 0
         # Loss backward: fp32 grad of the log-softmax and of the upcast logits, 8 bytes per logit
         # eager (measured: the LM rows of benchmarks/calibration/fit.py's table); fused when compiled.
         temp = (6.0 if config.compile else 8.0) * logits

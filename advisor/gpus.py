@@ -154,6 +154,7 @@ _ADA = "NVIDIA Ada Lovelace whitepaper, images.nvidia.com/aem-dam/Solutions/gefo
 _L4 = "NVIDIA L4 datasheet, resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
 _L40S = "NVIDIA L40S datasheet, resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
 _RTX6000ADA = "NVIDIA RTX 6000 Ada datasheet, nvidia.com/content/dam/en-zz/Solutions/design-visualization/rtx-6000/proviz-print-rtx6000-datasheet-web-2504660.pdf"
+_L40 = "NVIDIA L40 datasheet and product page, nvidia.com/en-us/data-center/l40/"
 _H100 = "NVIDIA H100 datasheet, resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
 _H200 = "NVIDIA H200 datasheet, nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
 _B200 = "NVIDIA DGX B200 datasheet (per GPU = system / 8), resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet"
@@ -215,9 +216,19 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
          sustained=_sustained(269.15, 362),
          sustained_source=f"{_ZZC}: L40S bf16 269.15 of 362; 350 W"),
     _gpu(name="RTX-6000-Ada", sms=142, aliases=("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada", "6000 Ada"), memory_gib=47.99,
-         bandwidth_gbps=960, fp32_tflops=91.1, tf32_tflops=182.1, bf16_tflops=364.2, fp16_tflops=364.2, fp8_tflops=728.5,
+         bandwidth_gbps=960, fp32_tflops=91.1, tf32_tflops=91.1, bf16_tflops=182.1, fp16_tflops=182.1, fp8_tflops=364.2,
          compute_capability=(8, 9), pcie_gbps=64,
-         source=f"{_RTX6000ADA}: 91.1 FP32, 1,457 FP8 TFLOPS with sparsity (dense FP8 728.5, BF16 364.2, TF32 182.1), 960 GB/s",
+         # The datasheet gives one tensor figure, 1,457 FP8 TFLOPS with sparsity: 4,096 FLOPs per SM per clock
+         # (142 SMs, 2,505 MHz), the RTX 4090's FP8-with-FP16-accumulate rate (1,321 at 128 SMs, 2,520 MHz),
+         # so it says nothing of FP32 accumulation, which bf16/fp16 GEMMs and TF32 use. The L40, the same
+         # AD102 (142 SMs, 18,176 cores, 48 GB, 300 W), lists 724 FP8 with sparsity at FP16 accumulate and, at
+         # FP32 accumulate, 181.05 BF16/FP16 and 90.5 TF32 dense: half rate, as on GeForce Ada (the L40S,
+         # at 350 W, lists 362 and 183). Taken at the L40's rates for this clock. Lambda's published training
+         # rows agree: BERT-large TF32 44/s on both the RTX 6000 Ada and the RTX 4090 (82.6 TF32), fp16 79/s
+         # against 93/s (pytorch-train-throughput-*.csv, benchmarks/calibration/multi_gpu/NOTES.md).
+         source=f"{_RTX6000ADA}: 91.1 FP32, 1,457 FP8 TFLOPS with sparsity (dense FP8 728.5 at FP16 accumulate); "
+                f"at FP32 accumulate half that, as the {_L40} lists for the same chip (BF16/FP16 182.1, TF32 91.1, "
+                f"FP8 364.2 dense), 960 GB/s",
          sustained=round(_sustained(166.58, 165.2) * (50.14 / 91.1) / (58 / 82.6), 3),
          sustained_source=f"{_CHS}: no half-precision run; fp32 GEMMs 50.14 of 91.1 (issue #16) against the RTX 4090's 58 of 82.6 in the same table, times the RTX 4090's factor; 300 W. The clock a power limit allows falls further under tensor-core load than fp32, so this is an upper bound"),
     _gpu(name="RTX-3090", sms=82, aliases=("NVIDIA GeForce RTX 3090", "3090", "RTX 3090"), memory_gib=24.0,

@@ -52,6 +52,13 @@ class TransformerArch(BaseModel):
     pooler: bool = False
     # Post-LN layers with no final norm (BERT). None = BERT's heads ("mlm", "cls") are post-norm.
     post_norm: bool | None = None
+    # Positions per sequence the LM/MLM head runs on; None = every token (transformers' BertForMaskedLM,
+    # GPT2LMHeadModel). NVIDIA's BERT pre-training gathers the masked positions before its MLM head
+    # (DeepLearningExamples PyTorch/LanguageModeling/BERT, modeling.py BertPreTrainingHeads with
+    # sequence_output_is_dense, on unless --no_dense_sequence_output): max_predictions_per_seq, 20 of 128
+    # tokens in phase 1 and 80 of 512 in phase 2 (scripts/run_pretraining.sh). Left out of dumps when None,
+    # so that the packaged traces (advisor/data/traced.json) read as before.
+    head_positions: int | None = Field(None, ge=1, exclude_if=lambda v: v is None)
 
     @property
     def kv_heads(self) -> int:
@@ -111,6 +118,16 @@ class TransformerArch(BaseModel):
     def params(self) -> int:
         # BERT's heads carry no final norm (its norms are post-LN inside layers): head_params knows.
         return self.embedding_params() + self.n_layers * self.layer_params() + self.head_params()
+
+    def head_tokens(self, tokens: int) -> int:
+        """Tokens per sample the LM/MLM head (and its loss) runs on: all of them unless ``head_positions``."""
+        return tokens if self.head_positions is None else min(tokens, self.head_positions)
+
+    def head_matmul_params(self) -> int:
+        """Of ``matmul_params``, the LM/MLM head's: the vocabulary projection and BERT's dense transform."""
+        if self.head not in ("lm", "mlm"):
+            return 0
+        return self.vocab * self.d_model + (self.d_model**2 if self.head == "mlm" else 0)
 
     def matmul_params(self) -> int:
         """Parameters that take part in matmuls per token (excludes embeddings, norms, biases)."""

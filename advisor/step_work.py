@@ -182,11 +182,14 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
         prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
         layer = (a.mlp, a.norm) if (a.mlp, a.norm) in GEMMS_PER_LAYER else ("swiglu", "rmsnorm")  # counted kinds
+        head_all = a.head_matmul_params()  # runs on head_tokens of the tokens (all but NVIDIA's BERT pre-training)
         head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head
         odd = a.vocab % 2 == 1
-        work = StepWork(matmul_flops=6.0 * (a.matmul_params() - head) * tokens * mb,
-                        matmul_unaligned_flops=0.0 if odd else 6.0 * head * tokens * mb,
-                        matmul_odd_flops=6.0 * head * tokens * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
+        ht = a.head_tokens(tokens)
+        aligned = ((a.matmul_params() - head_all) * tokens + (head_all - head) * ht) * mb
+        work = StepWork(matmul_flops=6.0 * aligned,
+                        matmul_unaligned_flops=0.0 if odd else 6.0 * head * ht * mb,
+                        matmul_odd_flops=6.0 * head * ht * mb if odd else 0.0, attn_flops=_attention_flops(model, config) * mb,
                         bytes=prof.per_sample_bytes * mb * cal.traffic_per_saved_byte,
                         kernels=KERNELS_PER_LAYER[layer][key] * a.n_layers + KERNELS_BASE,
                         light_kernels=LIGHT_KERNELS_PER_LAYER[layer][key] * a.n_layers + LIGHT_KERNELS_BASE,

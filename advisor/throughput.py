@@ -114,7 +114,8 @@ def forward_flops(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     a = model.arch
     if a is not None:
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-        dense = 2.0 * a.matmul_params() * tokens
+        head = a.head_matmul_params()  # on head_tokens only (NVIDIA's BERT pre-training: the masked ones)
+        dense = 2.0 * ((a.matmul_params() - head) * tokens + head * a.head_tokens(tokens))
         attn = 4.0 * a.n_layers * a.d_model * tokens * tokens * (0.5 if a.causal else 1.0)
         return dense, attn
     t = model.trace

@@ -382,3 +382,25 @@ def test_gemm_and_convolution_launches_are_counted_and_each_pays_a_tail():
     a100 = get_gpu("A100-80GB")
     slower = gpu_seconds(work, cfg, a100, tails)[1] - gpu_seconds(work, cfg, a100, bare)[1]
     assert slower > extra  # fewer, slower SMs per FLOP of the same dtype
+
+
+def test_an_mlm_head_on_the_masked_positions_only_costs_them_alone():
+    """NVIDIA's BERT pre-training runs its MLM head on the masked positions (TransformerArch.head_positions):
+    the head's GEMM FLOPs, its saved bytes and the loss's logits count those tokens, the layers all of them."""
+    from advisor.activations import activation_profile
+    from advisor.throughput import forward_flops
+
+    full = catalog_model("bert-large")
+    arch = full.arch.model_copy(update={"vocab": 30528})
+    every, masked = (full.model_copy(update={"arch": arch.model_copy(update={"head_positions": p})}) for p in (None, 20))
+    cfg = TrainConfig(micro_batch=4, seq_len=128, precision="bf16")
+    w_all, w_masked = step_work(every, cfg, CAL), step_work(masked, cfg, CAL)
+    head = arch.head_matmul_params()
+    assert head == 30528 * 1024 + 1024 * 1024
+    assert w_all.matmul_flops - w_masked.matmul_flops == pytest.approx(6.0 * head * (128 - 20) * 4)
+    assert forward_flops(every, cfg)[0] - forward_flops(masked, cfg)[0] == pytest.approx(2.0 * head * (128 - 20))
+    a_all, a_masked = activation_profile(every, cfg), activation_profile(masked, cfg)
+    assert a_masked.loss_temp_bytes == pytest.approx(a_all.loss_temp_bytes * 20 / 128)
+    assert a_masked.per_sample_bytes < a_all.per_sample_bytes
+    # None is every token: the catalog model's estimate is the same object's
+    assert step_work(full, cfg, CAL).matmul_unaligned_flops == pytest.approx(6.0 * 30522 * 1024 * 128 * 4)

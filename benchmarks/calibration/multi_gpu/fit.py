@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from advisor.calibration import default_calibration
@@ -27,6 +28,7 @@ from advisor.estimate import estimate
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.loader import InputPipeline
+from advisor.models import ModelSpec
 
 HERE = Path(__file__).parent
 ROWS = HERE / "published.jsonl"
@@ -69,15 +71,73 @@ def hardware_of(r: dict) -> HardwareSpec:
                         interconnect="nvlink" if link == "nvlink" else link, input=pipe)
 
 
+# NVIDIA's BERT phase 2 as LDDL measured its sequence binning (padded_seq_len): DGX A100 nodes (Selene),
+# mixed precision, the README's 32 sequences per GPU at seq 512.
+BINNING_REFERENCE = {"model": "bert-large", "gpu": "A100-SXM-80GB", "precision": "fp16", "micro_batch": 32,
+                     "vocab": 30528, "masked_ratio": 0.15}
+
+
+def model_of(r: dict, seq_len: int | None = None) -> ModelSpec:
+    """The catalog model as the source ran it. ``vocab``: NVIDIA's BERT pads its vocabulary to a multiple of 8
+    (run_pretraining.py). ``masked_ratio``: its MLM head runs on the masked positions only (modeling.py,
+    BertPreTrainingHeads with sequence_output_is_dense, on unless --no_dense_sequence_output), and its
+    static masking masks round(0.15 x the sequence's tokens) of each (LDDL, lddl/dask/bert/pretrain.py,
+    masked_lm_ratio 0.15)."""
+    m = catalog_model(r["model"])
+    update = {}
+    if r.get("vocab"):
+        update["vocab"] = r["vocab"]
+    if r.get("masked_ratio"):
+        update["head_positions"] = max(1, round(r["masked_ratio"] * (seq_len or padded_seq_len(r))))
+    if not update:
+        return m
+    arch = m.arch.model_copy(update=update)
+    return m.model_copy(update={"arch": arch, "params": arch.params()})
+
+
 def config_of(r: dict) -> TrainConfig:
     return TrainConfig(micro_batch=r["micro_batch"], grad_accum=r.get("grad_accum") or 1, precision=r["precision"],
-                       seq_len=r.get("seq_len"), image_size=r.get("image_size"), channels_last=bool(r.get("channels_last")),
+                       seq_len=padded_seq_len(r), image_size=r.get("image_size"), channels_last=bool(r.get("channels_last")),
                        strategy="ddp" if r["gpus"] > 1 else "single")
+
+
+def padded_seq_len(r: dict) -> int | None:
+    """The sequence length the source's batches are padded to. ``bin_speedup``: NVIDIA's BERT phase 2 (seq 512)
+    runs LDDL's sequence binning, bin size 64 (scripts/run_pretraining.sh; its README's changelog, "Binned
+    pretraining for phase2 with LDDL using a bin size of 64"): each batch is drawn from one 64-token bin and
+    padded to its longest sequence, not to 512. NVIDIA/LDDL's README ("Sequence Binning Performance",
+    docs/images/binning_perf.gif: BERT phase 2 on 32 Selene nodes, end to end 2,565 s unbinned, 1,483 s with
+    bin size 64) measures that at 1.73x; end to end on 32 nodes includes communication that binning does not
+    shorten, so 1.73 is a lower bound on the compute's. The padded length is a property of the data set and
+    the bin size, so it is found once, on the configuration LDDL measured (BINNING_REFERENCE): the length at
+    which the single-GPU estimate runs 1.73x faster than at 512, its masked positions shrinking with it
+    (bisection; attention and the per-launch costs make a step's time not quite linear in length)."""
+    seq = r.get("seq_len")
+    if not seq or not r.get("bin_speedup"):
+        return seq
+    return _binned_len(seq, r["bin_speedup"])
+
+
+@lru_cache(maxsize=None)
+def _binned_len(seq: int, speedup: float) -> int:
+    ref = BINNING_REFERENCE
+    hw = HardwareSpec(gpu=get_gpu(ref["gpu"]), gpus_per_node=1)
+
+    def rate(length: int) -> float:
+        cfg = TrainConfig(micro_batch=ref["micro_batch"], precision=ref["precision"], seq_len=length, strategy="single")
+        return estimate(model_of(ref, length), cfg, hw).throughput.samples_per_s
+
+    target = rate(seq) * speedup
+    lo, hi = 1, seq
+    while hi - lo > 1:  # samples/s falls as the length grows
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if rate(mid) > target else (lo, mid)
+    return hi
 
 
 def predict(r: dict, k: CommConstants) -> float:
     cal = default_calibration().model_copy(update={"comm": k})
-    return estimate(catalog_model(r["model"]), config_of(r), hardware_of(r), calibration=cal).throughput.samples_per_s
+    return estimate(model_of(r), config_of(r), hardware_of(r), calibration=cal).throughput.samples_per_s
 
 
 def evaluate(prs: list[tuple[dict, dict]], k: CommConstants) -> list[dict]:
