@@ -378,12 +378,15 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
 
 def _policy_summary(run: Run) -> PolicySummary:
     """The policy line of the report: which rule chose the plan (docs/design.md "Decision policy")."""
+    from rules.policy import DEADLINE_RATE
+
     ctx, req, p = run.ctx, run.req, run.planner
     pick = ctx.pick
     floor = p.defaults.search.min_scaling_efficiency
     common = dict(deadline_h=req.deadline_h, margin=req.margin, min_scaling_efficiency=floor,
                   effective_deadline_h=req.deadline_h * (1 - req.margin) if req.deadline_h else None,
-                  needed_gpus=ctx.needed_gpus, counts_compared=p.counts(), candidates_scored=len(p.candidates))
+                  needed_gpus=ctx.needed_gpus, counts_compared=p.counts(), candidates_scored=len(p.candidates),
+                  deadline_rate=DEADLINE_RATE if req.deadline_h else None)
     ch = run.final
     if run.compromise and ctx.compromise_name:
         return PolicySummary(rule=f"node H: the standard setup does not fit the GPUs at hand; the lowest-risk memory "
@@ -406,7 +409,9 @@ def _policy_summary(run: Run) -> PolicySummary:
     d = next((s for s in run.steps if s.node == "D"), None)
     h = next((s for s in run.steps if s.node == "H"), None)
     why = d.answer if d is not None and ctx.end == "E" else h.answer if h is not None else "one GPU"
-    return PolicySummary(rule=f"one GPU: {why}", kind="single", baseline_gpus=1, **common)
+    # node H's "faster": one GPU at hand misses the deadline (as rules.policy.deadline_hours counts it)
+    missed = ctx.end == "H" and h is not None and h.key == "faster"
+    return PolicySummary(rule=f"one GPU: {why}", kind="deadline-missed" if missed else "single", baseline_gpus=1, **common)
 
 
 def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:

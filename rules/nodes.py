@@ -198,19 +198,25 @@ def node_D(ctx: TreeContext) -> Answer:
         return Answer("yes", "yes: no deadline and no dataset size given" + _faster_at_hand(ctx),
                       "Without a deadline or the amount of work, one GPU is enough when the model fits on it; "
                       "--deadline, --dataset-size/--epochs or --strategy decide otherwise.")
+    from rules.policy import deadline_hours
+
     limit = ctx.deadline * (1 - ctx.req.margin)
+    t = deadline_hours(ch.estimate)  # without gains measured only on another GPU kind (rules.policy)
+    thr = ch.estimate.throughput
+    counted = (f"; the deadline counts {thr.conservative_samples_per_s:,.1f} samples/s, without gains measured only "
+               f"on another GPU kind" if t != ch.time_h else "")
     if t <= limit:
         return Answer("yes", f"yes: {format_hours(t)} on one GPU <= deadline {format_hours(ctx.deadline)} less the "
                       f"{ctx.req.margin:.0%} margin ({format_hours(limit)})",
                       f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s x {ctx.req.dataset_size:,} samples x {ctx.req.epochs:g} epochs"
-                      + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
-                      {"time_to_train_h": t})
+                      + (" (with torch.compile, which repays its compile time over this run)" if ch.config.compile else "")
+                      + counted + ".", {"time_to_train_h": ch.time_h})
     over = (f"over by {format_hours(t - ctx.deadline)}, {(t - ctx.deadline) / ctx.deadline:.0%}" if t > ctx.deadline
             else f"inside it, but not inside the {ctx.req.margin:.0%} margin: {format_hours(limit)}")
     return Answer("no", f"no: {format_hours(t)} on one GPU vs deadline {format_hours(ctx.deadline)} ({over})",
                   f"{ch.estimate.throughput.samples_per_s:,.1f} samples/s with the standard setup"
-                  + (" (with torch.compile, which repays its compile time over this run)." if ch.config.compile else "."),
-                  {"time_to_train_h": t})
+                  + (" (with torch.compile, which repays its compile time over this run)" if ch.config.compile else "")
+                  + counted + ".", {"time_to_train_h": ch.time_h})
 
 
 def _faster_at_hand(ctx: TreeContext) -> str:
@@ -269,13 +275,16 @@ def node_H(ctx: TreeContext) -> Answer:
         return Answer("single", f"one GPU: {format_hours(ch.time_h)} to train on it; {describe(ch)}",
                       "More GPUs would shorten it: give --gpus N (and --nodes) to plan for them.",
                       {"time_to_train_h": ch.time_h})
+    from rules.policy import deadline_hours
+
     deadline_measures(ctx, ch)
     limit = ctx.deadline * (1 - ctx.req.margin)
-    miss = ch.time_h - limit
+    counted = deadline_hours(ch.estimate)
+    miss = counted - limit
     closing = [m for m in ctx.measures if m.meets]
     close = ("; would close it: " + ", ".join(f"{m.name} ({format_hours(m.time_h)})" for m in closing)) if closing else \
         "; no single measure closes it"
-    return Answer("faster", f"missed by {format_hours(miss)} ({miss / limit:.0%}): {format_hours(ch.time_h)} vs "
+    return Answer("faster", f"missed by {format_hours(miss)} ({miss / limit:.0%}): {format_hours(counted)} vs "
                   f"{format_hours(limit)} (deadline {format_hours(ctx.deadline)} less the {ctx.req.margin:.0%} margin){close}",
                   "Estimated: " + "; ".join(f"{m.name}: {m.summary}" for m in ctx.measures), {"missed_h": miss})
 
@@ -283,6 +292,7 @@ def node_H(ctx: TreeContext) -> Answer:
 def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
     """Ways to close a missed deadline, each with an estimate (node H; G when even all GPUs miss)."""
     from advisor.catalog import catalog_model, catalog_names
+    from rules.policy import deadline_hours
 
     p, req = ctx.planner, ctx.req
     dl = ctx.deadline * (1 - req.margin)  # a measure closes the deadline when it meets it with the margin
@@ -294,7 +304,8 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
              hypothetical: bool = False) -> None:
         e = alt.estimate
         t = e.time_to_train_h
-        out.append(Measure(name, summary, flags, t, t is not None and t <= dl, gpus=alt.gpus, strategy=alt.strategy.value,
+        counted = deadline_hours(e)  # a gain measured only on another GPU kind closes nothing (rules.policy)
+        out.append(Measure(name, summary, flags, t, counted is not None and counted <= dl, gpus=alt.gpus, strategy=alt.strategy.value,
                            samples_per_s=e.throughput.samples_per_s, peak_gib=e.memory.peak_gib,
                            device_gib=e.memory.device_gib, model=model, source=source, choice=alt,
                            hypothetical=hypothetical))
@@ -338,7 +349,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
         if n <= ch.gpus:
             continue
         alt = p.best(n, hypothetical=True)
-        if isinstance(alt, Choice) and alt.time_h is not None and alt.time_h <= dl:
+        if isinstance(alt, Choice) and (ta := deadline_hours(alt.estimate)) is not None and ta <= dl:
             ctx.needed_gpus = n
             per_node = max(p.hw.gpus_per_node, 8)
             flags = ["--gpus", str(n)] if n <= per_node else ["--gpus", str(per_node), "--nodes", str(n // per_node)]
@@ -346,8 +357,9 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
                  flags, alt, hypothetical=n > p.available)
             break
     # less work
-    if req.epochs and t0:
-        fit_epochs = math.floor(req.epochs * dl / t0 * 10) / 10
+    counted = deadline_hours(ch.estimate)
+    if req.epochs and counted:
+        fit_epochs = math.floor(req.epochs * dl / counted * 10) / 10
         if fit_epochs > 0:
             e = ch.estimate
             out.append(Measure("fewer epochs", f"{fit_epochs:g} of {req.epochs:g} epochs fit in the deadline",

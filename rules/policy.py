@@ -5,7 +5,10 @@ whole nodes, so never 3, 5 or 7 of 8 unless the node has that many), sorted by c
 
 - **deadline**: the fewest GPUs whose time-to-train fits inside the deadline less the margin
   (``--margin``, default 15%); when no count at hand does, the fastest at hand, and the report says
-  how many GPUs of this kind would (``needed``);
+  how many GPUs of this kind would (``needed``). The time tested is at
+  ``throughput.conservative_samples_per_s``: without gains measured only on another GPU kind
+  (torch.compile's, fit on the H200: ``advisor.estimate._mark_transferred_compile``), so a deadline is
+  never promised on a speed-up nobody measured on this GPU kind (``deadline_hours``);
 - **no deadline**: the most GPUs whose plan keeps at least ``search.min_scaling_efficiency`` (80%)
   of linear scaling against the best plan on the smallest count that fits (the baseline: one GPU
   when it fits, else the smallest count that holds the model sharded).
@@ -19,8 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.estimate import Estimate
 from advisor.units import format_hours
 from rules.planner import Choice, Infeasible
+
+# What the deadline test counts on (PolicySummary.deadline_rate, the report's policy line).
+DEADLINE_RATE = ("throughput.conservative_samples_per_s: samples/s without gains measured only on another GPU kind "
+                 "(torch.compile's speed-up is fit on the H200)")
 
 
 @dataclass
@@ -54,6 +62,21 @@ def effective_deadline(deadline_h: float, margin: float) -> float:
     return deadline_h * (1.0 - margin)
 
 
+def deadline_hours(est: Estimate) -> float | None:
+    """Time-to-train a deadline is tested on: at ``throughput.conservative_samples_per_s`` (the rate without gains
+    measured only on another GPU kind), not at samples/s; the same as ``time_to_train_h`` where no gain is transferred."""
+    t, thr = est.time_to_train_h, est.throughput
+    if t is None or not thr.conservative_samples_per_s or thr.conservative_samples_per_s >= thr.samples_per_s:
+        return t
+    return t * thr.samples_per_s / thr.conservative_samples_per_s
+
+
+def _counted(c: Choice) -> str:
+    """A row's time as the deadline test counts it, and its time with the transferred gains when they differ."""
+    t = deadline_hours(c.estimate)
+    return _h(t) + (f"; {_h(c.time_h)} with them" if t != c.time_h else "")
+
+
 def pick(rows: list[Choice | Infeasible], *, deadline_h: float | None, margin: float, min_efficiency: float,
          per_node: int) -> Pick | None:
     """The count the policy takes among ``rows`` (one best plan per count); None when none fits."""
@@ -63,18 +86,20 @@ def pick(rows: list[Choice | Infeasible], *, deadline_h: float | None, margin: f
     base, eff = efficiencies(fitting)
     if deadline_h is not None:
         limit = effective_deadline(deadline_h, margin)
-        meets = [c for c in fitting if c.time_h is not None and c.time_h <= limit]
+        meets = [c for c in fitting if (t := deadline_hours(c.estimate)) is not None and t <= limit]
+        transferred = any(deadline_hours(c.estimate) != c.time_h for c in fitting)
+        basis = " without gains measured only on another GPU kind" if transferred else ""
         if meets:
             fewest = meets[0].gpus
             # Prefer a count that divides the node (or whole nodes) among equally few: all counts
             # compared already are, so the fewest is the pick.
-            ch = min((c for c in meets if c.gpus == fewest), key=lambda c: c.time_h)
+            ch = min((c for c in meets if c.gpus == fewest), key=lambda c: deadline_hours(c.estimate))
             return Pick(ch, f"deadline {_h(deadline_h)} less the {margin:.0%} margin = {_h(limit)}: "
-                        f"the fewest GPUs that finish inside it ({ch.gpus}, {_h(ch.time_h)})",
+                        f"the fewest GPUs that finish inside it{basis} ({ch.gpus}, {_counted(ch)})",
                         "deadline", base, eff, limit)
         ch = max(fitting, key=lambda c: c.samples_per_s)
         return Pick(ch, f"no count at hand finishes inside the deadline less the {margin:.0%} margin "
-                    f"({_h(limit)}): the fastest is taken ({ch.gpus} GPUs, {_h(ch.time_h)})",
+                    f"({_h(limit)}){basis}: the fastest is taken ({ch.gpus} GPUs, {_counted(ch)})",
                     "deadline-missed", base, eff, limit)
     good = [c for c in fitting if eff[c.gpus] >= min_efficiency]
     ch = max(good, key=lambda c: c.gpus)  # the baseline itself is at 100%: never empty

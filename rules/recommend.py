@@ -155,6 +155,8 @@ class PolicySummary(BaseModel):
     needed_gpus: int | None = Field(None, description="GPUs of this kind that would meet a missed deadline (hypothetical)")
     counts_compared: list[int] = Field(default_factory=list, description="GPU counts scored at hand")
     candidates_scored: int = Field(0, description="configurations the planner scored at hand (Recommendation.candidates)")
+    deadline_rate: str | None = Field(None, description="with a deadline: the samples/s the deadline test counts on "
+                                      "(rules.policy.DEADLINE_RATE: without gains measured only on another GPU kind)")
 
 
 class RuleSummary(BaseModel):

@@ -70,19 +70,24 @@ def test_the_pick_is_within_5_percent_of_the_best_candidate_under_the_policy(mod
         assert c.global_batch == r.global_batch, "every candidate keeps the global batch"
         assert c.gpus in ([d for d in range(1, per_node + 1) if per_node % d == 0] + [per_node * k for k in range(2, nodes + 1)])
     best: dict[int, float] = {}
+    slow: dict[int, float] = {}  # the best plan's rate without gains measured only on another GPU kind
     for c in cands:
-        best[c.gpus] = max(best.get(c.gpus, 0.0), c.samples_per_s)
+        if c.samples_per_s > best.get(c.gpus, 0.0):
+            best[c.gpus], slow[c.gpus] = c.samples_per_s, c.estimate.throughput.conservative_samples_per_s
     counts = sorted(best)
     time_of = {n: c_time for n, c_time in ((n, WORK[model][0] * WORK[model][1] / best[n] / 3600) for n in counts)}
     t = r.time_to_train_h
     assert r.gpus in best, f"picked {r.gpus} GPUs, not a count the planner scored"
     assert t <= time_of[r.gpus] * (1 + REGRET), f"{t:.3f} h vs the best {time_of[r.gpus]:.3f} h on {r.gpus} GPUs"
     if deadline is not None:
+        # the deadline is tested at the rate without transferred gains (torch.compile's, fit on the H200)
         limit = deadline * (1 - rec.policy.margin)
-        meets = [n for n in counts if time_of[n] <= limit]
+        counted = {n: WORK[model][0] * WORK[model][1] / slow[n] / 3600 for n in counts}
+        meets = [n for n in counts if counted[n] <= limit]
         if meets:
-            assert t <= limit, f"{t:.3f} h violates the deadline less the margin ({limit:.3f} h)"
-            clearly = [n for n in counts if time_of[n] <= limit * (1 - NEAR)]
+            t_counted = WORK[model][0] * WORK[model][1] / rec.estimate.throughput.conservative_samples_per_s / 3600
+            assert t_counted <= limit, f"{t_counted:.3f} h violates the deadline less the margin ({limit:.3f} h)"
+            clearly = [n for n in counts if counted[n] <= limit * (1 - NEAR)]
             if clearly:
                 assert r.gpus <= clearly[0], f"{r.gpus} GPUs where {clearly[0]} finish well inside {limit:.2f} h"
             assert rec.policy.kind in ("deadline", "single")
