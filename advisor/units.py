@@ -42,6 +42,20 @@ def format_hours(h: float | None) -> str:
     return f"{h / 24:.1f} days"
 
 
+def format_efficiency(x: float | None, measured: bool = False) -> str:
+    """A scaling efficiency for people (DESIGN.md: no row reads 100% at N GPUs unless a measurement says so).
+    An estimate within half a point of 100% gets one decimal (99.6%, 100.4%), so that rounding never turns
+    99.6% into a promise of perfect scaling; an estimate above 100% stays what it is (the count fits a faster
+    configuration or shards the optimizer step: the table's "changed" column says which, docs/design.md
+    "Decision policy"). A measured one (``advise bench``) is shown as measured."""
+    if x is None:
+        return "-"
+    whole = f"{x:.0%}"
+    if measured or whole != "100%":
+        return whole
+    return f"{x:.1%}"
+
+
 # ---------------------------------------------------------------- value parsers
 # One home for reading the numbers people type, shared by the CLI (wrapped as argparse types in
 # cli/flags.py) and the wizard's form validators. Each raises ValueError with the message to show.

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from advisor.units import format_hours
+from advisor.units import format_efficiency, format_hours
 from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
                        add_workload_flags, check_output_file)
 
@@ -204,7 +204,7 @@ def render_report(rec, console=None) -> None:
                 t.add_row(str(row.gpus), row.strategy, f"{row.micro_batch} x {row.grad_accum}", str(row.global_batch),
                           f"{row.device_gib:.1f}", f"{row.samples_per_s:,.1f}",
                           f"{row.speedup:.2f}x" if row.speedup else "-",
-                          "baseline" if row.baseline else f"{row.scaling_efficiency:.0%}",
+                          "baseline" if row.baseline else format_efficiency(row.scaling_efficiency, row.measured),
                           format_hours(row.time_to_train_h),
                           ", ".join(row.changed) or "-", style=style)
             else:
@@ -213,6 +213,11 @@ def render_report(rec, console=None) -> None:
                           "does not fit" if "GiB" in row.note else "-", "-", "-", "-",
                           "-" if "GiB" in row.note else row.note or "-", style="red")
         console.print(t)
+        over = [r for r in rec.scaling if r.fits and not r.baseline and (r.scaling_efficiency or 0) > 1.0]
+        if over:
+            console.print(f"efficiency over 100% ({', '.join(str(r.gpus) for r in over)} GPUs): that count fits a faster "
+                          "configuration than the baseline, or shards the optimizer step (see 'changed'); the "
+                          "per-GPU rate, not scaling headroom", style="dim")
         console.print()
 
     kv = Table.grid(padding=(0, 2))

@@ -363,7 +363,7 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
                 grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
                 device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
                 time_to_train_h=e.time_to_train_h, scaling_efficiency=eff[n],
-                speedup=ch.samples_per_s / base.samples_per_s, baseline=n == base_n,
+                speedup=ch.samples_per_s / base.samples_per_s, baseline=n == base_n, measured=e.throughput.calibrated,
                 chosen=(n == chosen.gpus and ch.strategy is chosen.strategy),
                 changed=_changed(base.config, ch.config) if n != base_n else []))
         else:
@@ -419,6 +419,8 @@ def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
     if one is None:
         return []
     out = []
+    if cfg.strategy.sharded and not one.strategy.sharded:  # 1/N of the optimizer step per GPU: can exceed 100%
+        out.append(f"{cfg.strategy.value.upper()}: optimizer step sharded")
     if cfg.grad_ckpt != one.grad_ckpt:
         out.append("checkpointing " + ("on" if cfg.grad_ckpt else "off"))
     if cfg.micro_batch != one.micro_batch:

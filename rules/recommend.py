@@ -133,6 +133,8 @@ class ScalingRow(BaseModel):
     scaling_efficiency: float | None = Field(None, description="samples/s per GPU over the baseline row's (the best "
                                              "plan on the smallest count that fits; one GPU when it fits); not capped")
     speedup: float | None = Field(None, description="samples/s over the baseline row's")
+    measured: bool = Field(False, description="samples/s calibrated by a measurement on this machine (advise bench); "
+                           "an estimate's efficiency never reads a bare 100% (advisor.units.format_efficiency)")
     baseline: bool = Field(False, description="the row efficiency and speedup compare against")
     chosen: bool = False
     note: str = ""

@@ -19,6 +19,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from advisor.errors import UserError
+from advisor.units import format_efficiency
 from advisor.units import format_hours
 from tui import compute
 from tui.messages import RecommendationReady
@@ -126,7 +127,7 @@ def scaling_cells(row: ScalingRow) -> tuple[str, ...]:
     if not row.fits:
         return (gpus, row.strategy, "-", "-", "-", "-", _num(row.device_gib, "{:.0f}*"), "no")
     accum = f"{row.micro_batch}x{row.grad_accum}" if row.micro_batch else "-"
-    eff = "base" if row.baseline else _num(row.scaling_efficiency, "{:.0%}", "")
+    eff = "base" if row.baseline else ("" if row.scaling_efficiency is None else format_efficiency(row.scaling_efficiency, row.measured))
     speed = " ".join(x for x in (_num(row.speedup, "{:.2f}x", ""), eff) if x)
     return (gpus, row.strategy, accum, _num(row.samples_per_s, "{:,.1f}"), speed or "-",
             format_hours(row.time_to_train_h), _num(row.peak_gib, "{:.1f}"), "yes")
