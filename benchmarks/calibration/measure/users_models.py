@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from benchmarks.calibration.measure.steploop import ceilings, free_device, in_child, is_oom, make_step, memory, timed, warm_up
+from launcher.loader_probe import cpu_model
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 REL = "benchmarks/calibration/models"
@@ -334,18 +335,6 @@ def host_dispatch_of(device: str, windows: int = 5) -> float:
     return host_dispatch.measure(device, windows=2 if device == "cpu" else windows)["us_per_step"]
 
 
-def cpu_model() -> str | None:
-    """The host CPU's model name (/proc/cpuinfo): host-bound rows moved differently between calls'
-    machines (benchmarks/calibration/results/h200-users.md, "The host probe and the host-bound rows in one call")."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def header(device: str) -> dict:
     try:
         import transformers
@@ -360,6 +349,9 @@ def header(device: str) -> dict:
          "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
          "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
          "float32_matmul_precision": torch.get_float32_matmul_precision(),
+         # the host CPU's model (launcher.loader_probe.cpu_model, what `advise probe --data` records): host-bound
+         # rows moved differently between calls' machines (results/h200-users.md, "The host probe and the
+         # host-bound rows in one call")
          "cudnn_benchmark": torch.backends.cudnn.benchmark, "cpu": cpu_model()}
     if device == "cuda":
         h.update(ceilings(device))
