@@ -13,7 +13,7 @@ from typing import Callable
 
 from advisor.config import Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.estimate import Estimate
-from advisor.units import format_hours
+from advisor.units import format_efficiency, format_hours
 from rules.planner import Choice, Infeasible
 from rules.tree import Answer, Measure, Step, TreeContext, load_tree
 
@@ -135,11 +135,12 @@ def _policy(ctx: TreeContext, rows: list[Choice | Infeasible]) -> tuple[Choice, 
 
 def _rows_text(rows: list[Choice | Infeasible], eff: dict[int, float]) -> str:
     out = []
+    base = min(eff) if eff else None  # the smallest count that fits: efficiency's reference (rules.policy)
     for r in rows:
         if isinstance(r, Choice):
             t = r.time_h
             out.append(f"{r.gpus}: {r.strategy.value} {format_hours(t) if t is not None else f'{r.samples_per_s:,.1f}/s'}"
-                       f" ({eff[r.gpus]:.0%} eff.)")
+                       f" ({'baseline' if r.gpus == base else format_efficiency(eff[r.gpus]) + ' eff.'})")
         else:
             out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split' if r.kind == 'batch' else 'n/a'}")
     return "; ".join(out)

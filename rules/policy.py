@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.estimate import Estimate
-from advisor.units import format_hours
+from advisor.units import format_efficiency, format_hours
 from rules.planner import Choice, Infeasible
 
 # What the deadline test counts on (PolicySummary.deadline_rate, the report's policy line).
@@ -104,7 +104,8 @@ def pick(rows: list[Choice | Infeasible], *, deadline_h: float | None, margin: f
     good = [c for c in fitting if eff[c.gpus] >= min_efficiency]
     ch = max(good, key=lambda c: c.gpus)  # the baseline itself is at 100%: never empty
     others = [c.gpus for c in fitting if c.gpus > ch.gpus]
-    tail = (f"; {others[0]} GPUs would keep {eff[others[0]]:.0%}" if others else "")
+    tail = (f"; {others[0]} GPUs would keep {format_efficiency(eff[others[0]])}" if others else "")
     where = "one GPU" if base == 1 else f"{base} GPUs, the fewest that hold it"
     return Pick(ch, f"no deadline: the most GPUs that keep >= {min_efficiency:.0%} of linear scaling against the best "
-                f"plan on {where} ({ch.gpus} GPUs at {eff[ch.gpus]:.0%}){tail}", "efficiency", base, eff)
+                f"plan on {where} ({ch.gpus} GPUs at {format_efficiency(eff[ch.gpus]) if ch.gpus != base else '100%'}){tail}",
+                "efficiency", base, eff)
