@@ -108,7 +108,10 @@ class StopWatch:
             # CPU tensors on gloo: agreeing needs no device synchronisation (NCCL would sync every step).
             self._group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         if self.rt.is_main:
-            (self.request.parent / LISTENING_NAME).write_text(json.dumps({"pid": os.getpid(), "time": time.time()}))
+            try:
+                (self.request.parent / LISTENING_NAME).write_text(json.dumps({"pid": os.getpid(), "time": time.time()}))
+            except OSError:  # a full disk: the runner then stops this run by signals, as before
+                pass
 
     def agreed(self) -> bool:
         """Whether the ranks stop at this boundary: any rank saw a request (all ranks call this at the same
@@ -129,6 +132,9 @@ class StopWatch:
         """Rank 0: ``stopped.json`` beside the request, for the runner and the service's log."""
         if self.rt.is_main and self.request is not None:
             tmp = self.request.with_name(f".{STOPPED_NAME}.tmp")
-            tmp.write_text(json.dumps({"step": step, "checkpoint": str(checkpoint) if checkpoint else None,
-                                       "time": time.time()}))
-            tmp.replace(self.request.with_name(STOPPED_NAME))
+            try:
+                tmp.write_text(json.dumps({"step": step, "checkpoint": str(checkpoint) if checkpoint else None,
+                                           "time": time.time()}))
+                tmp.replace(self.request.with_name(STOPPED_NAME))
+            except OSError:  # the checkpoint is what matters; the note is for the logs
+                pass
