@@ -15,8 +15,9 @@ is the session leader the runner signals, and it owns the whole tree's end:
   importing torch before they could ask for PR_SET_PDEATHSIG themselves, their children) is
   stopped too, SIGTERM then SIGKILL (``launcher.procs``). The shim is a child subreaper, so those
   orphans are re-parented to it and reaped here.
-- **The end is written down.** ``--exit-file`` receives ``{"returncode", "stopped", "ended"}`` (stopped: by a signal, or on a graceful stop request, ``launcher.graceful_stop``)
-  once the launcher exited: a run that ends while nobody waits for it (the queue service was
+- **The end is written down.** ``--exit-file`` receives ``{"returncode", "stopped", "ended"}``
+  once the launcher exited (stopped: by a signal, or by the ranks on a graceful stop request,
+  ``launcher.graceful_stop``): a run that ends while nobody waits for it (the queue service was
   down) is recorded from this file later instead of being run again (``launcher.records``).
 
 The shim exits with the launcher's status (128+N for a signal N). Elsewhere than Linux the
