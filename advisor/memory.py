@@ -15,6 +15,12 @@ peak is the larger of two moments:
 copies as their own part; ``other_moment`` says what the other moment holds when a part (say the
 gradients) is larger there.
 
+One vocabulary (``PART_KEYS``, ``part_label``): every part is named after its JSON key, so the text
+report, ``peak_parts``, the wizard and ``advise estimate`` say "optimizer 59.8" where the JSON says
+``memory.optimizer_gib``, "loss temporaries" where it says ``memory.detail.loss_temporaries_gib``.
+A peak part carries its ``key`` and always has that key's value (the activations without the autocast
+copies, when there are copies, are their own key: ``activations_gib`` counts the copies too).
+
 Bytes per parameter follow Rajbhandari et al. 2020 (ZeRO, sec. 3.1): mixed precision AdamW keeps
 fp32 weights (4), fp32 gradients (4, Accelerate/autocast keeps grads in the weight dtype) and two
 fp32 moments (8); autocast adds a bf16 copy of every matmul weight for the step (2). The memory
@@ -42,11 +48,44 @@ GIB = float(2**30)
 WORKSPACE_GIB = 0.0625
 
 
+# The memory parts, by JSON key: a key of MemoryEstimate, or ``detail.<key>``. Their labels are the key's
+# words (``part_label``), so a line of any report names the JSON key it comes from.
+PART_KEYS: tuple[str, ...] = (
+    "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "other_gib", "autocast_copies_gib",
+    "detail.live_gradients_gib", "detail.activations_without_copies_gib", "detail.loss_temporaries_gib",
+    "detail.gradients_so_far_gib", "detail.ddp_buckets_gib", "detail.fsdp_gathered_gib",
+    "detail.dequantized_base_gib", "detail.workspace_gib",
+)
+_ACRONYMS = {"ddp": "DDP", "fsdp": "FSDP"}
+
+
+def part_label(key: str) -> str:
+    """The label of the part at JSON key ``key``: its words ("detail.ddp_buckets_gib" -> "DDP buckets")."""
+    if key not in PART_KEYS:
+        raise KeyError(f"{key} is not a memory part (advisor.memory.PART_KEYS)")
+    stem = key.removeprefix("detail.").removesuffix("_gib")
+    return " ".join(_ACRONYMS.get(w, w) for w in stem.split("_"))
+
+
+def part_key(label: str) -> str:
+    """The JSON key a label names (``part_label``'s inverse)."""
+    stem = label.lower().replace(" ", "_") + "_gib"
+    for key in (stem, "detail." + stem):
+        if key in PART_KEYS:
+            return key
+    raise KeyError(f"{label!r} is not a memory part's label (advisor.memory.PART_KEYS)")
+
+
 class MemoryPart(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(description="the label: the JSON key's words (advisor.memory.part_label)")
+    key: str = Field("", description="the JSON key in `memory` with this value (`detail.<key>` for a finer term)")
     gib: float
+
+    @classmethod
+    def of(cls, key: str, gib: float) -> "MemoryPart":
+        return cls(name=part_label(key), key=key, gib=gib)
 
 
 class MemoryEstimate(BaseModel):
@@ -167,21 +206,25 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         weights = grads = states = 0.0
         notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM per GPU for weights, gradients and optimizer states")
 
-    backward_parts = [("weights", weights), ("optimizer states", states), ("gradients", accum_grads),
-                      ("autocast weight copies", copies), ("activations", acts - copies),
-                      ("loss temporaries", temps if temps >= grad_moment else 0.0),
-                      ("gradients so far, above the activations freed", grad_moment if grad_moment > temps else 0.0),
-                      ("DDP buckets", buckets), ("FSDP gathered units", gathered),
-                      ("4-bit base dequantized", dequantized)]
-    step_parts = [("weights", weights), ("gradients", live_grads), ("optimizer states", states), ("DDP buckets", buckets)]
+    # The two moments' parts, by JSON key (PART_KEYS): each part has its key's value.
+    saved_key = "detail.activations_without_copies_gib" if copies else "activations_gib"
+    step_grads_key = "gradients_gib" if live_grads == grads else "detail.live_gradients_gib"
+    backward_parts = [("weights_gib", weights), ("optimizer_gib", states), ("gradients_gib", accum_grads),
+                      ("autocast_copies_gib", copies), (saved_key, acts - copies),
+                      ("detail.loss_temporaries_gib", temps if temps >= grad_moment else 0.0),
+                      ("detail.gradients_so_far_gib", grad_moment if grad_moment > temps else 0.0),
+                      ("detail.ddp_buckets_gib", buckets), ("detail.fsdp_gathered_gib", gathered),
+                      ("detail.dequantized_base_gib", dequantized)]
+    step_parts = [("weights_gib", weights), (step_grads_key, live_grads), ("optimizer_gib", states),
+                  ("detail.ddp_buckets_gib", buckets)]
     backward_peak = sum(v for _, v in backward_parts)
     step_peak = sum(v for _, v in step_parts)
     peak_at = "backward" if backward_peak >= step_peak else "optimizer-step"
     peak = max(backward_peak, step_peak) / GIB + WORKSPACE_GIB
     at, other = (backward_parts, step_parts) if peak_at == "backward" else (step_parts, backward_parts)
-    parts = [MemoryPart(name=k, gib=v / GIB) for k, v in at if v > 0] + [MemoryPart(name="workspaces", gib=WORKSPACE_GIB)]
+    parts = [MemoryPart.of(k, v / GIB) for k, v in at if v > 0] + [MemoryPart.of("detail.workspace_gib", WORKSPACE_GIB)]
     mine = dict(at)
-    larger = [f"{k} {v / GIB:.1f} GiB" for k, v in other if v > mine.get(k, 0.0) + 0.05 * GIB]
+    larger = [f"{part_label(k)} {v / GIB:.1f} GiB" for k, v in other if v > mine.get(k, 0.0) + 0.05 * GIB]
     other_name = "optimizer step" if peak_at == "backward" else "start of backward"
     other_moment = (f"the {other_name} holds {sum(v for _, v in other) / GIB + WORKSPACE_GIB:.1f} GiB"
                     + (f"; larger there than at the peak: {', '.join(larger)}" if larger else ""))
@@ -222,6 +265,8 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
                 "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
                 "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB,
+                "activations_without_copies_gib": (acts - copies) / GIB, "gradients_so_far_gib": grad_moment / GIB,
+                "dequantized_base_gib": dequantized / GIB,
                 "paged_states_gib": paged / GIB, "paged_out_gib": paged_out / GIB},
         notes=notes,
     )

@@ -229,6 +229,13 @@ def _run_recorded(args: argparse.Namespace, plan, target, options, resumed_from:
         print(f"advise: run {rec.id}: {plan.world_size} rank(s), logs in {rdir}", file=sys.stderr)
         final = execute(store, rec.id, plan, target, rdir, options, cancel=cancel,
                         echo=None if args.json else sys.stdout, on_launch=launches.append)
+    if final.status == "cancelled" and launches:
+        from launcher.graceful_stop import describe, stopped
+
+        info = stopped(launches[-1].log_path.parent)
+        if info is not None and info.get("checkpoint"):  # the ranks saved the step they stopped at
+            print(f"advise: run {final.id} {describe(info)}; go on with: advise launch --resume {final.id}",
+                  file=sys.stderr)
     if args.json:
         print(final.model_dump_json(indent=2))
     else:

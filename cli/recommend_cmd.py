@@ -57,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- rendering (shared with estimate_cmd)
 
-# Colours of the peak moment's parts (advisor.memory.MemoryEstimate.peak_parts), by name.
-_COLORS = {"weights": "blue", "gradients": "magenta", "optimizer states": "yellow", "autocast weight copies": "bright_green",
-           "activations": "green", "loss temporaries": "cyan", "DDP buckets": "bright_cyan", "FSDP gathered units": "bright_blue",
-           "workspaces": "grey62"}
+# Colours of the peak moment's parts (advisor.memory.MemoryEstimate.peak_parts), by JSON key.
+_COLORS = {"weights_gib": "blue", "gradients_gib": "magenta", "detail.live_gradients_gib": "magenta",
+           "optimizer_gib": "yellow", "autocast_copies_gib": "bright_green", "activations_gib": "green",
+           "detail.activations_without_copies_gib": "green", "detail.loss_temporaries_gib": "cyan",
+           "detail.ddp_buckets_gib": "bright_cyan", "detail.fsdp_gathered_gib": "bright_blue",
+           "detail.workspace_gib": "grey62"}
 
 
 def memory_bar(memory, width: int = 56):
@@ -75,7 +77,7 @@ def memory_bar(memory, width: int = 56):
     for part in parts:
         n = int(round(part.gib * scale))
         n = min(n, width - used)
-        bar.append("█" * n, style=_COLORS.get(part.name, "white"))
+        bar.append("█" * n, style=_COLORS.get(part.key, "white"))
         used += n
     overhead = int(round((memory.device_gib - memory.peak_gib) * scale))
     overhead = max(0, min(overhead, width - used))
@@ -89,7 +91,7 @@ def memory_bar(memory, width: int = 56):
     bar.append(f"  {memory.device_gib:.1f} / {total:.0f} GiB", style="bold green" if memory.fits else "bold red")
     legend = Text("  ")
     for part in parts:
-        legend.append("█ ", style=_COLORS.get(part.name, "white"))
+        legend.append("█ ", style=_COLORS.get(part.key, "white"))
         legend.append(f"{part.name} {part.gib:.1f}  ")
     legend.append("▒ ", style="grey50")
     legend.append("allocator + CUDA context")

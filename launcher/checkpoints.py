@@ -12,6 +12,8 @@ Layout, inside the run directory::
 The runtime (``launcher.runtime.Runtime``) drives it: ``batches()`` (``batch_stream`` here) restores the checkpoint named
 by ``$CARDWISE_RESUME`` before the first batch and saves every ``$CARDWISE_CHECKPOINT_EVERY``
 optimizer steps at the step boundary; ``finish()`` saves the last state and the final weights.
+At every step boundary it also asks ``launcher.graceful_stop`` whether the ranks agreed to stop:
+then every rank saves that step (a stop checkpoint, ``"stop": true`` in ``cardwise.json``) and exits.
 The LR schedule is not an object Accelerate saves: its position is the optimizer step, restored
 from ``cardwise.json``; the learning rates themselves come back with the optimizer's state.
 """
@@ -49,11 +51,16 @@ def batch_stream(rt, loader) -> Iterator:
     ``set_epoch`` per epoch, saving at step boundaries and timing the loader."""
     from launcher.data_wait import DataWaitClock
 
+    from launcher.graceful_stop import StopWatch
+
     ckpt = checkpoints_of(rt)
     ckpt.restore()
     if getattr(rt, "_data_clock", None) is None:
         rt._data_clock = DataWaitClock()  # Runtime._log reads it into each metrics row
-    return _stream(rt, loader, ckpt, rt._data_clock, rt.step * rt.plan.config.grad_accum)
+    if getattr(rt, "_stop_watch", None) is None:
+        rt._stop_watch = StopWatch.from_env(rt)
+        rt._stop_watch.listen()
+    return _stream(rt, loader, ckpt, rt._data_clock, rt.step * rt.plan.config.grad_accum, rt._stop_watch)
 
 
 def _length(loader) -> int | None:
@@ -64,12 +71,14 @@ def _length(loader) -> int | None:
         return None
 
 
-def _stream(rt, loader, ckpt: "Checkpoints", clock, skip: int) -> Iterator:
+def _stream(rt, loader, ckpt: "Checkpoints", clock, skip: int, stop=None) -> Iterator:
     """Epoch after epoch; a resumed run's ``skip`` micro-batches are whole epochs (re-numbered, not read:
     the order is a function of the epoch, ``launcher.data_order``) and the first ones of its epoch
-    (skipped as indices, unread, for a map-style DataLoader; read and dropped for a stream)."""
+    (skipped as indices, unread, for a map-style DataLoader; read and dropped for a stream).
+    A step boundary is the first micro-batch asked for after ``rt.step`` moved (or the very first)."""
     from launcher.data_order import can_skip_by_sampler, set_epoch
 
+    boundary = None  # the step whose boundary was passed last
     epoch, per_epoch = 0, _length(loader)
     if skip and per_epoch:
         epoch, skip = divmod(skip, per_epoch)
@@ -85,9 +94,13 @@ def _stream(rt, loader, ckpt: "Checkpoints", clock, skip: int) -> Iterator:
             if skip:
                 skip -= 1
                 continue
-            if ckpt.due():
-                ckpt.save()
-                clock.take()  # saving is not waiting for data
+            if rt.step != boundary:
+                boundary = rt.step
+                if stop is not None and stop.agreed():
+                    ckpt.stop_here(stop)  # exits
+                if ckpt.due():
+                    ckpt.save()
+                    clock.take()  # saving is not waiting for data
             yield batch
         if not fetched:
             raise SystemExit(f"cardwise: rank {rt.rank}'s data loader gave no batch in a whole epoch "
@@ -265,8 +278,9 @@ class Checkpoints:
         step = self.rt.step
         return bool(self.every and step and step % self.every == 0 and step != self.last_saved)
 
-    def save(self) -> Path | None:
-        """``accelerator.save_state`` of this step on every rank; rank 0 marks it complete."""
+    def save(self, *, stop: bool = False) -> Path | None:
+        """``accelerator.save_state`` of this step on every rank; rank 0 marks it complete.
+        ``stop``: saved for a graceful stop (``stop_here``), in a run that may save no others."""
         rt = self.rt
         if self.run_dir is None or rt.step == self.last_saved or rt.step == 0:
             return None
@@ -275,7 +289,7 @@ class Checkpoints:
         rt.accelerator.wait_for_everyone()
         if rt.is_main:
             meta = {"step": rt.step, "world_size": rt.world_size, "micro_batch": rt.plan.config.micro_batch,
-                    "grad_accum": rt.plan.config.grad_accum, "time": time.time(),
+                    "grad_accum": rt.plan.config.grad_accum, "time": time.time(), "stop": stop and not self.every,
                     "files": manifest(path)}  # what resuming checks before it starts (damage)
             tmp = path / (META_NAME + ".tmp")
             tmp.write_text(json.dumps(meta) + "\n")
@@ -285,8 +299,29 @@ class Checkpoints:
         self.last_saved = rt.step
         return path
 
+    def stop_here(self, watch) -> None:
+        """The ranks agreed to stop (``launcher.graceful_stop``): save this step, say so, exit."""
+        import torch.distributed as dist
+
+        rt = self.rt
+        step = rt.step
+        path = self.save(stop=True)
+        if path is None and step and step == self.last_saved:  # saved at this step already (periodic, or resumed)
+            here = step_dir(self.run_dir, step) if self.run_dir is not None else None
+            path = here if here is not None and read_meta(here) is not None else self.resume_from
+        watch.record(step, path)
+        if rt.is_main:
+            print(f"cardwise: stopped on request after step {step}" + (f"; checkpoint {path}" if path else ""),
+                  flush=True)
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        from launcher.graceful_stop import STOPPED_EXIT
+
+        raise SystemExit(STOPPED_EXIT)
+
     def finish(self, model, tokenizer=None) -> dict:
-        """At the end of a run: the last state (when checkpointing) and the final weights."""
+        """At the end of a run: the last state (when checkpointing) and the final weights. Without
+        checkpointing, the checkpoints saved only for graceful stops go: the run no longer needs them."""
         if self.run_dir is None:
             return {}
         out = {}
@@ -294,6 +329,13 @@ class Checkpoints:
             saved = self.save()
             if saved is not None:
                 out["checkpoint"] = str(saved)
+        elif self.rt.is_main:
+            import shutil
+
+            for p in (Path(self.run_dir) / CHECKPOINTS_DIR).glob("step-*"):
+                meta = read_meta(p)
+                if meta is not None and meta.get("stop") and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
         import os
 
         if os.environ.get(ENV_FINAL_WEIGHTS) == "0":  # advise launch --no-final-weights

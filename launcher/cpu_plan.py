@@ -32,6 +32,14 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
     notes: list[str] = []
     if req.gpus is not None or req.gpu is not None:
         raise UserError("--gpu/--gpus do not apply to --cpu runs", fix="use --processes N for N CPU ranks, or drop --cpu")
+    # The GPU hardware flags only feed the GPU estimate, which a CPU run does not make: refused, not
+    # silently copied into the plan (issue 31).
+    given = [flag for flag, value in (("--interconnect", req.interconnect), ("--network", req.network),
+                                      ("--cpus-per-gpu", req.cpus_per_gpu)) if value is not None]
+    if given:
+        raise UserError(f"{'/'.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --cpu runs "
+                        "(they describe GPUs and the links between GPU nodes)",
+                        fix=f"drop {' and '.join(given)}, or drop --cpu")
     model = req.model
     procs = processes
     nodes = req.nodes

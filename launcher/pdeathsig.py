@@ -16,7 +16,8 @@ is the session leader the runner signals, and it owns the whole tree's end:
   stopped too, SIGTERM then SIGKILL (``launcher.procs``). The shim is a child subreaper, so those
   orphans are re-parented to it and reaped here.
 - **The end is written down.** ``--exit-file`` receives ``{"returncode", "stopped", "ended"}``
-  once the launcher exited: a run that ends while nobody waits for it (the queue service was
+  once the launcher exited (stopped: by a signal, or by the ranks on a graceful stop request,
+  ``launcher.graceful_stop``): a run that ends while nobody waits for it (the queue service was
   down) is recorded from this file later instead of being run again (``launcher.records``).
 
 The shim exits with the launcher's status (128+N for a signal N). Elsewhere than Linux the
@@ -100,8 +101,12 @@ class Shim:
             return
         from launcher.records import write_json_atomic
 
+        from launcher.graceful_stop import STOPPED_NAME
+
+        # Stopped: told to by a signal, or the ranks stopped on the runner's request (launcher.graceful_stop).
+        stopped = self.stop_at is not None or os.path.exists(os.path.join(os.path.dirname(self.exit_file), STOPPED_NAME))
         with contextlib.suppress(Exception):  # never let bookkeeping change the launcher's status
-            write_json_atomic(self.exit_file, {"returncode": rc, "stopped": self.stop_at is not None,
+            write_json_atomic(self.exit_file, {"returncode": rc, "stopped": stopped,
                                                "ended": time.time(), "pid": self.child.pid})
 
 

@@ -1,7 +1,9 @@
 """Run a ``LaunchSpec`` as a process tree that always ends, and a whole run as attempts.
 
 Process model. ``accelerate launch`` starts in a new session (``start_new_session``), so a
-terminal's Ctrl-C reaches only cardwise, which then stops the run in order: SIGTERM to the
+terminal's Ctrl-C reaches only cardwise, which then stops the run in order: first a graceful
+stop when the ranks listen for one (``launcher.graceful_stop``: they stop at the next step
+boundary with a checkpoint of it, within the grace period), else or after it SIGTERM to the
 launcher's process group (torchrun's agent stops its workers; the single-process launcher
 stops its child), SIGKILL after a grace period. torchrun puts every worker in a session of
 its own, so signalling one group is not enough when the agent itself dies: the runner
@@ -33,7 +35,7 @@ from typing import IO
 import psutil
 from pydantic import BaseModel
 
-from launcher import procs
+from launcher import graceful_stop, procs
 from launcher.command import LaunchSpec
 from launcher.data_wait import UTIL_NAME, UtilisationSampler, plan_gpus
 from launcher.oom import DEFAULT_MAX_RETRIES
@@ -94,7 +96,8 @@ class Launch:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab", buffering=0)
         try:
-            env = {**self.spec.full_env(), ENV_LAUNCH_ID: self.token}
+            env = {**self.spec.full_env(), ENV_LAUNCH_ID: self.token,
+                   graceful_stop.ENV_STOP_REQUEST: str(graceful_stop.request_path(self.log_path.parent))}
             # Through the shim (launcher.pdeathsig): it stops the whole tree when told to or when this
             # process dies (SIGKILL included), and writes exit.json whoever is left to read it.
             cmd = [sys.executable, "-m", "launcher.pdeathsig", "--grace", f"{self.grace_s:g}",
@@ -178,18 +181,29 @@ class Launch:
             except (psutil.Error, OSError):
                 continue
 
-    def _stop(self) -> None:
-        """SIGTERM the shim (never the group: one SIGTERM must reach the launcher, see
-        launcher.pdeathsig), wait for it to stop the tree (or until kill_now), then SIGKILL the group."""
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)  # our unreaped child: its pid cannot be reused
-        deadline = time.monotonic() + self.grace_s + _SHIM_MARGIN_S
+    def _wait_exit(self, seconds: float) -> None:
+        """Wait until the launcher exits, ``seconds`` pass or kill_now, minding the tree meanwhile."""
+        deadline = time.monotonic() + seconds
         while self.proc.poll() is None and time.monotonic() < deadline and not self._force.is_set():
             self._snapshot()
             # The launcher may be waiting for a rank's child that died re-parented to us: reap it,
             # or the launcher waits out its own timeout (accelerate's is 5 s) for nothing.
             self._reap_adopted()
             time.sleep(0.05)
+
+    def _stop(self) -> None:
+        """Ask the ranks to stop at their next step boundary with a checkpoint (launcher.graceful_stop) and
+        give them the grace period; then, or when they do not listen, SIGTERM the shim (never the group:
+        one SIGTERM must reach the launcher, see launcher.pdeathsig), wait for it to stop the tree (not
+        after a graceful stop's grace, nor after kill_now), then SIGKILL the group."""
+        if not self._force.is_set() and graceful_stop.ask(self.log_path.parent):
+            self._wait_exit(self.grace_s)
+            if self.proc.poll() is not None:
+                return
+            self._force.set()  # the grace is spent: as a second Ctrl-C (the older checkpoint is used)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)  # our unreaped child: its pid cannot be reused
+        self._wait_exit(self.grace_s + _SHIM_MARGIN_S)
         if self.proc.poll() is None:
             self._snapshot()
             procs.signal_group(self.pgid, signal.SIGKILL)

@@ -27,7 +27,9 @@ What it applies, and why here rather than in each script:
   (``launcher.data_order``), so a resumed run reads exactly what the uninterrupted one would have.
 - Checkpoints (``launcher.checkpoints``): ``accelerator.save_state`` every ``--checkpoint-every``
   steps and at the end, final weights (LoRA adapters only, under ``adapters/``) as safetensors,
-  ``advise launch --resume RUN``.
+  ``advise launch --resume RUN``. A stop the runner asks for (the queue service's graceful stop,
+  ``advise cancel``, Ctrl-C of ``advise launch``) ends the run at the next step boundary with a
+  checkpoint of that step, all ranks agreeing on the step (``launcher.graceful_stop``).
 - ``metrics.jsonl`` rows {step, loss, samples_per_s, tokens_per_s, peak_gib, reserved_gib, rank, time,
   attempt, interval_s, data_wait_s, data_wait_share} (the last two feed ``launcher.data_wait``'s check);
   the peaks are reset after the first optimizer step (steady state, as ``advise estimate``'s

@@ -270,17 +270,17 @@ def standard_cause(e: Estimate | None) -> str:
     if e is None:
         return "no micro-batch fits"
     m = e.memory
-    parts = {x.name: x.gib for x in m.peak_parts}
+    parts = {x.key: x.gib for x in m.peak_parts}  # by JSON key (advisor.memory.PART_KEYS)
     total = f"~{m.device_gib:.1f} GiB per GPU ({m.peak_gib:.1f} GiB allocated at the {m.peak_at})"
-    if m.peak_at == "backward" and e.config.grad_accum > 1 and parts.get("gradients") and parts.get("autocast weight copies"):
-        return (f"{total}: the fp32 gradients ({parts['gradients']:.1f} GiB) accumulated over {e.config.grad_accum} "
-                f"micro-batches are alive while the next micro-batch's autocast weight copies "
-                f"({parts['autocast weight copies']:.1f} GiB) fill")
+    if m.peak_at == "backward" and e.config.grad_accum > 1 and parts.get("gradients_gib") and parts.get("autocast_copies_gib"):
+        return (f"{total}: the fp32 gradients ({parts['gradients_gib']:.1f} GiB) accumulated over {e.config.grad_accum} "
+                f"micro-batches are alive while the next micro-batch's autocast copies "
+                f"({parts['autocast_copies_gib']:.1f} GiB) fill")
     if m.peak_at == "optimizer-step":
-        return (f"{total}: weights {parts.get('weights', 0):.1f} + gradients {parts.get('gradients', 0):.1f} + "
-                f"optimizer states {parts.get('optimizer states', 0):.1f} GiB alone, before any activation")
-    top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
-    return f"{total}: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top)
+        return (f"{total}: weights {parts.get('weights_gib', 0):.1f} + gradients {parts.get('gradients_gib', 0):.1f} + "
+                f"optimizer {parts.get('optimizer_gib', 0):.1f} GiB alone, before any activation")
+    top = sorted(m.peak_parts, key=lambda x: -x.gib)[:3]
+    return f"{total}: " + ", ".join(f"{x.name} {x.gib:.1f} GiB" for x in top)
 
 
 def _partners(level: Level, ch: Choice, p: Planner) -> list[Level]:

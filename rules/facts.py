@@ -86,6 +86,7 @@ class PinnedFacts(_Section):
     cpu_offload: bool
     seq_len: bool = False
     image_size: bool = False
+    network: bool = False
     compromise: bool = Field(description="a memory compromise is pinned: pure-bf16, adamw-8bit, LoRA, optimizer in "
                              "backward or CPU offload")
 

@@ -295,6 +295,8 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                                   and config.pure_bf16_update is PureBf16Update.plain else None),
                 # accumulation follows from batch / (micro-batch x GPUs) unless the user pinned it
                 grad_accum=config.grad_accum if req.grad_accum is not None or no_accumulation else None)
+    if nodes == 1:
+        pins["network"] = None  # between nodes only (the rule flag.network-one-node says so when it was given)
     if not reads_tokens:
         pins["seq_len"] = None
     if not reads_images:

@@ -138,7 +138,7 @@ def test_readable_report(capsys):
 def test_report_of_a_model_that_does_not_fit_recommends_a_compromise(capsys):
     rc, out, _ = run_cli(capsys, "--model", "llama3-8b", "--gpu", "A100-80GB", "--seq-len", "2048")
     assert rc == 0
-    for text in ("standard setup", "fp32 gradients", "autocast weight copies", "compromise", "gives up",
+    for text in ("standard setup", "fp32 gradients", "autocast copies", "compromise", "gives up",
                  "alternatives", "pure-bf16", "lora", "--cpu-offload"):
         assert text in out, text
     rc, out, _ = run_cli(capsys, "--model", "llama3-70b", "--gpu", "RTX-4090", "--strategy", "single", "--seq-len", "2048")

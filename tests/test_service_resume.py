@@ -34,23 +34,23 @@ def advise(home: Path, command: str, *argv: str, timeout: float = 300) -> subpro
                           capture_output=True, text=True, timeout=timeout)
 
 
-def start_service(home: Path) -> subprocess.Popen:
+def start_service(home: Path, slots: int = 1, grace: int = 5) -> subprocess.Popen:
     log = open(home.parent / f"serve-{time.monotonic_ns()}.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--home", str(home), "--poll", "0.2",
-                             "--grace", "5", "--cpu"], stdout=log, stderr=subprocess.STDOUT)
+                             "--grace", str(grace), "--cpu", "--slots", str(slots)], stdout=log, stderr=subprocess.STDOUT)
     proc.log_path = Path(log.name)
     wait_for(lambda: service_pid(home) == proc.pid or proc.poll() is not None, 120, "the service to start")
     assert proc.poll() is None, proc.log_path.read_text()
     return proc
 
 
-def starts(run_dir: Path) -> list[int]:
-    path = run_dir / "starts.txt"
+def starts(run_dir: Path, rank: int = 0) -> list[int]:
+    path = run_dir / f"starts{f'-rank{rank}' if rank else ''}.txt"
     return [int(line.split()[1]) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def steps(run_dir: Path) -> list[int]:
-    path = run_dir / "steps.txt"
+def steps(run_dir: Path, rank: int = 0) -> list[int]:
+    path = run_dir / f"steps{f'-rank{rank}' if rank else ''}.txt"
     return [int(s) for s in path.read_text().split()] if path.exists() else []
 
 
@@ -60,8 +60,8 @@ def checkpointed(run_dir: Path, at_least: int) -> int | None:
     return step if step >= at_least else None
 
 
-@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
-def test_a_requeued_run_goes_on_from_its_last_checkpoint(tmp_path, how):
+def test_a_requeued_run_goes_on_from_its_last_checkpoint(tmp_path):
+    """SIGKILL of the service: the run goes on from its last periodic checkpoint (steps since it run again)."""
     home = tmp_path / "home"
     svc = start_service(home)
     try:
@@ -72,14 +72,8 @@ def test_a_requeued_run_goes_on_from_its_last_checkpoint(tmp_path, how):
         store = RunStore.open(home)
         run_dir = Path(store.get(rid).run_dir)
         saved = wait_for(lambda: checkpointed(run_dir, 8), 300, "a checkpoint at step 8 or later")
-        if how == "sigkill":
-            svc.send_signal(signal.SIGKILL)
-            assert svc.wait(60) == -signal.SIGKILL
-        else:
-            svc.send_signal(signal.SIGTERM)
-            assert svc.wait(120) == 0
-            assert "requeued" in svc.log_path.read_text()
-            assert store.get(rid).status == "queued"
+        svc.send_signal(signal.SIGKILL)
+        assert svc.wait(60) == -signal.SIGKILL
         kept = checkpointed(run_dir, saved)
         assert kept is not None  # the stop took nothing away
         svc = start_service(home)
@@ -96,6 +90,66 @@ def test_a_requeued_run_goes_on_from_its_last_checkpoint(tmp_path, how):
         if svc.poll() is None:
             svc.terminate()
             svc.wait(120)
+
+
+def test_sigterm_of_the_service_hands_a_run_back_without_losing_a_step(tmp_path):
+    """SIGTERM of the service (a graceful stop, launcher.graceful_stop): both ranks of a 2-process gloo run
+    stop after the same step, save it although the run saves no periodic checkpoint, and the requeued
+    run goes on from exactly that step: no step runs twice, none is skipped, on either rank."""
+    home = tmp_path / "home"
+    two = [*TINY[:2], "2", *TINY[3:]]  # --processes 2
+    svc = start_service(home, slots=2, grace=60)  # a bound on a loaded machine; the stop takes a few seconds
+    try:
+        res = advise(home, "submit", *two, "--max-steps", "24", "--no-final-weights",
+                     "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.25")
+        assert res.returncode == 0, res.stderr
+        rid = json.loads(res.stdout)["id"]
+        store = RunStore.open(home)
+        run_dir = Path(store.get(rid).run_dir)
+        wait_for(lambda: len(steps(run_dir)) >= 8, 300, "step 8")
+        svc.send_signal(signal.SIGTERM)
+        assert svc.wait(120) == 0
+        log = svc.log_path.read_text()
+        assert store.get(rid).status == "queued" and "requeued, stopped after step" in log, log
+        stop = read_meta(latest(run_dir))["step"]
+        assert read_meta(latest(run_dir))["stop"] is True
+        assert steps(run_dir) == steps(run_dir, rank=1) == list(range(1, stop + 1))  # both ranks, that step
+
+        svc = start_service(home, slots=2)
+        rec = wait_for(lambda: (r := store.get(rid)).terminal and r, 300, "the requeued run to end")
+        assert rec.status == "succeeded", (rec.error, svc.log_path.read_text())
+        for rank in (0, 1):
+            assert starts(run_dir, rank=rank) == [0, stop]
+            assert steps(run_dir, rank=rank) == list(range(1, 25))  # every step once: nothing lost, nothing twice
+        assert latest(run_dir) is None  # the stop's checkpoint was for the stop only (no --checkpoint-every)
+    finally:
+        if svc.poll() is None:
+            svc.terminate()
+            svc.wait(120)
+
+
+def test_ctrl_c_of_advise_launch_stops_at_a_step_with_its_checkpoint(tmp_path):
+    """The foreground launch shares the graceful stop: Ctrl-C saves the step the rank stopped after, and says
+    how to go on."""
+    home = tmp_path / "home"
+    p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--home", str(home), *TINY, "--max-steps", "40",
+                          "--no-final-weights", "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.25"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: list(home.glob("runs/*/steps.txt")) or p.poll() is not None, 300, "the first step")
+        run_dir = next(home.glob("runs/*/steps.txt")).parent
+        wait_for(lambda: len(steps(run_dir)) >= 2, 300, "step 2")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=300)  # a hang guard
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    rec = json.loads(out)
+    assert p.returncode == 130 and rec["status"] == "cancelled", err
+    stop = steps(run_dir)[-1]
+    assert read_meta(latest(run_dir))["step"] == stop and stop < 40
+    assert f"stopped after step {stop} with a checkpoint" in err and f"advise launch --resume {rec['id']}" in err
 
 
 def test_a_stop_right_after_a_run_was_claimed_requeues_it_for_good(tmp_path):

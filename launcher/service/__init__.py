@@ -38,9 +38,10 @@ learn their exit status, and "succeeded" must mean what the launcher saw. Under 
 once; reconcile covers the other ways of running it.
 
 Graceful stop (SIGTERM, Ctrl-C): the service takes no new work, moves each running run back to
-``queued`` (a restart runs it again, from its newest good checkpoint if it saved any: see
-``Service._resume_point``), stops its processes
-through the launcher (SIGTERM, grace, SIGKILL) and exits 0. A second signal skips the grace.
+``queued`` (a restart runs it again from its newest good checkpoint: see ``Service._resume_point``),
+asks its ranks to stop at the next step boundary with a checkpoint of that step
+(``launcher.graceful_stop``; within ``--grace``, else SIGTERM/SIGKILL through the launcher and the
+older checkpoint is used) and exits 0. A second signal skips the grace.
 ``service_attempts`` counts every start, graceful stops included; the ``max_starts`` limit is
 applied only when reconcile finds a run interrupted by a crash. When a requeued run starts again its previous files
 (``attempt-*/``, ``metrics.jsonl``) move to ``interrupted-<n>/`` in its run directory.

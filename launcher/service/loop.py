@@ -48,6 +48,18 @@ class ActiveRun:
     final: RunRecord | None = None  # how it ended, as execute() saw it, for a store that could not take it then
 
 
+def _how_it_stopped(run: ActiveRun) -> str:
+    """", stopped after step N with a checkpoint (step-N)" when its ranks stopped gracefully
+    (``launcher.graceful_stop``), else where it will go on from."""
+    from launcher.graceful_stop import describe, stopped
+
+    for launch in reversed(run.launches):
+        info = stopped(launch.log_path.parent)
+        if info is not None:
+            return f", {describe(info)}"
+    return " (not stopped at a step boundary: it goes on from its last checkpoint, if any)" if run.launches else ""
+
+
 def _archive_previous(run_dir: Path, n: int) -> Path | None:
     """Move an interrupted execution's files aside (``interrupted-<n>/``) so the new one starts clean."""
     items = [p for p in run_dir.iterdir() if p.name.startswith("attempt-") or p.name == "metrics.jsonl"]
@@ -181,7 +193,7 @@ class Service:
             if run.requeued:
                 with contextlib.suppress(Exception):
                     self.store.update(run.id, exit_code=None, metrics=None, pid=None, pgid=None)
-                log.info("run %s requeued", run.id)
+                log.info("run %s requeued%s", run.id, _how_it_stopped(run))
         self.active.clear()
         self._watch.close()
 

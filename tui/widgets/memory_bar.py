@@ -1,6 +1,7 @@
 """Per-GPU memory breakdown as one stacked bar against the GPU's memory.
 
-The parts are the estimator's (weights, gradients, optimizer states, activations, other); the
+The parts are the estimator's totals by kind, named as everywhere else (``advisor.memory.part_label``:
+the JSON key's words, so "optimizer 15.0" is ``memory.optimizer_gib``); the
 predicted peak is the larger of the two moments the estimator models, so the parts can add up
 to more than the peak. The bar's cells past the GPU's capacity are drawn in red, the capacity
 itself as a thick mark.
@@ -14,18 +15,20 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.widget import Widget
 
+from advisor.memory import part_label
 from tui.css import tcss
 
 if TYPE_CHECKING:
     from advisor.memory import MemoryEstimate
 
-PARTS: tuple[tuple[str, str, str], ...] = (
-    ("weights_gib", "weights", "dodger_blue2"),
-    ("gradients_gib", "grads", "medium_purple"),
-    ("optimizer_gib", "optim", "dark_orange"),
-    ("activations_gib", "activ", "green3"),
-    ("other_gib", "other", "cyan"),
-)
+# (JSON key, label, colour): the labels are advisor.memory's, never a TUI abbreviation.
+PARTS: tuple[tuple[str, str, str], ...] = tuple((key, part_label(key), color) for key, color in (
+    ("weights_gib", "dodger_blue2"),
+    ("gradients_gib", "medium_purple"),
+    ("optimizer_gib", "dark_orange"),
+    ("activations_gib", "green3"),
+    ("other_gib", "cyan"),
+))
 
 
 def part_sizes(memory: MemoryEstimate) -> list[float]:
@@ -76,10 +79,18 @@ class MemoryBar(Widget):
         for ch, style in bar_cells(sizes, self.gpu_gib, width):
             t.append(ch, style=style)
         t.append("\n")
-        for size, (_, name, color) in zip(sizes, PARTS):
-            t.append("■ ", style=color)
-            t.append(f"{name} {size:.1f}  ")
-        t.append("GiB\n")
+        items = [(f"{name} {size:.1f}", color) for size, (_, name, color) in zip(sizes, PARTS)] + [("GiB", None)]
+        used = 0
+        for text, color in items:  # the legend wraps between items, never inside one (a narrow terminal)
+            shown = len(text) + (2 if color else 0)  # "■ " + text
+            if used and used + shown > width:
+                t.append("\n")
+                used = 0
+            if color:
+                t.append("■ ", style=color)
+            t.append(text + "  ")
+            used += shown + 2
+        t.append("\n")
         peak, fits = self.memory.peak_gib, self.memory.fits
         pct = f" ({peak / self.gpu_gib:.0%})" if self.gpu_gib else ""
         t.append(f"peak {peak:.1f} GiB of {self.gpu_gib:.0f} GiB{pct}")
