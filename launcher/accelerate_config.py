@@ -64,7 +64,9 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     """
     sec: dict[str, Any] = {
         "fsdp_version": 2,
-        "fsdp_reshard_after_forward": True,  # ZeRO-3: free gathered weights after each unit's forward
+        # ZeRO-3: free gathered weights after each unit's forward; fsdp-keep keeps them through the backward
+        # and, with launcher.keep_gathered's per-micro-batch switch, across the accumulation steps
+        "fsdp_reshard_after_forward": plan.config.strategy is not Strategy.fsdp_keep,
         # --cpu-offload: FSDP2's CPUOffloadPolicy (Accelerate maps fsdp_offload_params to it): sharded
         # parameters, gradients and optimizer states live in host memory, the optimizer steps on the CPU.
         "fsdp_offload_params": bool(plan.config.cpu_offload),

@@ -76,11 +76,20 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
         raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
                         "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
                         "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
-    if req.optimizer is not None and req.optimizer.eight_bit and (req.strategy is Strategy.fsdp or req.cpu_offload):
+    if req.optimizer is not None and req.optimizer.eight_bit and ((req.strategy and req.strategy.full_shard) or req.cpu_offload):
         from rules.compromise import EIGHT_BIT_FSDP
 
-        raise UserError(f"--optimizer {req.optimizer.value} with {'--cpu-offload' if req.cpu_offload else '--strategy fsdp'}: "
+        raise UserError(f"--optimizer {req.optimizer.value} with "
+                        f"{'--cpu-offload' if req.cpu_offload else '--strategy ' + req.strategy.value}: "
                         + EIGHT_BIT_FSDP, fix="use --strategy ddp or single, or drop --optimizer")
+    if req.strategy is Strategy.fsdp_keep and hardware.total_gpus < 2:
+        raise UserError("--strategy fsdp-keep with one GPU: it shards the model over several GPUs and keeps the "
+                        "gathered weights across accumulation; one GPU holds the whole model anyway",
+                        fix="add --gpus N (N >= 2), or use --strategy single")
+    if req.cpu_offload and req.strategy is Strategy.fsdp_keep:
+        raise UserError("--cpu-offload with --strategy fsdp-keep: fsdp-keep keeps the gathered weights on the GPUs "
+                        "across accumulation, CPU offload keeps them in host memory",
+                        fix="use --strategy fsdp with --cpu-offload, or drop --cpu-offload")
     if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
         raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
                         fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
@@ -148,7 +157,7 @@ def tree(run: Run) -> None:
     if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
                                  or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
-    if isinstance(choice, Choice) and choice.strategy is Strategy.fsdp and (choice.config.optimizer.eight_bit
+    if isinstance(choice, Choice) and choice.strategy.full_shard and (choice.config.optimizer.eight_bit
                                                                              or choice.config.quantize_base):
         from rules.compromise import EIGHT_BIT_FSDP
 
@@ -319,6 +328,10 @@ def _pinned_strategy(ctx: TreeContext, strategy: Strategy) -> Choice | Infeasibl
     if isinstance(ch, Infeasible) and ch.kind == "batch":
         raise UserError(f"--strategy {strategy.value} on {n} GPUs: {ch.reason}",
                         fix="pick a --batch-size divisible by the GPU count (and the micro-batch), or another --gpus")
+    if isinstance(ch, Infeasible) and ch.kind == "strategy" and strategy is Strategy.fsdp_keep:
+        raise UserError(f"--strategy fsdp-keep on {n} GPU{'s' if n > 1 else ''}: {ch.reason}",
+                        fix="use --strategy fsdp (the same without kept weights), or a --batch-size that leaves "
+                            "accumulation on each GPU (more than one micro-batch per GPU)")
     return ch
 
 
