@@ -135,9 +135,9 @@ class TrainConfig(BaseModel):
             raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
                             "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")
         if self.strategy is Strategy.fsdp_keep and self.grad_accum < 2:
-            raise UserError("--strategy fsdp-keep with --grad-accum 1: it keeps the gathered weights across the "
-                            "micro-batches of one optimizer step, and there is only one",
-                            fix="use --strategy fsdp (the same without accumulation), or a --grad-accum of 2 or more")
+            raise UserError("--strategy fsdp-keep with accumulation 1 (--grad-accum 1, or none given): it keeps the "
+                            "gathered weights across the micro-batches of one optimizer step, and there is only one",
+                            fix="add --grad-accum N (N >= 2), or use --strategy fsdp")
         if self.optimizer_in_backward and (self.grad_accum > 1 or self.strategy not in (Strategy.single,)):
             what = f"--grad-accum {self.grad_accum}" if self.grad_accum > 1 else f"--strategy {self.strategy.value}"
             raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there "

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
 # Colours of the peak moment's parts (advisor.memory.MemoryEstimate.peak_parts), by name.
 _COLORS = {"weights": "blue", "gradients": "magenta", "optimizer states": "yellow", "autocast weight copies": "bright_green",
            "activations": "green", "loss temporaries": "cyan", "DDP buckets": "bright_cyan", "FSDP gathered units": "bright_blue",
+           "FSDP weights kept gathered": "bright_blue",
            "workspaces": "grey62"}
 
 
@@ -197,7 +198,8 @@ def render_report(rec, console=None) -> None:
         t = Table(title="throughput and time-to-train by GPU count", title_justify="left", show_edge=False)
         for col in ("GPUs", "strategy", "micro x accum", "global", "GiB/GPU", "samples/s", "speedup", "efficiency", "time to train",
                     "changed vs baseline"):
-            t.add_column(col, justify="right" if col not in ("strategy", "changed vs baseline") else "left")
+            t.add_column(col, justify="right" if col not in ("strategy", "changed vs baseline") else "left",
+                         no_wrap=col == "strategy")  # fsdp-keep whole, not "fsdp-ke…"
         for row in rec.scaling:
             style = "bold green" if row.chosen else None
             if row.fits:
