@@ -185,9 +185,7 @@ def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
     if level.update.get("cpu_offload") or p.base.cpu_offload:
         out = [Strategy.fsdp]
     else:
-        # fsdp-keep only when pinned: a compromise saves memory, fsdp-keep spends it
-        out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp] + (
-            [Strategy.fsdp_keep] if p.req.strategy is Strategy.fsdp_keep else [])
+        out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]
     if (level.update.get("optimizer") or p.base.optimizer).eight_bit or level.name == names.QLORA or p.base.quantize_base:
         out = [s for s in out if not s.full_shard]  # EIGHT_BIT_FSDP; QLoRA's 4-bit base is not sharded here
     pin = p.req.strategy

@@ -78,7 +78,7 @@ def test_keep_without_accumulation_is_plain_fsdp():
 
 
 def test_keep_one_accumulation_step_is_refused():
-    with pytest.raises(UserError, match="fsdp-keep with --grad-accum 1"):
+    with pytest.raises(UserError, match="fsdp-keep with accumulation 1"):
         TrainConfig(micro_batch=4, grad_accum=1, strategy="fsdp-keep")
 
 
