@@ -165,3 +165,15 @@ def test_keep_gathered_on_two_gloo_ranks(tmp_path):
             assert k["unsharded_after_backward"] == [True] * (accum - 1) + [False]  # resharded for the step
             assert k["losses"] == pytest.approx(p["losses"], rel=1e-6, abs=1e-7)
         assert keep["param_sum"] == pytest.approx(plain["param_sum"], rel=1e-9)
+
+
+def test_an_oom_under_keep_retries_as_plain_fsdp_first():
+    from launcher.oom import retry_decision, retry_note
+
+    plan = _plan()
+    nxt, why = retry_decision(True, plan, attempt=1, max_retries=3)
+    assert why is None and nxt.config.strategy is Strategy.fsdp
+    assert (nxt.config.micro_batch, nxt.config.grad_accum, nxt.global_batch) == (2, 4, 16)
+    assert "retrying as plain FSDP" in retry_note(plan, nxt)
+    again, _ = retry_decision(True, nxt, attempt=2, max_retries=3)
+    assert (again.config.strategy, again.config.micro_batch, again.config.grad_accum) == (Strategy.fsdp, 1, 8)
