@@ -177,3 +177,49 @@ def test_an_oom_under_keep_retries_as_plain_fsdp_first():
     assert "retrying as plain FSDP" in retry_note(plan, nxt)
     again, _ = retry_decision(True, nxt, attempt=2, max_retries=3)
     assert (again.config.strategy, again.config.micro_batch, again.config.grad_accum) == (Strategy.fsdp, 1, 8)
+
+
+def test_runtime_train_step_keeps_the_weights_between_micro_batches(tmp_path):
+    """Runtime.train_step on a real FSDP2 module (one gloo rank in this process): at the start of every
+    micro-batch but a step's first, the units' weights are still gathered (plain tensors, not DTensor
+    shards); the optimizer steps on the shards."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from launcher.runtime import Runtime
+
+    plan = _plan(cpu=True, processes_per_node=1, global_batch=8)  # micro-batch 2 x accumulation 4
+    rt = Runtime(plan, metrics_path=tmp_path / "metrics.jsonl")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+        mesh = init_device_mesh("cpu", (1,))
+        for unit in model:
+            fully_shard(unit, mesh=mesh, reshard_after_forward=False)  # the plan's Accelerate config
+        fully_shard(model, mesh=mesh, reshard_after_forward=False)
+        opt = rt.accelerator.prepare_optimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+        seen: list[bool] = []
+
+        def loss_fn(m, batch):
+            seen.append(any(isinstance(p, DTensor) for p in m.parameters()))  # sharded at this micro-batch's start?
+            return torch.nn.functional.mse_loss(m(batch[0]), batch[1])
+
+        before = [p.detach().full_tensor().clone() for p in model.parameters()]
+        batches = iter(lambda: (torch.randn(2, 4), torch.randn(2, 1)), None)
+        for _ in range(2):
+            rt.train_step(model, opt, batches, loss_fn=loss_fn)
+        assert seen == [True, False, False, False] * 2  # gathered once a step, kept for the 3 micro-batches after
+        assert all(isinstance(p, DTensor) for p in model.parameters())  # resharded for the optimizer step
+        after = [p.detach().full_tensor() for p in model.parameters()]
+        assert all(not torch.equal(a, b) for a, b in zip(before, after)) and rt.step == 2
+    finally:
+        dist.destroy_process_group()
