@@ -251,6 +251,34 @@ def fsdp_comm(param_bytes: float, grad_bytes: float, units: int, topo: Topology,
     return out
 
 
+def fsdp_keep_comm(param_bytes: float, grad_bytes: float, units: int, topo: Topology, micro_s: float, grad_accum: int,
+                   k: CommConstants, *, decoded_input: bool = False) -> CommBreakdown:
+    """FSDP with the gathered weights kept across accumulation (``Strategy.fsdp_keep``): per unit, one
+    all-gather in the first micro-batch's forward and one reduce-scatter of the accumulated gradients in
+    the last micro-batch's backward; the micro-batches between run no collective.
+
+    ``param_bytes``: the weights in FSDP2's ``param_dtype``; ``grad_bytes``: the gradients in its
+    ``reduce_dtype`` (Accelerate's policy: the same dtype, bf16 under autocast). The overlap is plain
+    FSDP's (``fsdp_comm``): the next unit's gather prefetched under this unit's forward, each unit's
+    reduce-scatter under the next unit's backward; exposed are the first gather, each unit's excess
+    over its compute, and the last reduce-scatter. With ``grad_accum`` 1 it is plain FSDP's step."""
+    if grad_accum < 2:
+        return fsdp_comm(param_bytes, grad_bytes, units, topo, micro_s, grad_accum, k, decoded_input=decoded_input)
+    units = max(1, units)
+    ag = collective("all-gather", "FSDP unit gather, once per step", param_bytes / units, topo, k)
+    rs = collective("reduce-scatter", "FSDP unit reduce-scatter, once per step", grad_bytes / units, topo, k)
+    fwd_u, bwd_u = micro_s / 3.0 / units, micro_s * 2.0 / 3.0 / units
+    first_forward = ag.seconds + (units - 1) * max(0.0, ag.seconds - fwd_u)
+    last_backward = (units - 1) * max(0.0, rs.seconds - bwd_u) + rs.seconds
+    colls = [ag.model_copy(update={"count": units}), rs.model_copy(update={"count": units})]
+    out = _breakdown("fsdp-keep", topo, k, colls, (ag.seconds + rs.seconds) * units, first_forward + last_backward)
+    out.sync_s = straggler_s(micro_s * grad_accum, topo.per_node * topo.nodes, grad_accum, k, decoded_input=decoded_input)
+    out.notes.append(f"FSDP-KEEP gathers every unit's weights once per optimizer step and keeps them across the "
+                     f"{grad_accum} micro-batches: {units} all-gathers a step instead of plain FSDP's "
+                     f"{2 * units * grad_accum}; the gradients are reduce-scattered once, after the last backward")
+    return out
+
+
 def _breakdown(strategy: str, topo: Topology, k: CommConstants, colls: list[Collective], total: float,
                exposed: float) -> CommBreakdown:
     multi = topo.nodes > 1

@@ -71,11 +71,24 @@ class Strategy(str, Enum):
     # sec. 3.2.2): the per-micro-batch all-gathers stay on the node's fast links and only a gradient
     # shard's all-reduce crosses the network, once per step. Whole nodes only.
     hsdp = "hsdp"
+    # FSDP that keeps the gathered weights across gradient accumulation: each unit's weights are
+    # all-gathered once per optimizer step (the first micro-batch's forward) and stay unsharded until
+    # the last micro-batch's backward (FSDP2 ``reshard_after_forward=False`` and
+    # ``set_reshard_after_backward`` off on all but the last micro-batch); gradients are reduce-scattered
+    # once per step, as plain FSDP under Accelerate's ``accumulate`` does. One all-gather a step instead
+    # of two per micro-batch, for a full unsharded copy of the weights. Needs accumulation > 1.
+    # docs/design.md "Strategies".
+    fsdp_keep = "fsdp-keep"
 
     @property
     def sharded(self) -> bool:
         """Weights, gradients and optimizer states split over GPUs (FSDP over all, HSDP over a node)."""
-        return self in (Strategy.fsdp, Strategy.hsdp)
+        return self in (Strategy.fsdp, Strategy.hsdp, Strategy.fsdp_keep)
+
+    @property
+    def full_shard(self) -> bool:
+        """Sharded over every GPU of the run (FSDP, with or without the weights kept gathered)."""
+        return self in (Strategy.fsdp, Strategy.fsdp_keep)
 
 
 class TrainConfig(BaseModel):
@@ -121,6 +134,10 @@ class TrainConfig(BaseModel):
         if self.quantize_base and self.lora_rank is None:
             raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
                             "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")
+        if self.strategy is Strategy.fsdp_keep and self.grad_accum < 2:
+            raise UserError("--strategy fsdp-keep with accumulation 1 (--grad-accum 1, or none given): it keeps the "
+                            "gathered weights across the micro-batches of one optimizer step, and there is only one",
+                            fix="add --grad-accum N (N >= 2), or use --strategy fsdp")
         if self.optimizer_in_backward and (self.grad_accum > 1 or self.strategy not in (Strategy.single,)):
             what = f"--grad-accum {self.grad_accum}" if self.grad_accum > 1 else f"--strategy {self.strategy.value}"
             raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there "

@@ -53,7 +53,7 @@ WORKSPACE_GIB = 0.0625
 PART_KEYS: tuple[str, ...] = (
     "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "other_gib", "autocast_copies_gib",
     "detail.live_gradients_gib", "detail.activations_without_copies_gib", "detail.loss_temporaries_gib",
-    "detail.gradients_so_far_gib", "detail.ddp_buckets_gib", "detail.fsdp_gathered_gib",
+    "detail.gradients_so_far_gib", "detail.ddp_buckets_gib", "detail.fsdp_gathered_gib", "detail.fsdp_kept_weights_gib",
     "detail.dequantized_base_gib", "detail.workspace_gib",
 )
 _ACRONYMS = {"ddp": "DDP", "fsdp": "FSDP"}
@@ -118,14 +118,14 @@ def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
 
 def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> MemoryEstimate:
     p = config.precision
-    world = hw.total_gpus if config.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp, Strategy.dp) else 1
+    world = hw.total_gpus if config.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp, Strategy.dp, Strategy.fsdp_keep) else 1
     n = model.params
     nt = trainable_params(model, config)
     lora = config.lora_rank is not None
     offload = config.cpu_offload
     notes: list[str] = []
     # FSDP shards over every GPU; HSDP over the GPUs of one node (replicated across nodes).
-    shard = world if config.strategy is Strategy.fsdp else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
+    shard = world if config.strategy.full_shard else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
     gb = 2 if p is Precision.pure_bf16 else 4  # gradients in the weight dtype
     states = state_bytes(model, config, nt)  # optimizer states (+ Kahan buffer), all trainable params, bytes
 
@@ -165,6 +165,9 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
             # FSDPParamGroup.pre_backward has prefetched the last layer's unit (torch 2.13 _fully_shard).
             gathered = (_root_unit(model) + _layer_unit(model)) * (2 if p.autocast else p.weight_bytes)
         prof = prof.model_copy(update={"fixed_bytes": 0.0})
+    kept = keep_gathered_bytes(model, config, nt) if config.strategy is Strategy.fsdp_keep else None
+    if kept is not None:
+        gathered = kept["weights"]  # every unit, the current and the prefetched ones included
     acts, temps = backward_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
     # Later in backward the gradients accumulated so far can put more above the saved bytes still
     # alive than the loss's temporaries did at its start (the tracer's grad moment: a classifier's
@@ -184,6 +187,11 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     # DDP copies gradients into flat buckets (Accelerate's default gradient_as_bucket_view=False).
     buckets = nt * gb if config.strategy is Strategy.ddp and world > 1 else 0.0
     accum_grads = grads if config.grad_accum > 1 else 0.0
+    if kept is not None:
+        accum_grads = kept["gradients"]
+        notes.append(f"fsdp-keep: the {config.grad_accum} micro-batches keep the weights gathered "
+                     f"({kept['weights'] / GIB:.1f} GiB unsharded) and accumulate unsharded gradients "
+                     f"({kept['gradients'] / GIB:.1f} GiB) until the last one's reduce-scatter")
     host = 0.0
     live_grads = grads
     if config.optimizer_in_backward:
@@ -213,7 +221,8 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
                       ("autocast_copies_gib", copies), (saved_key, acts - copies),
                       ("detail.loss_temporaries_gib", temps if temps >= grad_moment else 0.0),
                       ("detail.gradients_so_far_gib", grad_moment if grad_moment > temps else 0.0),
-                      ("detail.ddp_buckets_gib", buckets), ("detail.fsdp_gathered_gib", gathered),
+                      ("detail.ddp_buckets_gib", buckets),
+                      ("detail.fsdp_kept_weights_gib" if kept is not None else "detail.fsdp_gathered_gib", gathered),
                       ("detail.dequantized_base_gib", dequantized)]
     step_parts = [("weights_gib", weights), (step_grads_key, live_grads), ("optimizer_gib", states),
                   ("detail.ddp_buckets_gib", buckets)]
@@ -267,9 +276,27 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
                 "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB,
                 "activations_without_copies_gib": (acts - copies) / GIB, "gradients_so_far_gib": grad_moment / GIB,
                 "dequantized_base_gib": dequantized / GIB,
-                "paged_states_gib": paged / GIB, "paged_out_gib": paged_out / GIB},
+                "paged_states_gib": paged / GIB, "paged_out_gib": paged_out / GIB,
+                **({"fsdp_kept_weights_gib": kept["weights"] / GIB, "unsharded_gradients_gib": kept["gradients"] / GIB}
+                   if kept is not None else {})},
         notes=notes,
     )
+
+
+def keep_gathered_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> dict[str, float] | None:
+    """What FSDP with the weights kept gathered across accumulation (``Strategy.fsdp_keep``) holds on
+    every GPU besides plain FSDP's shards, in bytes: the whole model's unsharded weights in FSDP2's
+    ``param_dtype`` (bf16 under autocast: Accelerate's MixedPrecisionPolicy, see
+    ``advisor.activations.activation_precision``) from the first micro-batch's forward to the last
+    one's backward, and the unsharded gradients of every trainable parameter in ``reduce_dtype`` (the
+    same dtype in Accelerate 1.16's policy), accumulated across the micro-batches that skip the
+    reduce-scatter (Accelerate's ``accumulate`` calls ``set_requires_gradient_sync(False)``; torch 2.13
+    ``FSDPParamGroup.post_backward`` keeps ``unsharded_param.grad``). None without accumulation: there
+    is nothing to keep across, and the step is plain FSDP's."""
+    if config.grad_accum < 2:
+        return None
+    per = 2 if config.precision.autocast or config.precision is Precision.pure_bf16 else 4
+    return {"weights": model.params * per, "gradients": trainable * per}
 
 
 def _layer_unit(model: ModelSpec) -> float:

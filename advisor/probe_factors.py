@@ -212,7 +212,7 @@ def apply_model_factors(est, model, hardware, cal):
         return est
     f, how = found
     tool = "advise probe" if f.origin == "probe" else "advise bench"
-    if config.strategy is Strategy.fsdp:
+    if config.strategy.full_shard:
         return est.model_copy(update={"notes": est.notes + [
             f"{tool} factors for this model ({f.date}) not applied: the probe ran it unsharded, FSDP shards it"]})
     mem, thr, notes = est.memory, est.throughput, list(est.notes)

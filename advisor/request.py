@@ -161,6 +161,10 @@ class Request(BaseModel):
         if self.strategy is Strategy.hsdp and self.nodes < 2:
             raise UserError("--strategy hsdp with one node: HSDP shards inside each node and replicates across nodes",
                             fix="add --nodes N (N >= 2), or use --strategy fsdp")
+        if self.strategy is Strategy.fsdp_keep and self.grad_accum == 1:
+            raise UserError("--strategy fsdp-keep with --grad-accum 1: it keeps the gathered weights across the "
+                            "micro-batches of one optimizer step, and there is only one",
+                            fix="use --strategy fsdp (the same without accumulation), or drop --grad-accum")
         if self.quantize_base and self.lora_rank is None:
             raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
                             "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")

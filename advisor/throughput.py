@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import host_speed
 from advisor.calibration import Calibration, calibration_key
-from advisor.comm import CommBreakdown, Topology, comm_constants, ddp_comm, fsdp_comm
+from advisor.comm import CommBreakdown, Topology, comm_constants, ddp_comm, fsdp_comm, fsdp_keep_comm
 from advisor.compromise_cost import compromise_cost
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.gpu_perf import work_kind
@@ -340,7 +340,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
                      + ("; `advise probe` measures this machine's" if cal.host is None else ""))
 
     nt = trainable_params(model, config)
-    shard = world if config.strategy is Strategy.fsdp else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
+    shard = world if config.strategy.full_shard else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
     opt_s = nt * _OPT_BYTES[config.optimizer] * (0.5 if p is Precision.pure_bf16 else 1.0) / shard / bw
 
     grad_bytes = nt * (2 if p is Precision.pure_bf16 else 4)
@@ -350,13 +350,18 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     breakdown = None
     decoded = hw.input is not None and data_kind(hw.input, model.is_vision, config.image_size) in ("jpeg", "decoded")
     strategy = config.strategy.value
-    if strategy in ("ddp", "fsdp", "hsdp") and world > 1:
+    if strategy in ("ddp", "fsdp", "hsdp", "fsdp-keep") and world > 1:
         k = cal.comm or comm_constants()
         net = hw.network_link
         topo = Topology(per_node=per_node, nodes=nodes, intra=hw.link, intra_gbps=hw.intra_node_gbps / 2,
                         network=net.kind, network_gbps=net.gbytes_s)
         if strategy == "ddp":
             breakdown = ddp_comm(grad_bytes, topo, micro_s, config.grad_accum, k, decoded_input=decoded)
+        elif strategy == "fsdp-keep":
+            # gathered weights and reduced gradients both in FSDP2's param_dtype (advisor.memory.keep_gathered_bytes)
+            per = 2 if p.autocast or p is Precision.pure_bf16 else 4
+            breakdown = fsdp_keep_comm(model.params * per, nt * per, _shard_units(model), topo, micro_s,
+                                       config.grad_accum, k, decoded_input=decoded)
         else:
             pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
             breakdown = fsdp_comm(pbytes, grad_bytes, _shard_units(model), topo, micro_s, config.grad_accum, k,

@@ -62,6 +62,7 @@ _COLORS = {"weights_gib": "blue", "gradients_gib": "magenta", "detail.live_gradi
            "optimizer_gib": "yellow", "autocast_copies_gib": "bright_green", "activations_gib": "green",
            "detail.activations_without_copies_gib": "green", "detail.loss_temporaries_gib": "cyan",
            "detail.ddp_buckets_gib": "bright_cyan", "detail.fsdp_gathered_gib": "bright_blue",
+           "detail.fsdp_kept_weights_gib": "bright_blue",
            "detail.workspace_gib": "grey62"}
 
 
@@ -199,7 +200,8 @@ def render_report(rec, console=None) -> None:
         t = Table(title="throughput and time-to-train by GPU count", title_justify="left", show_edge=False)
         for col in ("GPUs", "strategy", "micro x accum", "global", "GiB/GPU", "samples/s", "speedup", "efficiency", "time to train",
                     "changed vs baseline"):
-            t.add_column(col, justify="right" if col not in ("strategy", "changed vs baseline") else "left")
+            t.add_column(col, justify="right" if col not in ("strategy", "changed vs baseline") else "left",
+                         no_wrap=col == "strategy")  # fsdp-keep whole, not "fsdp-ke…"
         for row in rec.scaling:
             style = "bold green" if row.chosen else None
             if row.fits:

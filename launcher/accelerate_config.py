@@ -40,11 +40,7 @@ def distributed_type(plan: Plan) -> str:
                         fix="use --strategy ddp (one process per GPU), or run `advise bench --modes dp,ddp` to compare")
     if strategy.sharded:
         if plan.cpu:
-            # torch's fully_shard itself trains over gloo, but Accelerate (1.16) silently runs DDP
-            # with use_cpu and a plain single process with FSDP and no GPU: refuse rather than
-            # report a run as FSDP that was not.
-            raise UserError("Accelerate cannot launch FSDP on CPU processes (it would silently run DDP instead)",
-                            fix="use --strategy ddp with --cpu, or drop --cpu and run on GPUs")
+            refuse_fsdp_on_cpu()
         return "FSDP"
     if plan.world_size == 1:
         return "NO"  # DDP over one rank is plain single-device training
@@ -52,6 +48,16 @@ def distributed_type(plan: Plan) -> str:
         raise UserError(f"the plan says --strategy single but has {plan.world_size} ranks",
                         fix="use --strategy ddp (or fsdp) for several processes, or --gpus 1 / --processes 1")
     return "MULTI_GPU"
+
+
+def refuse_fsdp_on_cpu() -> None:
+    """FSDP (fsdp, fsdp-keep, hsdp) on --cpu ranks: torch's fully_shard itself trains over gloo (the
+    fsdp-keep test runs it), but Accelerate (1.16) only sets up FSDP for GPU-like distributed types
+    (AcceleratorState: MULTI_GPU, MULTI_XPU, ...; not MULTI_CPU), so it silently runs DDP with
+    use_cpu, and a plain single process with FSDP and no GPU: refuse rather than report a run as FSDP
+    that was not."""
+    raise UserError("Accelerate cannot launch FSDP on CPU processes (it would silently run DDP instead)",
+                    fix="use --strategy ddp with --cpu, or drop --cpu and run on GPUs")
 
 
 def fsdp_section(plan: Plan) -> dict[str, Any]:
@@ -64,7 +70,9 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     """
     sec: dict[str, Any] = {
         "fsdp_version": 2,
-        "fsdp_reshard_after_forward": True,  # ZeRO-3: free gathered weights after each unit's forward
+        # ZeRO-3: free gathered weights after each unit's forward; fsdp-keep keeps them through the backward
+        # and, with launcher.keep_gathered's per-micro-batch switch, across the accumulation steps
+        "fsdp_reshard_after_forward": plan.config.strategy is not Strategy.fsdp_keep,
         # --cpu-offload: FSDP2's CPUOffloadPolicy (Accelerate maps fsdp_offload_params to it): sharded
         # parameters, gradients and optimizer states live in host memory, the optimizer steps on the CPU.
         "fsdp_offload_params": bool(plan.config.cpu_offload),

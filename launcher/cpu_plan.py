@@ -53,6 +53,10 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
             spec = catalog_model(model.name)
         except Exception:
             spec = None  # the launch reports unknown names; scripts may not use the catalog
+    if req.strategy is not None and req.strategy.sharded:
+        from launcher.accelerate_config import refuse_fsdp_on_cpu
+
+        refuse_fsdp_on_cpu()  # before the config: fsdp-keep's own checks would hide the reason
     # The one Request -> TrainConfig step (advisor.starting_config): pins, else its CPU defaults.
     start, start_notes = starting_config(req, spec, device="cpu", ranks=ranks)
     notes += start_notes

@@ -16,6 +16,10 @@ learning rate rescaled from the plan's base by its own rule (node J) and the sch
 step 0 (a checkpoint's steps were of the other batch); the runner says so in its output and in the
 attempt's record (``retry_note``).
 
+A fsdp-keep plan first retries as plain FSDP with the same micro-batch: the kept unsharded weights
+and gradients (about 4 bytes per parameter per GPU) are the largest thing it adds, and dropping them
+changes the communication, not the training.
+
 Host-RAM exhaustion (the kernel's OOM killer, SIGKILL) is not retried: a smaller micro-batch
 rarely fixes it and the cause is usually elsewhere (dataset in memory, too many workers).
 """
@@ -27,6 +31,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from advisor.config import Strategy
 from advisor.plan import Plan
 from advisor.schedule import planned_steps, scaled_lr
 
@@ -87,6 +92,9 @@ def shrink(plan: Plan) -> Plan | None:
     batch and LR; None when the micro-batch is already 1. For a plan whose accumulation must stay 1
     (``accumulation_stays_off``): half the micro-batch, no accumulation, a smaller global batch."""
     micro = plan.config.micro_batch
+    if plan.config.strategy is Strategy.fsdp_keep:
+        config = plan.config.model_copy(update={"strategy": Strategy.fsdp})
+        return Plan.model_validate({**plan.model_dump(), "config": config.model_dump()})
     if accumulation_stays_off(plan):
         return _shrink_batch(plan) if micro > 1 else None
     new = smaller_micro_batch(micro)
@@ -119,6 +127,9 @@ def _shrink_batch(plan: Plan) -> Plan:
 def retry_note(old: Plan, new: Plan) -> str:
     """What the retry changes, for the runner's output and the attempt's record."""
     c = new.config
+    if old.config.strategy is Strategy.fsdp_keep and c.strategy is Strategy.fsdp:
+        return (f"retrying as plain FSDP ({c.micro_batch} x {c.grad_accum}, same global batch): the weights are no "
+                "longer kept gathered across accumulation")
     if new.global_batch == old.global_batch:
         return f"retrying with {c.micro_batch} x {c.grad_accum} accumulation (same global batch)"
     return (f"retrying with micro-batch {c.micro_batch} and no accumulation: the plan keeps it at 1, "

@@ -122,7 +122,7 @@ def probe_target(plan: Plan, machine=None) -> ProbeTarget:
     from launcher.accelerate_config import CPU_ENV
     from launcher.bench import cpu_device_spec, visible_gpus
 
-    if plan.config.strategy is Strategy.fsdp and plan.world_size > 1:
+    if plan.config.strategy.full_shard and plan.world_size > 1:
         raise UserError(f"the plan shards the model over {plan.world_size} GPUs with FSDP; a probe runs one device",
                         fix="probe a configuration one GPU holds (--strategy ddp or single), or measure FSDP with "
                             "`advise bench --modes fsdp`")

@@ -19,6 +19,8 @@ What it applies, and why here rather than in each script:
 - pure-bf16 = ``model.to(bfloat16)``: weights, gradients and AdamW states in bf16, stepped by
   ``KahanAdamW`` (a compensated update). The other memory compromises (8-bit AdamW, the step in
   backward, LoRA; FSDP CPU offload is the Accelerate config's) live in ``launcher.compromises``.
+- fsdp-keep: the FSDP2 units keep their gathered weights across the micro-batches of a step
+  (``launcher.keep_gathered``): one all-gather per step instead of two per micro-batch.
 - ``torch.compile`` when planned, unless Accelerate's dynamo config already compiles in
   ``prepare`` (the config cardwise writes does that, so plain Accelerate scripts get it too).
 - Fused AdamW on CUDA (one kernel over all parameters instead of a loop of small ones).
@@ -52,7 +54,7 @@ from typing import Any
 
 import torch
 
-from advisor.config import Precision
+from advisor.config import Precision, Strategy
 from advisor.plan import Plan
 from advisor.schedule import lr_factor
 from launcher.command import ENV_ATTEMPT, ENV_MAX_STEPS, ENV_METRICS, ENV_PLAN, ENV_RUN_DIR
@@ -129,6 +131,7 @@ class Runtime:
         self.first_step_time: float | None = None
         self._lr_used = plan.lr  # the LR of the last optimizer step (metrics.jsonl's "lr")
         self.counters: dict[str, int] = {}  # a recipe's running counts (e.g. bad_samples), in every metrics row
+        self._keep_root: Any = None  # fsdp-keep: the FSDP2 root whose gathered weights stay across micro-batches
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> "Runtime":
@@ -272,7 +275,15 @@ class Runtime:
         if self._t_log is None:
             self._t_log = time.perf_counter()
         total = None
-        for _ in range(self.plan.config.grad_accum):
+        accum = self.plan.config.grad_accum
+        keep = None
+        if self.plan.config.strategy is Strategy.fsdp_keep:
+            from launcher.keep_gathered import before_micro_batch, require_root
+
+            keep = self._keep_root = self._keep_root or require_root(model)
+        for i in range(accum):
+            if keep is not None:
+                before_micro_batch(keep, i, accum)
             batch = next(batches)
             with acc.accumulate(model):  # no_sync on all but the last micro-batch
                 loss = loss_fn(model, batch)

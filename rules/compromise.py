@@ -155,7 +155,7 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
         if not p.hw.gpu.supports_bf16:
             return f"{p.hw.gpu.name} has no bf16 (QLoRA computes in bf16)"
         return ""
-    if "optimizer" in u and u["optimizer"].eight_bit and (base.cpu_offload or req.strategy is Strategy.fsdp):
+    if "optimizer" in u and u["optimizer"].eight_bit and (base.cpu_offload or (req.strategy and req.strategy.full_shard)):
         return EIGHT_BIT_FSDP
     if "precision" in u and (req.precision is not None or not p.hw.gpu.supports_bf16):
         return "the precision is pinned" if req.precision is not None else f"{p.hw.gpu.name} has no bf16"
@@ -187,7 +187,7 @@ def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
     else:
         out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]
     if (level.update.get("optimizer") or p.base.optimizer).eight_bit or level.name == names.QLORA or p.base.quantize_base:
-        out = [s for s in out if s is not Strategy.fsdp]  # EIGHT_BIT_FSDP; QLoRA's 4-bit base is not sharded here
+        out = [s for s in out if not s.full_shard]  # EIGHT_BIT_FSDP; QLoRA's 4-bit base is not sharded here
     pin = p.req.strategy
     return [s for s in out if pin is None or s is pin]
 

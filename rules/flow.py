@@ -76,11 +76,20 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
         raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
                         "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
                         "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
-    if req.optimizer is not None and req.optimizer.eight_bit and (req.strategy is Strategy.fsdp or req.cpu_offload):
+    if req.optimizer is not None and req.optimizer.eight_bit and ((req.strategy and req.strategy.full_shard) or req.cpu_offload):
         from rules.compromise import EIGHT_BIT_FSDP
 
-        raise UserError(f"--optimizer {req.optimizer.value} with {'--cpu-offload' if req.cpu_offload else '--strategy fsdp'}: "
+        raise UserError(f"--optimizer {req.optimizer.value} with "
+                        f"{'--cpu-offload' if req.cpu_offload else '--strategy ' + req.strategy.value}: "
                         + EIGHT_BIT_FSDP, fix="use --strategy ddp or single, or drop --optimizer")
+    if req.strategy is Strategy.fsdp_keep and hardware.total_gpus < 2:
+        raise UserError("--strategy fsdp-keep with one GPU: it shards the model over several GPUs and keeps the "
+                        "gathered weights across accumulation; one GPU holds the whole model anyway",
+                        fix="add --gpus N (N >= 2), or use --strategy single")
+    if req.cpu_offload and req.strategy is Strategy.fsdp_keep:
+        raise UserError("--cpu-offload with --strategy fsdp-keep: fsdp-keep keeps the gathered weights on the GPUs "
+                        "across accumulation, CPU offload keeps them in host memory",
+                        fix="use --strategy fsdp with --cpu-offload, or drop --cpu-offload")
     if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
         raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
                         fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
@@ -141,6 +150,8 @@ def tree(run: Run) -> None:
     """The decision tree A–J: GPUs, strategy, micro-batch, accumulation, checkpointing, learning rate."""
     ctx = run.ctx = TreeContext(run.planner)
     run.steps = walk(ctx)
+    if run.req.strategy is Strategy.fsdp_keep:
+        _keep_fits_or_refuse(run.planner)
     choice = ctx.choice
     strategy = run.req.strategy
     # A pinned multi-GPU strategy uses the GPUs at hand, also when a one-GPU FSDP (CPU offload) fits.
@@ -148,7 +159,7 @@ def tree(run: Run) -> None:
     if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
                                  or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
-    if isinstance(choice, Choice) and choice.strategy is Strategy.fsdp and (choice.config.optimizer.eight_bit
+    if isinstance(choice, Choice) and choice.strategy.full_shard and (choice.config.optimizer.eight_bit
                                                                              or choice.config.quantize_base):
         from rules.compromise import EIGHT_BIT_FSDP
 
@@ -319,7 +330,30 @@ def _pinned_strategy(ctx: TreeContext, strategy: Strategy) -> Choice | Infeasibl
     if isinstance(ch, Infeasible) and ch.kind == "batch":
         raise UserError(f"--strategy {strategy.value} on {n} GPUs: {ch.reason}",
                         fix="pick a --batch-size divisible by the GPU count (and the micro-batch), or another --gpus")
+    if isinstance(ch, Infeasible) and ch.kind == "strategy" and strategy is Strategy.fsdp_keep:
+        raise UserError(f"--strategy fsdp-keep on {n} GPU{'s' if n > 1 else ''}: {ch.reason}",
+                        fix="use --strategy fsdp (the same without kept weights), or a --batch-size that leaves "
+                            "accumulation on each GPU (more than one micro-batch per GPU)")
     return ch
+
+
+def _keep_fits_or_refuse(p: Planner) -> None:
+    """A pinned --strategy fsdp-keep that fits no count at hand is refused, not turned into a memory
+    compromise (LoRA, 8-bit, ...): it spends memory to save communication, and plain FSDP, which the
+    message names when it fits, is the same training without that trade."""
+    counts = [n for n in p.counts() if n >= 2]
+    rows = [p.best(n) for n in counts]
+    if any(isinstance(r, Choice) for r in rows):
+        return
+    mem = [r for r in rows if isinstance(r, Infeasible) and r.kind == "memory"]
+    if not mem:
+        return  # no accumulation at any count, or the batch does not split: _pinned_strategy says which
+    plain = next((c for c in (p.search(n, Strategy.fsdp) for n in reversed(counts)) if isinstance(c, Choice)), None)
+    raise UserError(f"--strategy fsdp-keep does not fit the {p.available}x {p.hw.gpu.name} at hand: {mem[-1].reason} "
+                    "(it keeps a full unsharded copy of the weights and gradients on every GPU)",
+                    fix=(f"use --strategy fsdp (fits on {plain.gpus} GPUs, ~{plain.estimate.memory.device_gib:.1f} GiB "
+                         "per GPU), or drop --strategy" if plain is not None else
+                         "drop --strategy: the rules rank the memory compromises that fit"))
 
 
 def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:

@@ -41,6 +41,8 @@ def describe(ch: Choice) -> str:
     c = ch.config
     parts = [f"micro-batch {c.micro_batch} x accumulation {c.grad_accum}" + (f" x {ch.gpus} GPUs" if ch.gpus > 1 else "")
              + f" = global batch {ch.global_batch}", _precision_text(c), c.optimizer.value]
+    if c.strategy is Strategy.fsdp_keep:
+        parts.insert(1, keep_gathered_text(c.grad_accum))
     if c.lora_rank:
         parts.append(f"LoRA rank {c.lora_rank}")
     if c.optimizer_in_backward:
@@ -50,6 +52,12 @@ def describe(ch: Choice) -> str:
     if c.grad_ckpt:
         parts.append("activation checkpointing")
     return ", ".join(parts)
+
+
+def keep_gathered_text(grad_accum: int) -> str:
+    """fsdp-keep in one phrase: what it keeps, and the all-gathers it saves (advisor.comm.fsdp_keep_comm)."""
+    return (f"FSDP, weights kept gathered across the {grad_accum} accumulation steps: the weights all-gathered "
+            f"once per optimizer step instead of {2 * grad_accum} times, gradients reduce-scattered once")
 
 
 def _mem_text(e: Estimate) -> str:
@@ -165,7 +173,10 @@ def node_I(ctx: TreeContext) -> Answer:
     lead = {Strategy.ddp: "yes: a full replica fits per GPU: DDP",
             Strategy.fsdp: ("a replica fits, but FSDP is faster here" if ddp_fits
                             else "no: a replica does not fit per GPU: FSDP (full sharding)"),
-            Strategy.hsdp: "HSDP: sharded inside each node, replicated across nodes"}[ch.strategy]
+            Strategy.hsdp: "HSDP: sharded inside each node, replicated across nodes",
+            Strategy.fsdp_keep: ("a replica fits, but FSDP with the weights kept gathered is faster here" if ddp_fits
+                                 else "no: a replica does not fit per GPU: FSDP, with the gathered weights kept "
+                                      "across accumulation (fsdp-keep)")}[ch.strategy]
     return Answer(ch.strategy.value, f"{lead} on {ch.gpus} GPUs ({rule}); {describe(ch)}; {_mem_text(ch.estimate)}; "
                   f"{_time_text(ch.estimate)}",
                   f"By GPU count (best plan each): {_rows_text(rows, ctx.pick.efficiency)}. " + load_tree()["I"].why,

@@ -8,7 +8,8 @@ within 2% of the fastest). The global batch is the user's ``--batch-size`` or th
 batch, EXACTLY: a count that does not divide it is not a candidate (never rounded, never grown).
 Pinned flags (``--micro-batch``, ``--grad-accum``, ``--grad-ckpt``, ``--strategy``, ``--compile``,
 ``--precision``) restrict what is scored. ``Planner.best(n)`` is the fastest strategy at ``n``
-(DDP, FSDP, HSDP across whole nodes), ``Planner.candidates`` every row scored (config, estimate,
+(DDP, FSDP, FSDP keeping the gathered weights across accumulation, HSDP across whole nodes),
+``Planner.candidates`` every row scored (config, estimate,
 time-to-train, fits, why rejected): the policy (``rules.policy``) picks from them, and the
 scaling table and the alternatives read the same rows.
 
@@ -42,6 +43,11 @@ from rules.lr import LrPlan, lr_plan, recipe
 # strategy the estimate has measured most (docs/design.md "Decision policy"); below the policy's 5%
 # self-regret, which tests/test_policy_regret.py checks.
 DDP_PREFERENCE = 0.045
+# FSDP with the weights kept gathered across accumulation (fsdp-keep) is taken over plain FSDP only when
+# it is at least this much faster: it holds a full unsharded copy of the weights and the gradients
+# (less headroom for the allocator's fragmentation), and no run has measured it yet (docs/design.md
+# "Decision policy"); below the policy's 5% self-regret, which tests/test_policy_regret.py checks.
+FSDP_KEEP_MIN_GAIN = 0.02
 # A roomier micro-batch (nvidia-smi memory below ``search.roomy`` of the GPU) is preferred over the
 # fastest only when it is at most this much slower: the pick stays within the policy's 5% self-regret.
 ROOMY_SLACK = 0.02
@@ -256,13 +262,14 @@ class Planner:
         return bounded_counts(self.hw.gpus_per_node, self.hw.nodes)
 
     def strategies(self, n: int, hypothetical: bool = False) -> list[Strategy]:
-        """What runs on ``n`` GPUs: single on one; DDP and FSDP on several; HSDP (FSDP inside a node,
-        DDP across nodes) on whole nodes beyond one. A pinned --strategy is the only one."""
+        """What runs on ``n`` GPUs: single on one; DDP, FSDP and fsdp-keep (where there is accumulation:
+        ``_keep_blocked``) on several; HSDP (FSDP inside a node, DDP across nodes) on whole nodes beyond
+        one. A pinned --strategy is the only one."""
         if n == 1:
             # FSDP over one GPU is CPU offload's (FSDP's CPUOffload), or what a pinned --strategy fsdp asks
             out = [Strategy.single] + ([Strategy.fsdp] if self.req.cpu_offload or self.req.strategy is Strategy.fsdp else [])
         else:
-            out = [Strategy.ddp, Strategy.fsdp]
+            out = [Strategy.ddp, Strategy.fsdp] + ([Strategy.fsdp_keep] if not self.req.cpu_offload else [])
             per_node = max(self.hw.gpus_per_node, 8) if hypothetical else self.hw.gpus_per_node
             if n > per_node and per_node > 1:
                 out.append(Strategy.hsdp)
@@ -336,6 +343,10 @@ class Planner:
             return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
         if strategy is Strategy.hsdp and strategy not in self.strategies(n, hypothetical):
             return Infeasible(n, strategy, "strategy", "HSDP shards inside a node and replicates across whole nodes")
+        if strategy is Strategy.fsdp_keep:
+            why = self._keep_blocked(n, base)
+            if why:
+                return Infeasible(n, strategy, "strategy", why)
         ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
         if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
             r: Choice | Infeasible | None = None
@@ -351,6 +362,11 @@ class Planner:
         micros = self._micros(share)
         if isinstance(micros, str):
             return Infeasible(n, strategy, "batch", micros)
+        if strategy is Strategy.fsdp_keep:
+            micros = [m for m in micros if share // m > 1]  # the weights are kept across accumulation only
+            if not micros:
+                return Infeasible(n, strategy, "strategy", f"fsdp-keep needs accumulation, and the per-GPU batch "
+                                  f"{share} is one micro-batch here")
         record = not hypothetical and model is None
         standard = base == self.base
         fitting: list[tuple[TrainConfig, Estimate]] = []
@@ -405,6 +421,16 @@ class Planner:
         return Choice(n, strategy, cfg, e, global_batch=target, lr=self.lr_for(target, cfg),
                       ckpt_needed=cfg.grad_ckpt and not fits_without_ckpt and req.grad_ckpt is None, fastest_sps=top)
 
+    def _keep_blocked(self, n: int, base: TrainConfig) -> str:
+        """Why fsdp-keep does not apply on ``n`` GPUs with ``base`` ('' when it does)."""
+        if n < 2:
+            return "fsdp-keep shards over several GPUs; one GPU holds the whole model anyway"
+        if base.cpu_offload:
+            return "fsdp-keep keeps the weights on the GPUs; CPU offload keeps them in host memory"
+        if self.req.grad_accum == 1:
+            return "fsdp-keep keeps the weights across accumulation, and --grad-accum 1 has none"
+        return ""
+
     def search_accum1(self, n: int, strategy: Strategy, base: TrainConfig, ckpt: bool) -> Choice | Infeasible:
         """No accumulation: the largest micro-batch (a power of two up to the per-GPU share of the
         batch) that fits with ``grad_accum`` 1; the global batch is micro-batch x GPUs."""
@@ -412,6 +438,9 @@ class Planner:
         target = req.batch_size or self.base_batch
         if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
             return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
+        if strategy is Strategy.fsdp_keep:
+            return Infeasible(n, strategy, "strategy", "fsdp-keep keeps the weights across accumulation, and this "
+                              "configuration has none")
         cfg0 = base.model_copy(update={"grad_ckpt": ckpt, "strategy": strategy, "grad_accum": 1})
         if req.batch_size is not None or req.keep_global_batch:
             if target % n:
@@ -471,6 +500,10 @@ class Planner:
             ddp = next((c for c in fitting if c.strategy is Strategy.ddp), None)
             if ddp is not None and ddp.samples_per_s >= (1 - DDP_PREFERENCE) * top:
                 return ddp
+            plain = next((c for c in fitting if c.strategy is Strategy.fsdp), None)
+            if (fastest.strategy is Strategy.fsdp_keep and plain is not None
+                    and plain.samples_per_s >= (1 - FSDP_KEEP_MIN_GAIN) * fastest.samples_per_s):
+                return plain
             return fastest
         if not results:
             return Infeasible(n, self.req.strategy or Strategy.ddp, "strategy",

@@ -62,6 +62,7 @@ def test_pinned_micro_batch_and_accumulation_choose_the_count_they_imply(capsys)
 @pytest.mark.parametrize("flag,field,value", [
     ("--grad-ckpt", "grad_ckpt", True), ("--no-grad-ckpt", "grad_ckpt", False), ("--compile", "compile", True),
     ("--precision fp32", "precision", "fp32"), ("--strategy fsdp", "strategy", "fsdp"), ("--micro-batch 4", "micro_batch", 4),
+    ("--strategy fsdp-keep", "strategy", "fsdp-keep"),
 ])
 def test_every_candidate_scored_keeps_a_pin(flag, field, value):
     from advisor.hardware import Machine

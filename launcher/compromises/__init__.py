@@ -127,6 +127,7 @@ def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict
         info["fsdp_version"] = getattr(plugin, "fsdp_version", None)
         off = getattr(plugin, "cpu_offload", None)  # FSDP2: CPUOffloadPolicy or OffloadPolicy; FSDP1: CPUOffload
         info["fsdp_cpu_offload"] = type(off).__name__ == "CPUOffloadPolicy" or bool(getattr(off, "offload_params", False))
+        info["fsdp_reshard_after_forward"] = getattr(plugin, "reshard_after_forward", None)  # False for fsdp-keep
     if plan.config.lora_rank:
         cfg = getattr(accelerator.unwrap_model(model), "peft_config", {}).get("default")
         info["lora_targets"] = sorted(cfg.target_modules) if cfg is not None else None

@@ -50,7 +50,7 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
     c = plan.config
     if c.optimizer.eight_bit:
         _require("bitsandbytes", f"--optimizer {c.optimizer.value}")
-        if c.strategy is Strategy.fsdp or c.cpu_offload:
+        if c.strategy.full_shard or c.cpu_offload:
             # never measured here; upstream: bitsandbytes-foundation/bitsandbytes#1633 (illegal memory access
             # with FSDP2), #89 (8-bit optimizers don't work with FSDP)
             raise UserError(f"--optimizer {c.optimizer.value} under FSDP: bitsandbytes' 8-bit optimizers are not "
@@ -64,7 +64,7 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
                             fix="use --optimizer adamw-8bit (or adamw) with --cpu, or run on a GPU")
     if c.quantize_base:  # bitsandbytes >= 0.45 runs NF4 on CPU too (its torch fallback): CPU runs test the path
         _require("bitsandbytes", "--quantize-base 4bit")
-        if c.strategy is Strategy.fsdp or c.cpu_offload:
+        if c.strategy.full_shard or c.cpu_offload:
             raise UserError("--quantize-base 4bit under FSDP: sharding 4-bit weights needs a quantized storage dtype "
                             "FSDP can flatten (not built here)", fix="use --strategy single or ddp with QLoRA")
     if c.lora_rank:
