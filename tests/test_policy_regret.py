@@ -21,13 +21,14 @@ be in that tier, within 5% of its fastest row, and say which part of the rule ap
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
 from advisor.hardware import Machine
-from compromise_tiers import expected_tiers, fastest_by_tier, tier
 from advisor.plan import ModelRef
 from advisor.request import Request
+from compromise_tiers import expected_tiers, fastest_by_tier, tier
 
 REGRET = 0.05  # the pick within 5% of the best candidate under the policy
 FLOOR = 0.80  # rules/data/defaults.toml search.min_scaling_efficiency
@@ -121,7 +122,8 @@ def _check_compromise(rec, at_hand: int) -> None:
     assert not [c for c in rec.candidates if c.fits and c.standard], "a standard plan fits: no compromise is needed"
     rows = [c for c in rec.candidates if c.fits and not c.standard and c.gpus == r.gpus]
     for c in rows:  # combinations the runtime cannot run are never offered (bitsandbytes under FSDP)
-        assert not (c.config.optimizer.value in ("adamw-8bit", "paged-adamw-8bit") and (c.strategy.value in ("fsdp", "hsdp") or c.config.cpu_offload)), \
+        eight_bit = c.config.optimizer.value in ("adamw-8bit", "paged-adamw-8bit")
+        assert not (eight_bit and (c.strategy.value in ("fsdp", "hsdp") or c.config.cpu_offload)), \
             f"8-bit optimizer under FSDP scored as fitting: {c.as_dict()}"
     if not r.fits:
         assert not rows, f"nothing recommended, yet {len(rows)} compromises fit on {r.gpus} GPUs"
@@ -138,6 +140,9 @@ def _check_compromise(rec, at_hand: int) -> None:
     assert sps >= best[got] * (1 - REGRET), f"{r.compromise} at {sps:.3g} samples/s; the fastest {got} row: {best[got]:.3g}"
     # the report says which part of the rule applied, with the same numbers
     rule = r.compromise_rule or ""
+    said = re.search(r"(\d+\.\d+)x slower", rule)
+    if ratio is not None:
+        assert said and float(said.group(1)) == pytest.approx(ratio, rel=REGRET, abs=0.01), f"{rule} (ratio {ratio:.2f})"
     if got == "exact":
         assert r.compromise in rule, rule
         assert ("within 2x" in rule and ratio is not None) or ("no lossy compromise fits" in rule and ratio is None), rule
