@@ -197,23 +197,30 @@ def ddp_comm(grad_bytes: float, topo: Topology, micro_s: float, grad_accum: int,
     """DDP: bucketed all-reduce of the gradients overlapping the last micro-batch's backward (2/3 of it:
     backward = 2x forward, Kaplan et al. 2020)."""
     sizes = ddp_bucket_bytes(grad_bytes)
+    n = len(sizes)
     backward_s = micro_s * 2.0 / 3.0
-    colls, queue, done = [], [], 0.0
-    for i, b in enumerate(sizes):
-        c = collective("all-reduce", f"DDP bucket {i + 1} of {len(sizes)}", b, topo, k)
-        colls.append(c)
+    # Buckets of one size cost the same: one collective per size (an 8B model's fp32 gradients fill
+    # 1,220 buckets of 25 MiB; a model object per bucket was half of the one-shot's search time).
+    cost: dict[float, Collective] = {}
+    queue, done, total = [], 0.0, 0.0
+    for b in sizes:
+        c = cost.get(b)
+        if c is None:
+            c = cost[b] = collective("all-reduce", "DDP bucket", b, topo, k)
         done += b
+        total += c.seconds
         queue.append((backward_s * done / grad_bytes, c.seconds))  # ready when the backward has produced it
-    total = sum(c.seconds for c in colls)
     exposed = exposed_after_backward(queue, backward_s)
+
+    def row(i: int, **update) -> Collective:
+        return cost[sizes[i]].model_copy(update={"what": f"DDP bucket {i + 1} of {n}", **update})
+
+    # The first bucket, the middle ones merged, and the last, for a readable breakdown.
+    colls = [row(i) for i in range(n)] if n <= 3 else \
+        [row(0), row(1, what=f"DDP buckets 2-{n - 1}", count=n - 2), row(n - 1)]
     out = _breakdown("ddp", topo, k, colls, total, exposed)
-    out.buckets = len(sizes)
+    out.buckets = n
     out.sync_s = straggler_s(micro_s * grad_accum, topo.per_node * topo.nodes, grad_accum, k, decoded_input=decoded_input)
-    # Merge the per-bucket rows into the first, the middle ones and the last, for a readable breakdown.
-    if len(colls) > 3:
-        mid = colls[1:-1]
-        out.collectives = [colls[0], mid[0].model_copy(update={"what": f"DDP buckets 2-{len(colls) - 1}", "count": len(mid)}),
-                           colls[-1]]
     exposed_last = colls[-1].seconds
     out.notes.append(f"{len(sizes)} DDP buckets (1 MiB first, 25 MiB each); the last one's all-reduce "
                      f"({exposed_last * 1e3:.2f} ms) starts only when the backward ends")

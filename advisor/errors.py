@@ -6,7 +6,6 @@ keeps its traceback.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -43,6 +42,8 @@ EXIT_TEMPFAIL = ResourceShortage.exit_code
 
 def close_names(name: str, choices: Iterable[str], n: int = 4) -> list[str]:
     """Names from ``choices`` that look like ``name`` (case-insensitive), best first."""
+    import difflib  # only on the error path: not a cost of every `advise` run
+
     lowered = {c.lower(): c for c in choices}
     hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
     # Substring matches are what people mean by "h100" -> "H100-SXM"; difflib misses them.

@@ -133,15 +133,22 @@ def _update(p: Planner, level: Level) -> dict:
     return dict(level.update)
 
 
+def batch_change(ch: Choice, p: Planner) -> float:
+    """By how much ``ch`` changes the global batch the user (or the recipe) asked for (1: kept)."""
+    target = p.target_batch
+    return max(ch.global_batch / target, target / ch.global_batch)
+
+
 def tier(t: Tried, p: Planner) -> str:
-    """The tier a fitting result ranks in: no accumulation that changes the global batch by more than
-    2x is "batch" (last); within 2x it is close arithmetic. (The other levels keep the batch the
-    standard search would use, pinned flags included.)"""
-    target = p.req.batch_size or p.base_batch
+    """The tier a fitting result ranks in: any level that changes the global batch (no accumulation,
+    the optimizer step in backward: both run with accumulation 1) by more than 2x is "batch" (last);
+    by 2x at most, close arithmetic at best. The others keep the batch the standard search uses."""
     ch = t.result
-    if (t.level.name == names.NO_ACCUMULATION and isinstance(ch, Choice)
-            and max(ch.global_batch / target, target / ch.global_batch) > BATCH_CHANGE_LIMIT):
+    change = batch_change(ch, p) if isinstance(ch, Choice) else 1.0
+    if change > BATCH_CHANGE_LIMIT:
         return "batch"
+    if change > 1 and t.level.tier == "exact":
+        return "close"
     return t.level.tier
 
 
@@ -254,7 +261,7 @@ def find(p: Planner, n: int) -> Outcome:
         if slow <= EXACT_SLOWDOWN_LIMIT:
             return Outcome(exact, tried, f"exact before lossy: {exact.level.name} keeps the arithmetic and is "
                                          f"{slow:.2f}x slower than {fast}, within {EXACT_SLOWDOWN_LIMIT:g}x")
-        return Outcome(lossy, tried, f"{exact.level.name} (exact) is {slow:.1f}x slower than {fast}, more than "
+        return Outcome(lossy, tried, f"{exact.level.name} (exact) is {slow:.2f}x slower than {fast}, more than "
                                      f"{EXACT_SLOWDOWN_LIMIT:g}x: the fastest {_TIER_TEXT[lossy_tier]} instead")
     if exact is not None:
         return Outcome(exact, tried, f"exact: {exact.level.name} keeps the arithmetic; no lossy compromise fits")
@@ -320,13 +327,17 @@ def gives_up(level: Level, ch: Choice, p: Planner) -> str:
     return _gives_up_one(level, ch, p)
 
 
+def _batch_text(ch: Choice, p: Planner) -> str:
+    return (f"global batch {ch.global_batch} instead of {p.target_batch}"
+            + (" (a different training: the batch changes by more than 2x)" if batch_change(ch, p) > BATCH_CHANGE_LIMIT else "")
+            + f"; learning rate {ch.lr.lr:.3g} ({ch.lr.text})")
+
+
 def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
-    target = p.req.batch_size or p.base_batch
     if level.name == names.NO_ACCUMULATION:
-        changed = max(ch.global_batch / target, target / ch.global_batch) > BATCH_CHANGE_LIMIT
-        return (f"gradient accumulation: global batch {ch.global_batch} instead of {target}"
-                + (" (a different training: the batch changes by more than 2x)" if changed else "")
-                + f"; learning rate {ch.lr.lr:.3g} ({ch.lr.text})")
+        return "gradient accumulation: " + _batch_text(ch, p)
+    if level.accum1 and ch.global_batch != p.target_batch:  # the optimizer step in backward: accumulation 1
+        return level_gives_up(level, ch.config) + "; and the " + _batch_text(ch, p)
     if level.name == names.CPU_OFFLOAD:
         return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
     return level_gives_up(level, ch.config)

@@ -318,10 +318,12 @@ class Planner:
                  and f[1].throughput.samples_per_s >= (1 - ROOMY_SLACK) * top]
         return max(roomy, key=lambda f: f[1].throughput.samples_per_s) if roomy else best
 
-    def _record(self, n: int, cfg: TrainConfig, e: Estimate | None, rejected: str, standard: bool) -> None:
+    def _record(self, n: int, cfg: TrainConfig, e: Estimate | None, rejected: str, standard: bool,
+                global_batch: int | None = None) -> None:
         key = (n, cfg.strategy) + _config_key(cfg)
         if key not in self._scored:
-            self._scored[key] = Candidate(n, cfg.strategy, cfg, e, self.target_batch, rejected, standard)
+            gb = global_batch or self.target_batch
+            self._scored[key] = Candidate(n, cfg.strategy, cfg, e, gb, rejected, standard and gb == self.target_batch)
 
     def search(self, n: int, strategy: Strategy, *, base: TrainConfig | None = None, hypothetical: bool = False,
                model: ModelSpec | None = None, ckpt: bool | None = None) -> Choice | Infeasible:
@@ -453,7 +455,11 @@ class Planner:
             micros = [1 << k for k in range(top.bit_length()) if 1 << k <= top]
         fitting, closest = [], None
         for m in micros:
-            e = self.est(cfg0.model_copy(update={"micro_batch": m}), n)
+            cfg = cfg0.model_copy(update={"micro_batch": m})
+            e = self.est(cfg, n)
+            # node H's rows too (no accumulation, the optimizer step in backward), with the batch they train
+            self._record(n, cfg, e, "" if e.memory.fits else f"does not fit: ~{e.memory.device_gib:.1f} GiB per GPU",
+                         base == self.base, global_batch=m * n)
             if not e.memory.fits:
                 closest = e
                 break

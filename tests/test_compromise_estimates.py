@@ -171,6 +171,26 @@ def test_exact_before_lossy_unless_more_than_twice_slower():
     assert fitting["no-accumulation"].samples_per_s > 0  # listed, never chosen
 
 
+def test_any_level_that_changes_the_global_batch_by_more_than_2x_ranks_last():
+    """The optimizer step in backward runs without accumulation, like no-accumulation: at global batch 2
+    instead of 128 it is a different training (tier "batch"), not close arithmetic; within 2x it is close
+    at best. (tests/test_policy_regret.py's re-derivation reads tiers from the batch trained.)"""
+    from types import SimpleNamespace
+
+    from rules.compromise import LEVELS, Tried, tier
+    from rules.planner import Choice
+
+    p = SimpleNamespace(target_batch=128)
+    level = {lv.name: lv for lv in LEVELS}
+
+    def ranked(name: str, batch: int) -> str:
+        return tier(Tried(level[name], Choice(1, Strategy.single, None, None, global_batch=batch, lr=None)), p)
+
+    assert ranked("optimizer-in-backward", 2) == "batch" and ranked("no-accumulation", 1) == "batch"
+    assert ranked("optimizer-in-backward", 64) == "close" and ranked("cpu-offload", 64) == "close"
+    assert ranked("cpu-offload", 128) == "exact" and ranked("lora", 128) == "different"
+
+
 def test_a_level_may_combine_with_lower_risk_levels_and_says_what_runs():
     rec = _recommend(["--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "1", "--no-cpu-offload"])
     r = rec.recommendation

@@ -1,55 +1,48 @@
-"""The practitioner's requests of issue 27, answered by the planner and policy (NOTE.md's table).
+"""The practitioner's panel of issue 27, answered (NOTE.md's table).
+
+The requests and the expert's bounds are tests/cases/practitioner/panel.toml, judged by
+tests/test_practitioner_panel.py; this prints the answers as NOTE.md tables them, through the same
+code path (`advise --json`'s parser, Request and recommend, 64 host cores, the default calibration).
 
     .venv/bin/python benchmarks/notebook/2026-12-05-planner-policy/requests.py   (from the checkout root)
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+import tomllib
+from pathlib import Path
 
-REQUESTS = [
-    "--model llama3-8b",
-    "--model llama3-8b --gpu H200 --gpus 1",
-    "--model llama3-8b --gpu A100-PCIE-80GB --gpus 8",
-    "--model llama3-8b --gpu A100-PCIE-80GB --gpus 8 --dataset-size 52000 --epochs 3 --deadline 8.5h",
-    "--model llama3-8b --gpu A100-PCIE-80GB --gpus 8 --dataset-size 52000 --epochs 3 --deadline 4.3h",
-    "--model mistral-7b --gpu L40S --gpus 8",
-    "--model mistral-7b --gpu L40S --gpus 8 --dataset-size 52000 --epochs 3 --deadline 8.5h",
-    "--model mistral-7b --gpu L40S --gpus 8 --dataset-size 52000 --epochs 3 --deadline 4.3h",
-    "--model llama3-8b --gpu H100 --gpus 8 --nodes 2 --dataset-size 1000000 --epochs 1",
-    "--model llama3-8b --gpu H100 --gpus 8 --nodes 2 --dataset-size 1000000 --epochs 1 --deadline 12h",
-    "--model resnet50 --gpu A100-80GB --gpus 8 --dataset-size 1281167 --epochs 90",
-    "--model resnet50 --gpu A100-80GB --gpus 8 --dataset-size 1281167 --epochs 90 --deadline 24h",
-    "--model resnet50 --gpu A100-80GB --gpus 8 --dataset-size 1281167 --epochs 90 --deadline 6h",
-    "--model resnet50 --gpu RTX-4090 --gpus 4 --dataset-size 1281167 --epochs 90 --deadline 2d",
-    "--model gpt2 --gpu A100-80GB --gpus 8 --dataset-size 8000000 --epochs 1",
-    "--model gpt2 --gpu A100-80GB --gpus 8 --batch-size 512 --dataset-size 8000000 --epochs 1 --deadline 10h",
-    "--model bert-large --gpu A100-80GB --gpus 8 --batch-size 256 --dataset-size 10000000 --epochs 1",
-    "--model bert-base --gpu H100 --gpus 8 --dataset-size 120000 --epochs 3 --deadline 1h",
-    "--model llama3-70b --gpu H100 --gpus 8 --nodes 2 --dataset-size 52000 --epochs 3",
-    "--model llama3-8b --gpu RTX-4090 --gpus 1",
-]
+PANEL = Path(__file__).resolve().parents[3] / "tests" / "cases" / "practitioner" / "panel.toml"
 
 
 def main() -> int:
+    from advisor.calibration import default_calibration
     from advisor.hardware import Machine
     from cli.flags import request_from_namespace
     from cli.main import build_parser
     from rules.api import recommend
 
-    print("| request | answer | policy |")
-    print("|---|---|---|")
-    for line in REQUESTS:
-        req = request_from_namespace(build_parser("recommend").parse_args(shlex.split(line)))
-        rec = recommend(req, machine=Machine(cpu_cores=64), assume_if_none=True)
-        r = rec.recommendation
+    print("| # | request | answer | lr (recipe) | policy |")
+    print("|---|---|---|---|---|")
+    for i, case in enumerate(tomllib.loads(PANEL.read_text())["request"], 1):
+        args = case["args"]
+        req = request_from_namespace(build_parser("recommend").parse_args(shlex.split(args) + ["--json"]))
+        rec = recommend(req, machine=Machine(cpu_cores=64), calibration=default_calibration(), assume_if_none=True)
+        data, r = json.loads(rec.to_json()), rec.recommendation
+        exp = case.get("expect", {})
         t = f", {r.time_to_train_h:.2f} h" if r.time_to_train_h is not None else ""
-        comp = f", compromise {r.compromise}" if r.compromise else ""
-        ans = (f"{r.strategy} x{r.gpus}, mb {r.micro_batch} x acc {r.grad_accum} = {r.global_batch}"
+        comp = f", **{r.compromise}**" if r.compromise else ""
+        ans = (f"{r.strategy} x{r.gpus}, {r.micro_batch} x {r.grad_accum} = {r.global_batch}"
                f"{', ckpt' if r.grad_ckpt else ''}{', compile' if r.compile else ''}{comp}, "
-               f"{rec.estimate.throughput.samples_per_s:,.1f}/s{t}")
-        print(f"| `{line}` | {ans} | {rec.policy.rule if rec.policy else ''} |")
+               f"{rec.estimate.throughput.samples_per_s:,.1f}/s{t}" if r.fits else "nothing fits")
+        want = exp.get("lr_adapter" if r.lora_rank else "lr")
+        lr = f"{r.lr:.3g} ({want:g})" if want else f"{r.lr:.3g}"
+        policy = (r.compromise_rule or (data.get("policy") or {}).get("rule", "")).replace("|", "/")
+        held = " (held out)" if case.get("held_out") else ""
+        print(f"| {i} | {case['name']}{held}: `{args}` | {ans} | {lr} | {policy} |")
     return 0
 
 
