@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from advisor.config import TrainConfig
+from advisor.config import Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.plan import Plan
 from advisor.request import Request
@@ -53,10 +53,12 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
             spec = catalog_model(model.name)
         except Exception:
             spec = None  # the launch reports unknown names; scripts may not use the catalog
-    if req.strategy is not None and req.strategy.sharded:
+    if req.strategy is Strategy.fsdp_keep:
         from launcher.accelerate_config import refuse_fsdp_on_cpu
 
-        refuse_fsdp_on_cpu()  # before the config: fsdp-keep's own checks would hide the reason
+        # before the config, whose accumulation check would hide the reason (plain fsdp plans are built:
+        # the probe refuses them with its own words, the launch with these)
+        refuse_fsdp_on_cpu()
     # The one Request -> TrainConfig step (advisor.starting_config): pins, else its CPU defaults.
     start, start_notes = starting_config(req, spec, device="cpu", ranks=ranks)
     notes += start_notes

@@ -193,7 +193,11 @@ def test_runtime_train_step_keeps_the_weights_between_micro_batches(tmp_path):
 
     from launcher.runtime import Runtime
 
-    plan = _plan(cpu=True, processes_per_node=1, global_batch=8)  # micro-batch 2 x accumulation 4
+    from accelerate.state import AcceleratorState
+
+    plan = _plan(cpu=True, processes_per_node=1, global_batch=8,  # micro-batch 2 x accumulation 4
+                 config=TrainConfig(micro_batch=2, grad_accum=4, seq_len=32, precision="fp32", strategy="fsdp-keep"))
+    AcceleratorState._reset_state(reset_partial_state=True)  # a singleton: another test's Accelerator may differ
     rt = Runtime(plan, metrics_path=tmp_path / "metrics.jsonl")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -223,3 +227,4 @@ def test_runtime_train_step_keeps_the_weights_between_micro_batches(tmp_path):
         assert all(not torch.equal(a, b) for a, b in zip(before, after)) and rt.step == 2
     finally:
         dist.destroy_process_group()
+        AcceleratorState._reset_state(reset_partial_state=True)

@@ -182,6 +182,7 @@ REFUSED = [
      "--strategy single but has 2 ranks"),
     (["submit", *MINI, "--strategy", "fsdp", "--recipe", "synthetic"], "cannot launch FSDP on CPU processes"),
     (["launch", *MINI, "--strategy", "fsdp", "--recipe", "synthetic", "--dry-run"], "cannot launch FSDP on CPU processes"),
+    (["launch", *MINI, "--strategy", "fsdp-keep", "--recipe", "synthetic", "--dry-run"], "cannot launch FSDP on CPU processes"),
     # --- a dry run refuses what the launch would refuse (issue 31)
     (["launch", *MINI, "--processes", "100000", "--recipe", "synthetic", "--dry-run"], "more than 4 per core"),
     (["launch", "--cpu", "--model", "llama3-8b", "--recipe", "synthetic", "--dry-run"], "GiB of host RAM per CPU process"),
