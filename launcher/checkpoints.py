@@ -26,7 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from launcher.command import ENV_CHECKPOINT_EVERY, ENV_FINAL_WEIGHTS, ENV_RESUME
-from launcher.compromises.lora import ADAPTER_DIR
+
+# A peft model's final weights: its LoRA adapters, under the run directory. Here, not in
+# launcher.compromises.lora (which imports torch): the launcher's own process reads this module.
+ADAPTER_DIR = "adapters"
 
 CHECKPOINTS_DIR = "checkpoints"
 META_NAME = "cardwise.json"

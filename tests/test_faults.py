@@ -1,5 +1,6 @@
-"""Faults with real processes on CPU: kill -9 of a foreground launch (x20), Ctrl-C, a run that
-finishes while the service is down, malformed metrics, and where the ranks listen.
+"""Faults with real processes on CPU: kill -9 of a foreground launch (at each stage of its start-up;
+the 20-trial campaign is ``python -m benchmarks.faults.kill9``), Ctrl-C, a run that finishes while
+the service is down, malformed metrics, and where the ranks listen.
 
 Survivors are found by an environment tag each trial's whole process tree inherits
 (``launcher.procs.tagged_processes``): re-parenting and new sessions do not hide them.
@@ -7,7 +8,6 @@ Survivors are found by an environment tag each trial's whole process tree inheri
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import secrets
@@ -15,12 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
 
+from benchmarks.faults.kill9 import TAG, campaign, ranks_up, start_launch
 from launcher import procs
 from waiting import wait_for
 from launcher.store import RunStore
@@ -30,59 +30,19 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 SLEEPER = Path(__file__).with_name("scripts") / "sleeper.py"
 TINY = ["--model", "mini-transformer", "--seq-len", "16", "--micro-batch", "2"]
-TAG = "CARDWISE_TEST_TRIAL"
+# One trial per stage of benchmarks.faults.kill9 (the trial's number sets it): while Python starts (0.5 s
+# in), while the CLI plans and the launcher imports torch (2.5 s, 5 s), with the ranks running (odd).
+KILL_9_TRIALS = [0, 8, 18, 1]
 
 
-
-def start_launch(home: Path, token: str, *argv: str, json_out: bool = True) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), TAG: token}
-    return subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", *TINY, "--home", str(home),
-                             *(["--json"] if json_out else []), *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
-def ranks_up(home: Path, n: int) -> bool:
-    return len(glob.glob(str(home / "runs" / "*" / "pids-*"))) >= n
-
-
-def _kill_9_trial(home: Path, trial: int) -> list | None:
-    """One launch, SIGKILLed at a stage set by ``trial``; the processes its tree left behind, if any."""
-    token = secrets.token_hex(6)
-    p = start_launch(home, token, "--processes", "2", "--", str(SLEEPER))
-    try:
-        if trial % 2:  # odd trials: ranks up and sleeping
-            wait_for(lambda: ranks_up(home, 2) or p.poll() is not None, 300, "the ranks")
-        else:  # even trials: somewhere in the start-up (0.5 s to 5 s in)
-            time.sleep(0.5 + 0.25 * trial)
-        os.kill(p.pid, signal.SIGKILL)
-    finally:
-        p.kill()
-        p.communicate()
-    survivors = None
-    try:  # the shim's grace (10 s) and sweep; the guard is generous for a loaded machine
-        wait_for(lambda: not procs.tagged_processes(**{TAG: token}), 300, f"trial {trial}'s processes to go")
-    except AssertionError:
-        left = procs.tagged_processes(**{TAG: token})
-        survivors = [(q.pid, " ".join(q.cmdline()[:4])) for q in left if procs.alive(q)]
-        procs.stop_processes(left, 1)
-    if (home / "runs.sqlite").exists():  # and the record does not stay `running` forever
-        from launcher.settle import settle
-
-        recs = RunStore.open(home).list()
-        assert all(r.status != "running" for r in settle(RunStore.open(home), recs)), recs
-    return survivors
-
-
-def test_kill_9_of_a_foreground_launch_leaves_no_process_x20(tmp_path):
+def test_kill_9_of_a_foreground_launch_leaves_no_process_at_any_stage(tmp_path):
     """Killed at every stage: while Python starts, while torch imports, with ranks running.
 
-    The trials are independent (own home, own tag, own port), so they run four at a time: most of a
-    trial is waiting (for the ranks, for the shim's grace), and the suite's time is the CI's.
+    The trials are independent (own home, own tag, own port), so they run together: most of a trial is
+    waiting (for the ranks, for the shim's grace). The campaign of 20 (every 0.5 s of the start-up):
+    ``python -m benchmarks.faults.kill9``.
     """
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda t: _kill_9_trial(tmp_path / f"t{t}", t), range(20)))
-    survivors = {t: left for t, left in enumerate(results) if left}
-    assert not survivors
+    assert not campaign(tmp_path, KILL_9_TRIALS, parallel=len(KILL_9_TRIALS))
 
 
 def test_ctrl_c_is_reported_plainly_and_ranks_listen_on_the_loopback(tmp_path):

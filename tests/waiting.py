@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 
 
-def wait_for(pred, timeout: float, what: str):
-    """``pred()``'s first truthy value, polled every 0.1 s; AssertionError after ``timeout`` seconds."""
+def wait_for(pred, timeout: float, what: str, every: float = 0.1):
+    """``pred()``'s first truthy value, polled every ``every`` seconds; AssertionError after ``timeout``
+    seconds. A ``pred`` that costs CPU (a subprocess, a CLI command) polls less often: on a loaded 2-core
+    machine a tight poll takes the CPU from the very processes it waits for."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -30,12 +30,14 @@ class _Spec:  # the minimum Trainable needs
     arch = None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=TRACED_JSON, help="the file written (default: the packaged one)")
-    args = ap.parse_args()
+def traces(names: set[str] | None = None) -> dict:
+    """The file's entries, in its order: every CNN of the catalog and every catalog transformer with a
+    Hugging Face class ("hf:NAME"); ``names`` picks some of them (the suite's subset:
+    tests/test_calibration_reproduces.py), None all."""
     out = {}
     for name in CNN_NAMES:
+        if names is not None and name not in names:
+            continue
         start = time.perf_counter()
 
         def make_inputs(b: int):
@@ -53,16 +55,34 @@ def main() -> None:
     from advisor.hf_trace import catalog_hf_spec
 
     for name in catalog_names():
+        if names is not None and f"hf:{name}" not in names:
+            continue
         start = time.perf_counter()
         spec = catalog_hf_spec(name)
         if spec is not None:
             out[f"hf:{name}"] = spec.model_copy(update={"description": spec.description.split(";")[0]}).model_dump(mode="json")
             print(f"hf:{name}: {spec.implementation}, {time.perf_counter() - start:.1f}s")
+    return out
+
+
+def meta() -> dict:
+    """The file's header keys: who wrote it, with which torch and transformers."""
     import transformers
 
-    meta = {"_generated_by": "benchmarks/calibration/trace_catalog.py", "_torch": torch.__version__,
+    return {"_generated_by": "benchmarks/calibration/trace_catalog.py", "_torch": torch.__version__,
             "_transformers": transformers.__version__}
-    args.out.write_text(json.dumps({**meta, **out}, indent=1) + "\n")
+
+
+def text(entries: dict) -> str:
+    """The file as written: the header keys, then the entries, one JSON object indented by 1."""
+    return json.dumps({**meta(), **entries}, indent=1) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=TRACED_JSON, help="the file written (default: the packaged one)")
+    args = ap.parse_args()
+    args.out.write_text(text(traces()))
     print(f"wrote {args.out}")
 
 

@@ -29,7 +29,6 @@ HF_DECODER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_p
 GPT2_TARGETS = ("c_attn", "c_proj", "c_fc")
 BERT_TARGETS = ("query", "key", "value", "dense")
 FAMILIES = (ZOO_TARGETS, HF_DECODER_TARGETS, GPT2_TARGETS, BERT_TARGETS)
-ADAPTER_DIR = "adapters"  # under the run directory
 
 
 def _projection_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
