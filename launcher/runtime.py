@@ -112,8 +112,13 @@ class Runtime:
             mixed_precision=plan.mixed_precision,
             # sync_with_dataloader=False: an epoch boundary must not force an early optimizer step,
             # or steps would stop holding exactly grad_accum micro-batches.
-            gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=plan.config.grad_accum,
-                                                                    sync_with_dataloader=False),
+            # sync_each_batch for FSDP/HSDP: reduce-scatter every micro-batch and keep the gradients
+            # sharded, as the estimate counts them (advisor.memory, advisor.comm.fsdp_comm). Without it
+            # Accelerate's accumulate() enters no_sync, and FSDP then holds the whole model's gradients
+            # unsharded across the micro-batches: what fsdp-keep plans for and plain FSDP does not.
+            gradient_accumulation_plugin=GradientAccumulationPlugin(
+                num_steps=plan.config.grad_accum, sync_with_dataloader=False,
+                sync_each_batch=plan.config.strategy in (Strategy.fsdp, Strategy.hsdp)),
             step_scheduler_with_optimizer=False,  # we step once per optimizer step, not per process
             # A script's own DataLoader(shuffle=True), once prepared, shuffles by seed and epoch too
             # (Accelerate's SeedableRandomSampler): resuming it after the first epoch reads the same order.

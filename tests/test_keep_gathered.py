@@ -228,3 +228,22 @@ def test_runtime_train_step_keeps_the_weights_between_micro_batches(tmp_path):
     finally:
         dist.destroy_process_group()
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+@pytest.mark.parametrize("strategy, sync_each", [("fsdp", True), ("hsdp", True), ("fsdp-keep", False), ("ddp", False)])
+def test_plain_fsdp_reduce_scatters_every_micro_batch_as_estimated(strategy, sync_each):
+    """Plain FSDP/HSDP keep gradients sharded (the estimate's memory and reduce-scatter per micro-batch):
+    Accelerate's accumulate() must not enter no_sync for them, which would hold the whole model's
+    gradients unsharded; fsdp-keep holds them unsharded by plan, DDP's no_sync costs nothing extra."""
+    from accelerate.state import AcceleratorState
+
+    from launcher.runtime import Runtime
+
+    plan = _plan(cpu=True, processes_per_node=1, global_batch=8,
+                 config=TrainConfig(micro_batch=2, grad_accum=4, seq_len=32, precision="fp32", strategy=strategy))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        rt = Runtime(plan)
+        assert rt.accelerator.gradient_state.plugin_kwargs.get("sync_each_batch", False) is sync_each
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
