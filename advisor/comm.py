@@ -160,19 +160,28 @@ def collective(op: str, what: str, nbytes: float, topo: Topology, k: CommConstan
     return Collective(op=op, what=what, bytes=nbytes, ranks=ranks, count=count, latency_s=lat, bandwidth_s=bw)
 
 
+def ddp_bucket_runs(grad_bytes: float, cap_mb: float = DDP_BUCKET_MB,
+                    first_mb: float = DDP_FIRST_BUCKET_MB) -> list[tuple[float, int]]:
+    """Bucket sizes in the order the backward fills them, as (size, count) runs: 1 MiB first, then 25 MiB
+    ones, the last partial (an 8B model's fp32 gradients fill 1,220 buckets: three runs, not 1,220 items)."""
+    runs: list[tuple[float, int]] = []
+    first = min(grad_bytes, first_mb * MB)
+    if first <= 0:
+        return runs
+    runs.append((first, 1))
+    left, cap = grad_bytes - first, cap_mb * MB
+    full = int(left // cap) if left > 1e-9 else 0
+    if full:
+        runs.append((cap, full))
+    rest = left - full * cap
+    if rest > 1e-9:
+        runs.append((rest, 1))
+    return runs
+
+
 def ddp_bucket_bytes(grad_bytes: float, cap_mb: float = DDP_BUCKET_MB, first_mb: float = DDP_FIRST_BUCKET_MB) -> list[float]:
     """Bucket sizes in the order the backward fills them: 1 MiB first, then 25 MiB ones, the last partial."""
-    out: list[float] = []
-    left = grad_bytes
-    first = min(left, first_mb * MB)
-    if first > 0:
-        out.append(first)
-        left -= first
-    while left > 1e-9:
-        b = min(left, cap_mb * MB)
-        out.append(b)
-        left -= b
-    return out
+    return [size for size, count in ddp_bucket_runs(grad_bytes, cap_mb, first_mb) for _ in range(count)]
 
 
 def exposed_after_backward(ready_and_cost: list[tuple[float, float]], backward_s: float) -> float:
@@ -196,24 +205,34 @@ def ddp_comm(grad_bytes: float, topo: Topology, micro_s: float, grad_accum: int,
              decoded_input: bool = False) -> CommBreakdown:
     """DDP: bucketed all-reduce of the gradients overlapping the last micro-batch's backward (2/3 of it:
     backward = 2x forward, Kaplan et al. 2020)."""
-    sizes = ddp_bucket_bytes(grad_bytes)
-    n = len(sizes)
+    runs = ddp_bucket_runs(grad_bytes)
+    n = sum(count for _, count in runs)
     backward_s = micro_s * 2.0 / 3.0
-    # Buckets of one size cost the same: one collective per size (an 8B model's fp32 gradients fill
-    # 1,220 buckets of 25 MiB; a model object per bucket was half of the one-shot's search time).
+    # Buckets of one size cost the same: one collective per run of equal buckets. Each is ready when the
+    # backward has produced it; on one stream bucket j of a run ends at max(end_{j-1}, ready_j) + c, which
+    # over a run of m buckets evenly spaced by d = ready_j - ready_{j-1} unrolls (max-plus) to
+    # max(end_0 + m c, ready_1 + m c, ready_m + c): the same as queuing each of the 1,220 buckets of an
+    # 8B model, in three terms (exposed_after_backward is that queue, bucket by bucket).
     cost: dict[float, Collective] = {}
-    queue, done, total = [], 0.0, 0.0
-    for b in sizes:
+    end, done, total = 0.0, 0.0, 0.0
+    for b, m in runs:
         c = cost.get(b)
         if c is None:
             c = cost[b] = collective("all-reduce", "DDP bucket", b, topo, k)
-        done += b
-        total += c.seconds
-        queue.append((backward_s * done / grad_bytes, c.seconds))  # ready when the backward has produced it
-    exposed = exposed_after_backward(queue, backward_s)
+        first_ready = backward_s * (done + b) / grad_bytes
+        last_ready = backward_s * (done + m * b) / grad_bytes
+        end = max(end + m * c.seconds, first_ready + m * c.seconds, last_ready + c.seconds)
+        done += m * b
+        total += m * c.seconds
+    exposed = max(0.0, end - backward_s)
+    sizes = [b for b, _ in runs]
+    index = [i for i, (_, m) in enumerate(runs) for _ in range(min(m, 2))]  # enough to name buckets 1, 2 and n
+
+    def size_at(i: int) -> float:
+        return runs[-1][0] if i == n - 1 else sizes[index[i]]
 
     def row(i: int, **update) -> Collective:
-        return cost[sizes[i]].model_copy(update={"what": f"DDP bucket {i + 1} of {n}", **update})
+        return cost[size_at(i)].model_copy(update={"what": f"DDP bucket {i + 1} of {n}", **update})
 
     # The first bucket, the middle ones merged, and the last, for a readable breakdown.
     colls = [row(i) for i in range(n)] if n <= 3 else \
@@ -222,7 +241,7 @@ def ddp_comm(grad_bytes: float, topo: Topology, micro_s: float, grad_accum: int,
     out.buckets = n
     out.sync_s = straggler_s(micro_s * grad_accum, topo.per_node * topo.nodes, grad_accum, k, decoded_input=decoded_input)
     exposed_last = colls[-1].seconds
-    out.notes.append(f"{len(sizes)} DDP buckets (1 MiB first, 25 MiB each); the last one's all-reduce "
+    out.notes.append(f"{n} DDP buckets (1 MiB first, 25 MiB each); the last one's all-reduce "
                      f"({exposed_last * 1e3:.2f} ms) starts only when the backward ends")
     return out
 

@@ -83,3 +83,19 @@ def test_stored_constants_are_the_fit_output():
     assert fit.constants_json(fit.fit(fit.pairs(rows))) == FITTED.read_text()
     assert stored["source"].startswith(fit.SCRIPT)
     assert comm_constants() == CommConstants(**stored)
+
+
+@pytest.mark.parametrize("grad_bytes, micro_s", [(102 * MB * 4, 0.1), (32e9, 0.05), (32e9, 5.0), (0.5 * MB, 0.01),
+                                                 (26 * MB, 1e-4), (25 * MB * 40 + MB, 0.3)])
+@pytest.mark.parametrize("intra, gbps", [("nvlink", 300.0), ("pcie-nop2p", 25.0)])
+def test_ddp_exposure_in_runs_equals_the_bucket_by_bucket_queue(grad_bytes, micro_s, intra, gbps):
+    """ddp_comm queues runs of equal buckets in closed form; it must equal queuing every bucket."""
+    t = topo(8, intra=intra, gbps=gbps)
+    backward_s, done, queue = micro_s * 2.0 / 3.0, 0.0, []
+    for b in ddp_bucket_bytes(grad_bytes):
+        done += b
+        queue.append((backward_s * done / grad_bytes, collective("all-reduce", "bucket", b, t, K).seconds))
+    got = ddp_comm(grad_bytes, t, micro_s=micro_s, grad_accum=1, k=K)
+    assert got.exposed_s == pytest.approx(exposed_after_backward(queue, backward_s), rel=1e-9, abs=1e-15)
+    assert got.total_s == pytest.approx(sum(c for _, c in queue), rel=1e-9)
+    assert got.buckets == len(queue)
