@@ -179,20 +179,6 @@ def ddp_bucket_runs(grad_bytes: float, cap_mb: float = DDP_BUCKET_MB,
     return runs
 
 
-def ddp_bucket_bytes(grad_bytes: float, cap_mb: float = DDP_BUCKET_MB, first_mb: float = DDP_FIRST_BUCKET_MB) -> list[float]:
-    """Bucket sizes in the order the backward fills them: 1 MiB first, then 25 MiB ones, the last partial."""
-    return [size for size, count in ddp_bucket_runs(grad_bytes, cap_mb, first_mb) for _ in range(count)]
-
-
-def exposed_after_backward(ready_and_cost: list[tuple[float, float]], backward_s: float) -> float:
-    """Collectives queued on one stream, each ready at its time (s into the backward) and lasting its cost:
-    the time the last ends after the backward does."""
-    end = 0.0
-    for ready, cost in ready_and_cost:
-        end = max(end, ready) + cost
-    return max(0.0, end - backward_s)
-
-
 def straggler_s(step_compute_s: float, ranks: int, grad_accum: int, k: CommConstants, *, decoded_input: bool) -> float:
     """Expected wait for the slowest of ``ranks`` at the step's synchronisation (see the module docstring)."""
     if ranks <= 1 or step_compute_s <= 0:
@@ -212,7 +198,7 @@ def ddp_comm(grad_bytes: float, topo: Topology, micro_s: float, grad_accum: int,
     # backward has produced it; on one stream bucket j of a run ends at max(end_{j-1}, ready_j) + c, which
     # over a run of m buckets evenly spaced by d = ready_j - ready_{j-1} unrolls (max-plus) to
     # max(end_0 + m c, ready_1 + m c, ready_m + c): the same as queuing each of the 1,220 buckets of an
-    # 8B model, in three terms (exposed_after_backward is that queue, bucket by bucket).
+    # 8B model, in three terms (tests/test_comm.py queues them bucket by bucket and compares).
     cost: dict[float, Collective] = {}
     end, done, total = 0.0, 0.0, 0.0
     for b, m in runs:
@@ -225,18 +211,17 @@ def ddp_comm(grad_bytes: float, topo: Topology, micro_s: float, grad_accum: int,
         done += m * b
         total += m * c.seconds
     exposed = max(0.0, end - backward_s)
-    sizes = [b for b, _ in runs]
-    index = [i for i, (_, m) in enumerate(runs) for _ in range(min(m, 2))]  # enough to name buckets 1, 2 and n
 
-    def size_at(i: int) -> float:
-        return runs[-1][0] if i == n - 1 else sizes[index[i]]
+    def row(size: float, i: int, **update) -> Collective:
+        return cost[size].model_copy(update={"what": f"DDP bucket {i + 1} of {n}", **update})
 
-    def row(i: int, **update) -> Collective:
-        return cost[size_at(i)].model_copy(update={"what": f"DDP bucket {i + 1} of {n}", **update})
-
-    # The first bucket, the middle ones merged, and the last, for a readable breakdown.
-    colls = [row(i) for i in range(n)] if n <= 3 else \
-        [row(0), row(1, what=f"DDP buckets 2-{n - 1}", count=n - 2), row(n - 1)]
+    # The first bucket, the middle ones merged, and the last, for a readable breakdown (the first run is
+    # always the one 1 MiB bucket, so the second run's size is bucket 2's).
+    if n <= 3:
+        colls = [row(size, i) for i, size in enumerate(b for b, m in runs for _ in range(m))]
+    else:
+        colls = [row(runs[0][0], 0), row(runs[1][0], 1, what=f"DDP buckets 2-{n - 1}", count=n - 2),
+                 row(runs[-1][0], n - 1)]
     out = _breakdown("ddp", topo, k, colls, total, exposed)
     out.buckets = n
     out.sync_s = straggler_s(micro_s * grad_accum, topo.per_node * topo.nodes, grad_accum, k, decoded_input=decoded_input)

@@ -6,10 +6,24 @@ import math
 
 import pytest
 
-from advisor.comm import (FITTED, MB, CommConstants, Topology, collective, comm_constants, ddp_bucket_bytes, ddp_comm,
-                          exposed_after_backward, fsdp_comm, straggler_s)
+from advisor.comm import (FITTED, MB, CommConstants, Topology, collective, comm_constants, ddp_bucket_runs, ddp_comm,
+                          fsdp_comm, straggler_s)
 
 K = CommConstants()
+
+
+def ddp_bucket_bytes(grad_bytes):
+    """Every bucket's size, in order (ddp_bucket_runs expanded)."""
+    return [size for size, count in ddp_bucket_runs(grad_bytes) for _ in range(count)]
+
+
+def exposed_after_backward(ready_and_cost, backward_s):
+    """Collectives queued on one stream, each ready at its time (s into the backward) and lasting its cost:
+    the time the last ends after the backward does (what ddp_comm computes in closed form over runs)."""
+    end = 0.0
+    for ready, cost in ready_and_cost:
+        end = max(end, ready) + cost
+    return max(0.0, end - backward_s)
 
 
 def topo(n=8, intra="nvlink", gbps=300.0, nodes=1, net_gbps=25.0):
