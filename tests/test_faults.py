@@ -22,7 +22,7 @@ import pytest
 
 from benchmarks.faults.kill9 import TAG, campaign, ranks_up, start_launch
 from launcher import procs
-from waiting import wait_for
+from waiting import reaped, stop_and_collect, wait_for
 from launcher.store import RunStore
 
 pytestmark = pytest.mark.slow
@@ -48,19 +48,14 @@ def test_kill_9_of_a_foreground_launch_leaves_no_process_at_any_stage(tmp_path):
 def test_ctrl_c_is_reported_plainly_and_ranks_listen_on_the_loopback(tmp_path):
     token = secrets.token_hex(6)
     p = start_launch(tmp_path, token, "--processes", "2", "--", str(SLEEPER), json_out=False)
-    try:
+    with reaped(p):
         wait_for(lambda: ranks_up(tmp_path, 2) or p.poll() is not None, 300, "the ranks")
         tree = procs.tagged_processes(**{TAG: token})
         ranks = [q for q in tree if (procs.environ(q) or {}).get("RANK") is not None]
         listening = {(c.laddr.ip, c.laddr.port) for q in tree for c in _listeners(q)}
         port = int(json.loads(next((tmp_path / "runs").glob("*/command.json")).read_text())["cmd"][
             json.loads(next((tmp_path / "runs").glob("*/command.json")).read_text())["cmd"].index("--main_process_port") + 1])
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=300)  # a hang guard
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+        out, err = stop_and_collect(p, signal.SIGINT)
     assert p.returncode == 130
     assert "cancelled" in out and "error:" not in out, out
     for chatter in ("torch.distributed.elastic", "SignalException", "Traceback", "closing signal"):

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from cli.main import main
-from waiting import wait_for
+from waiting import reaped, stop_and_collect, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -152,18 +152,13 @@ def test_cancel_stops_every_process(tmp_path, sig, procs):
     p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", procs, *TINY,
                           "--home", str(tmp_path), "--json", "--", str(SCRIPTS / "sleeper.py")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
+    with reaped(p):
         wait_for(lambda: len(glob.glob(str(tmp_path / "runs" / "*" / "pids-*"))) >= int(procs) or p.poll() is not None,
                  300, "every rank's pids file")
         assert p.poll() is None, p.stderr.read()
         tree = psutil.Process(p.pid).children(recursive=True)
         pids = [int(x) for f in glob.glob(str(tmp_path / "runs" / "*" / "pids-*")) for x in Path(f).read_text().split()]
-        p.send_signal(sig)
-        out, err = p.communicate(timeout=600)  # a hang guard
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        out, err = stop_and_collect(p, sig, timeout=600)
     rec = json.loads(out)
     assert p.returncode == 130 and rec["status"] == "cancelled", err
     assert len(pids) == 2 * int(procs)  # each rank and its own child

@@ -26,7 +26,7 @@ from advisor.plan import ModelRef
 from advisor.probe_factors import ModelFactor, factor_key, read_model_factors, save_model_factor
 from advisor.request import Request
 from cli.main import main
-from waiting import wait_for
+from waiting import reaped, stop_and_collect, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).with_name("data")
@@ -162,15 +162,11 @@ def test_ctrl_c_stops_and_reaps_the_child(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "probe", "--cpu", *TINY, "--probe-steps", "100000",
                              "--home", str(tmp_path), "--json"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
+    with reaped(proc):
         # the child exists once the attempt started
         children = wait_for(lambda: psutil.Process(proc.pid).children(recursive=True), 300, "the probe's child")
         time.sleep(2)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=300)  # a hang guard
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        out, err = stop_and_collect(proc, signal.SIGINT)
     assert proc.returncode == 130, err
     assert json.loads(out)["status"] == "cancelled"
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

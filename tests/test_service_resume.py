@@ -21,7 +21,7 @@ import pytest
 from launcher.checkpoints import latest, read_meta
 from launcher.service import service_pid
 from launcher.store import RunStore
-from waiting import wait_for
+from waiting import reaped, stop_and_collect, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -135,16 +135,11 @@ def test_ctrl_c_of_advise_launch_stops_at_a_step_with_its_checkpoint(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--home", str(home), *TINY, "--max-steps", "40",
                           "--no-final-weights", "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.25"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with reaped(p):
         wait_for(lambda: list(home.glob("runs/*/steps.txt")) or p.poll() is not None, 300, "the first step")
         run_dir = next(home.glob("runs/*/steps.txt")).parent
         wait_for(lambda: len(steps(run_dir)) >= 2, 300, "step 2")
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=300)  # a hang guard
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        out, err = stop_and_collect(p, signal.SIGINT)
     rec = json.loads(out)
     assert p.returncode == 130 and rec["status"] == "cancelled", err
     stop = steps(run_dir)[-1]
