@@ -19,6 +19,12 @@ PAGED_ADAMW_8BIT = "paged-adamw-8bit"
 LORA = "lora"
 QLORA = "qlora"  # LoRA on a 4-bit NF4 base: lora_rank and quantize_base together
 
+# bitsandbytes' 8-bit optimizers under FSDP: never measured here, and upstream reports illegal memory
+# accesses (bitsandbytes-foundation/bitsandbytes#1633 "illegal memory access with FSDP2", open;
+# #89 "8-bit optimizers dont work with FSDP", open).
+EIGHT_BIT_FSDP = ("bitsandbytes' 8-bit optimizers are not combined with FSDP: untested here, and upstream reports "
+                  "illegal memory accesses (bitsandbytes-foundation/bitsandbytes#1633, #89)")
+
 # The compromises that are a TrainConfig setting, in the ladder's (risk) order: name -> (field, the
 # value the compromise sets). LoRA's value is its rank, chosen by the ladder (rules.compromise.LORA_RANK)
 # or the user; None here: any rank.

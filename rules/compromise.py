@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advisor import compromise_names as names
-from advisor.compromise_names import setting
+from advisor.compromise_names import EIGHT_BIT_FSDP, setting
 from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
 from rules.planner import Choice, Infeasible, Planner
@@ -40,11 +40,6 @@ HOST_RAM_FRACTION = 0.8
 EXACT_SLOWDOWN_LIMIT = 2.0
 # A change of the global batch by more than this factor is a different training (ranked last).
 BATCH_CHANGE_LIMIT = 2.0
-# bitsandbytes' 8-bit optimizers under FSDP: never measured here, and upstream reports illegal memory
-# accesses (bitsandbytes-foundation/bitsandbytes#1633 "illegal memory access with FSDP2", open;
-# #89 "8-bit optimizers dont work with FSDP", open).
-EIGHT_BIT_FSDP = ("bitsandbytes' 8-bit optimizers are not combined with FSDP: untested here, and upstream reports "
-                  "illegal memory accesses (bitsandbytes-foundation/bitsandbytes#1633, #89)")
 TIERS = ("exact", "close", "different", "batch")  # "batch": the global batch changed > 2x (last)
 
 

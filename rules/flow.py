@@ -77,7 +77,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
                         "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
                         "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
     if req.optimizer is not None and req.optimizer.eight_bit and ((req.strategy and req.strategy.full_shard) or req.cpu_offload):
-        from rules.compromise import EIGHT_BIT_FSDP
+        from advisor.compromise_names import EIGHT_BIT_FSDP
 
         raise UserError(f"--optimizer {req.optimizer.value} with "
                         f"{'--cpu-offload' if req.cpu_offload else '--strategy ' + req.strategy.value}: "
@@ -161,7 +161,7 @@ def tree(run: Run) -> None:
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
     if isinstance(choice, Choice) and choice.strategy.full_shard and (choice.config.optimizer.eight_bit
                                                                              or choice.config.quantize_base):
-        from rules.compromise import EIGHT_BIT_FSDP
+        from advisor.compromise_names import EIGHT_BIT_FSDP
 
         what = (f"--optimizer {choice.config.optimizer.value}" if choice.config.optimizer.eight_bit
                 else "--quantize-base 4bit")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from advisor.compromise_names import EIGHT_BIT_FSDP
 from advisor.config import Optimizer, Precision, Strategy
 from advisor.errors import UserError
 from advisor.plan import Plan
@@ -51,11 +52,7 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
     if c.optimizer.eight_bit:
         _require("bitsandbytes", f"--optimizer {c.optimizer.value}")
         if c.strategy.full_shard or c.cpu_offload:
-            # never measured here; upstream: bitsandbytes-foundation/bitsandbytes#1633 (illegal memory access
-            # with FSDP2), #89 (8-bit optimizers don't work with FSDP)
-            raise UserError(f"--optimizer {c.optimizer.value} under FSDP: bitsandbytes' 8-bit optimizers are not "
-                            "combined with FSDP (untested here; upstream reports illegal memory accesses: "
-                            "bitsandbytes-foundation/bitsandbytes#1633)",
+            raise UserError(f"--optimizer {c.optimizer.value} under FSDP: " + EIGHT_BIT_FSDP,
                             fix="use --strategy single or ddp with it, or --optimizer adamw under FSDP")
         if c.optimizer is Optimizer.paged_adamw_8bit and plan.cpu:
             # bitsandbytes would warn and run the non-paged AdamW8bit: not what the plan says
