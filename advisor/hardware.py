@@ -6,8 +6,6 @@ give a ``Machine`` with ``gpus == []`` and the reason in ``nvml_error``, never a
 Tests build ``Machine`` objects as data instead of patching NVML.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Literal
