@@ -12,11 +12,10 @@ autocast and pure-bf16, 4 in fp32), r = bytes of the residual stream (4 under au
 adds promote to fp32; 2 in pure-bf16).
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.config import Precision, TrainConfig
+from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec, TransformerArch
 
 
@@ -191,6 +190,20 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
     if t is None:
         raise ValueError(f"model {model.name} has neither an architecture nor a trace profile")
     return traced_profile(model, config, compile_factor)
+
+
+_PROFILES = Memo()
+_PER_SAMPLE_FREE = ("micro_batch", "grad_accum", "grad_ckpt", "strategy")
+
+
+def shared_activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
+                              gelu_kept: float = 1.0) -> ActivationProfile:
+    """``activation_profile``, memoised for the estimator (``advisor.memo``): one object per model and
+    configuration, shared, so read-only (``model_copy`` it to change a term). The profile is per sample
+    (no micro-batch, accumulation or checkpointing in it) and reads the strategy only through
+    ``activation_precision``, so configurations that differ only there share it."""
+    key = (activation_precision(config), compile_factor, gelu_kept) + config_key(config, _PER_SAMPLE_FREE)
+    return _PROFILES.get((model,), key, lambda: activation_profile(model, config, compile_factor, gelu_kept))
 
 
 def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0) -> ActivationProfile:

@@ -7,8 +7,6 @@ Defaults come from the sources named per field. ``advisor/data/calibration.json`
 happens in ``load_calibration`` only.
 """
 
-from __future__ import annotations
-
 import json
 from functools import lru_cache
 from pathlib import Path

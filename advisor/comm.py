@@ -35,8 +35,6 @@ The constants (bus efficiencies, latencies, cv) are in ``advisor/data/multi_gpu.
 ``python -m benchmarks.calibration.multi_gpu.fit`` from published multi-GPU rows.
 """
 
-from __future__ import annotations
-
 import json
 import math
 from functools import lru_cache

@@ -3,8 +3,6 @@
 Enums subclass ``str`` so they serialise as plain strings in JSON and plans.
 """
 
-from __future__ import annotations
-
 from enum import Enum
 from typing import Literal
 

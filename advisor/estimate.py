@@ -4,8 +4,6 @@ Pure function of data: no torch, no NVML, no files (calibration is passed in). T
 pydantic model whose JSON is DESIGN.md's ``advise estimate`` contract.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.calibration import Calibration, CalibrationUsed, calibration_key, default_calibration

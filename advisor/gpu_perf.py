@@ -29,13 +29,13 @@ the rows they came from. An architecture with no fit row keeps Hopper's fraction
 Pure data: no torch, no CUDA.
 """
 
-from __future__ import annotations
-
 import json
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.memo import Memo
 
 FITTED = Path(__file__).with_name("data") / "gpu_perf.json"
 WORK_KINDS = ("matmul", "matmul_tf32", "conv", "simt", "conv_simt", "bandwidth")
@@ -133,9 +133,15 @@ def arch_perf(arch: str) -> ArchPerf:
                                   for k in WORK_KINDS})
 
 
+_FRACTIONS = Memo()
+
+
 def fraction_vs_reference(capability: tuple[int, int], kind: str) -> float:
-    """How much more (or less) of its own datasheet peak this architecture reaches than Hopper."""
-    return arch_perf(arch_of(capability)).get(kind).vs_h200
+    """How much more (or less) of its own datasheet peak this architecture reaches than Hopper.
+
+    Memoised per fit table (``advisor.memo``: the estimator asks ~6 times per estimate)."""
+    return _FRACTIONS.get((_fitted(),), (tuple(capability), kind),
+                          lambda: arch_perf(arch_of(capability)).get(kind).vs_h200)
 
 
 def work_kind(gpu, precision: str, conv: bool) -> str:

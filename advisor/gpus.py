@@ -8,8 +8,6 @@ bidirectional figure; the communication model takes half of it per direction.
 Looking a GPU up never imports torch or touches CUDA.
 """
 
-from __future__ import annotations
-
 import re
 from functools import lru_cache
 

@@ -6,8 +6,6 @@ give a ``Machine`` with ``gpus == []`` and the reason in ``nvml_error``, never a
 Tests build ``Machine`` objects as data instead of patching NVML.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Literal
@@ -18,7 +16,6 @@ from advisor.comm import DEFAULT_NETWORK, NetworkLink
 from advisor.errors import UserError
 from advisor.gpus import GpuSpec, find_gpu, get_gpu
 from advisor.loader import DEFAULT_CPUS_PER_GPU, InputPipeline, detected_cpus
-from advisor.sampling import NvmlUnavailable, close_nvml, open_nvml, read_gpu
 
 # Per-node network when the user names several nodes but no figure: advisor.comm.DEFAULT_NETWORK
 # (one 200 Gb/s InfiniBand HDR port per node), in GB/s.
@@ -157,6 +154,9 @@ def detect_machine() -> Machine:
         # machine without the NVIDIA driver, where it could only fail).
         machine.nvml_error = "NVML unavailable: NVML Shared Library Not Found"
         return machine
+    # imported here: a machine without the NVIDIA driver (returned above) never needs it (~1 ms of `advise`)
+    from advisor.sampling import NvmlUnavailable, close_nvml, open_nvml
+
     try:
         pynvml = open_nvml()
     except NvmlUnavailable as exc:
@@ -202,6 +202,8 @@ def _text(v) -> str:
 
 def _read_gpu(pynvml, index: int, handle) -> DetectedGpu:
     name = _text(pynvml.nvmlDeviceGetName(handle))
+    from advisor.sampling import read_gpu
+
     reading = read_gpu(pynvml, handle)  # the same reading the monitor and bench take
     cc = None
     try:

@@ -14,8 +14,6 @@ another GPU kind (another machine) keep the reference host.
 Pure data and a small file: the measuring is ``launcher.host_dispatch``'s.
 """
 
-from __future__ import annotations
-
 import datetime as _dt
 import time
 from pathlib import Path

@@ -17,8 +17,6 @@ Cores per GPU: detected (os.sched_getaffinity and the cgroup's cpu.max quota) wh
 machine's, else ``--cpus-per-gpu`` or DEFAULT_CPUS_PER_GPU, and the report says which.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import os

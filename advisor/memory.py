@@ -28,13 +28,11 @@ compromises (``advisor.compromise_memory``) change these terms: pure-bf16 with K
 AdamW, bitsandbytes 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.activations import activation_profile, backward_bytes
+from advisor.activations import backward_bytes, shared_activation_profile
 from advisor.calibration import Calibration
 from advisor.compromise_memory import (NF4_BYTES, largest_tensor_params, lora_params, lora_shapes, quantized_base_params,
                                        state_bytes)
@@ -59,12 +57,20 @@ PART_KEYS: tuple[str, ...] = (
 _ACRONYMS = {"ddp": "DDP", "fsdp": "FSDP"}
 
 
-def part_label(key: str) -> str:
-    """The label of the part at JSON key ``key``: its words ("detail.ddp_buckets_gib" -> "DDP buckets")."""
-    if key not in PART_KEYS:
-        raise KeyError(f"{key} is not a memory part (advisor.memory.PART_KEYS)")
+def _label(key: str) -> str:
     stem = key.removeprefix("detail.").removesuffix("_gib")
     return " ".join(_ACRONYMS.get(w, w) for w in stem.split("_"))
+
+
+_LABELS = {key: _label(key) for key in PART_KEYS}  # every estimate names its parts: looked up, not rebuilt
+
+
+def part_label(key: str) -> str:
+    """The label of the part at JSON key ``key``: its words ("detail.ddp_buckets_gib" -> "DDP buckets")."""
+    label = _LABELS.get(key)
+    if label is None:
+        raise KeyError(f"{key} is not a memory part (advisor.memory.PART_KEYS)")
+    return label
 
 
 def part_key(label: str) -> str:
@@ -149,7 +155,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         # Unified memory (compromise_memory): not in torch's peak; resident as far as the GPU has room.
         paged, states = states, 0.0
 
-    prof = activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
+    prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
     if lora and p.autocast and model.arch is not None:
         # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
         prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})

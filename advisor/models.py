@@ -7,8 +7,6 @@ meta device (``advisor.tracer``). Catalog profiles are precomputed into ``data/t
 ``benchmarks/calibration/trace_catalog.py`` so that looking up a catalog model never imports torch.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field

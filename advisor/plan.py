@@ -5,8 +5,6 @@ config and argv, and the runtime helper inside each rank reads it back from ``CA
 It lives in ``advisor`` (not ``launcher``) because it is pure data every layer shares.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Literal
 

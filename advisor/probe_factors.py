@@ -34,8 +34,6 @@ memory depends on the model and configuration, not the GPU kind). Every estimate
 used in ``Estimate.calibration`` (``advisor.calibration.CalibrationUsed``).
 """
 
-from __future__ import annotations
-
 import datetime as _dt
 import math
 import time

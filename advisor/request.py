@@ -10,8 +10,6 @@ choose; a field given pins that choice (DESIGN.md: "a flag given pins that choic
 command of a recommendation.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

@@ -17,8 +17,6 @@ count steps and warmup here, so that the step counts the report prints are the o
   when the number of steps is known (nanoGPT's ``min_lr = lr/10``), else constant.
 """
 
-from __future__ import annotations
-
 import math
 from typing import Literal
 

@@ -28,14 +28,13 @@ exactly, bytes as the saved activations times ``Calibration.traffic_per_saved_by
 per layer kind as counted by the tracer on the zoo's layers.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict
 
-from advisor.activations import activation_profile, compiled_attention_keeps_probs
+from advisor.activations import activation_precision, compiled_attention_keeps_probs, shared_activation_profile
 from advisor.calibration import Calibration
 from advisor.compromise_memory import NF4_BYTES, lora_shapes, quantized_base_params
 from advisor.config import Precision, TrainConfig
+from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec
 
 # Kernels (aten ops that launch) per transformer layer per forward+backward, by layer kind (mlp,
@@ -158,6 +157,18 @@ def _scales(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     return 1.0, 1.0
 
 
+_WORK = Memo()
+
+
+def shared_step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWork:
+    """``step_work``, memoised for the estimator (``advisor.memo``): shared, so read-only. The work is one
+    micro-batch's on one GPU: the accumulation is not in it, and the strategy only through the
+    activations' precision (``advisor.activations.activation_precision``), so the same micro-batch on
+    2, 4 or 8 GPUs, with any accumulation, is computed once."""
+    key = (activation_precision(config),) + config_key(config, ("grad_accum", "strategy"))
+    return _WORK.get((model, cal), key, lambda: step_work(model, config, cal))
+
+
 def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWork:
     """The micro-step's work (config.micro_batch samples) by kind; checkpointing adds one forward
     (a third of the step's FLOPs and bytes), LoRA drops the frozen weights' gradients (a third of
@@ -180,7 +191,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     elif model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
-        prof = activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
+        prof = shared_activation_profile(model, config.model_copy(update={"compile": False, "grad_ckpt": False}))
         layer = (a.mlp, a.norm) if (a.mlp, a.norm) in GEMMS_PER_LAYER else ("swiglu", "rmsnorm")  # counted kinds
         head_all = a.head_matmul_params()  # runs on head_tokens of the tokens (all but NVIDIA's BERT pre-training)
         head = a.vocab * a.d_model if a.head in ("lm", "mlm") and a.vocab % 8 else 0  # misaligned LM head

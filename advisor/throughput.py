@@ -38,8 +38,6 @@ adds one forward; attention's backward is 2.5x its forward (FlashAttention recom
 scores, Dao 2022). MFU counts model FLOPs only (PaLM, Chowdhery et al. 2022, appendix B).
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import host_speed
@@ -53,7 +51,7 @@ from advisor.hardware import HardwareSpec
 from advisor.loader import LoaderEstimate, data_kind, loader_estimate
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
-from advisor.step_work import StepWork, step_work
+from advisor.step_work import StepWork, shared_step_work, step_work
 
 # Ops of one optimizer step: fused AdamW/SGD launch one multi-tensor kernel per dtype group plus the
 # step-count update (torch/optim/adamw.py, _fused_adamw); zero_grad(set_to_none) launches none.
@@ -325,7 +323,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     if cal.host is not None and cal.host.device != gpu.name:
         # A CUDA host's, of the machine with that GPU kind (advisor.host_speed): not a CPU's nor another machine's.
         cal = cal.model_copy(update={"host": None})
-    work = step_work(model, config, cal)
+    work = shared_step_work(model, config, cal)
     mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)
     host_s = host_seconds(model, config, cal, work)
     bw = gpu.bandwidth_vs_h200 * cal.rate_efficiency["bytes"]

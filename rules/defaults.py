@@ -2,8 +2,6 @@
 recipes by family, task and size (with sources; chosen by ``rules.lr``), search limits, warmup,
 compile and dataloader constants."""
 
-from __future__ import annotations
-
 import tomllib
 from functools import lru_cache
 from typing import Literal

@@ -25,8 +25,6 @@ A rule is an id, a name, a summary, a why, a source and an example, plus:
 fired or not, with each leaf's actual value, so the explanation is never a bare answer.
 """
 
-from __future__ import annotations
-
 import string
 import tomllib
 from functools import lru_cache

@@ -6,8 +6,6 @@ the schema the rule loader checks each rule against. Sections that are unknown y
 before the tree) are ``None``, and so is every fact inside them.
 """
 
-from __future__ import annotations
-
 from functools import lru_cache
 from typing import Any
 

@@ -7,8 +7,6 @@ GPUs), ``rules_evaluated`` (every rule and whether it fired) and ``defaults_appl
 ``str(rec)`` and the notebook repr are a plain-text report; the CLI draws the rich one.
 """
 
-from __future__ import annotations
-
 import shlex
 from typing import Any, Literal
 

@@ -6,8 +6,6 @@ answer, and the walk. Every node visited is recorded as a ``Step`` (node, questi
 so the result is never a bare answer. The search the nodes ask is ``rules.planner``.
 """
 
-from __future__ import annotations
-
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
