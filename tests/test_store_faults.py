@@ -182,7 +182,7 @@ def test_a_run_that_succeeds_while_the_store_is_unwritable_is_recorded_succeeded
     assert rec["status"] == "succeeded", rec
 
 
-def test_the_store_wait_is_a_setting_every_command_reads(tmp_path, monkeypatch):
+def test_the_store_wait_is_a_setting_every_command_reads(tmp_path, monkeypatch, capsys):
     """$CARDWISE_STORE_WAIT sets how long a write waits for a lock another process holds; a bad value
     is refused in one line (exit 2) before anything is touched."""
     home = tmp_path / "home"
@@ -201,10 +201,13 @@ def test_the_store_wait_is_a_setting_every_command_reads(tmp_path, monkeypatch):
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
+    from cli.main import main
+
     for bad in ("soon", "0", "-1", "inf"):
         monkeypatch.setenv(ENV_STORE_WAIT, bad)
-        res = advise(home, "runs")
-        assert res.returncode == 2 and f"{ENV_STORE_WAIT}={bad!r}" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert main(["runs", "--home", str(home)]) == 2
+        err = capsys.readouterr().err
+        assert f"{ENV_STORE_WAIT}={bad!r}" in err and err.count("advise: error:") == 1 and "Traceback" not in err, err
 
 
 def test_a_home_under_a_directory_another_user_can_swap_is_refused(tmp_path):
