@@ -65,5 +65,9 @@ def pytest_collection_modifyitems(config, items):
 def _isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("cardwise-home")
     monkeypatch.setenv("CARDWISE_HOME", str(home))
+    # A piped report is $COLUMNS wide, else 100 (cli/console.py): no test sees the host's terminal size.
+    # pytest-xdist's workers have COLUMNS=80 and LINES=24 in their environment (seen with xdist 3.8).
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     yield home

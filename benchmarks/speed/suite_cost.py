@@ -8,6 +8,7 @@ runs alone (``-p no:xdist -p no:cacheprovider``), so a file's cost includes pyte
     python -m benchmarks.speed.suite_cost                       # every tests/test_*.py -> results/suite-cost.{json,md}
     python -m benchmarks.speed.suite_cost tests/test_bench.py   # re-measure some files, keep the other rows
     python -m benchmarks.speed.suite_cost --label after --note "quiet box"
+    python -m benchmarks.speed.suite_cost --whole --label xdist   # the README's command once, as CI runs it
     python -m benchmarks.speed.suite_cost --costs                # tests/file_costs.json from the newest rows (no runs)
 
 The JSON keeps one row per (label, file); the markdown table shows every label side by side.
@@ -36,6 +37,8 @@ RAW = RESULTS / "suite-cost.json"
 REPORT = RESULTS / "suite-cost.md"
 COSTS = ROOT / "tests" / "file_costs.json"  # tests/conftest.py starts the costliest files first on xdist workers
 SUMMARY = re.compile(r"=+ (.*?) in [\d.]+s")
+WHOLE = "(whole suite, README command)"
+LOG_DIR: Path | None = None  # --log DIR: a failing run's output goes there
 DURATION = re.compile(r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", re.M)
 
 
@@ -72,21 +75,25 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(path: str, python: str) -> dict:
-    """One file's run: wall, CPU of pytest and everything it started, outcome, slowest phases."""
+def measure(path: str | None, python: str) -> dict:
+    """One file's run (serial), or with ``path`` None the whole suite as the README runs it (its
+    addopts: xdist workers): wall, CPU of pytest and everything it started, outcome, slowest phases."""
+    argv = ["-p", "no:xdist", "--durations=3", path] if path else ["--durations=15"]
     cpu0, t0 = children_cpu(), time.perf_counter()
-    proc = subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--durations=3", path],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )
+    proc = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *argv],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     orphans = reap_orphans()
     cpu = children_cpu() - cpu0
     found = SUMMARY.findall(proc.stdout)
+    failed = [line[:300] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    if failed and LOG_DIR is not None:  # the whole output, for the failures' tracebacks
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        (LOG_DIR / f"{(path or 'whole').replace('/', '_')}.log").write_text(proc.stdout + proc.stderr)
     slowest = [f"{float(s):.0f}s {phase} {node.split('::', 1)[-1]}" for s, phase, node in DURATION.findall(proc.stdout)]
-    return {"file": path, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rc": proc.returncode,
+    return {"file": path or WHOLE, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rc": proc.returncode,
             "outcome": found[-1] if found else proc.stdout.strip().splitlines()[-1:], "slowest": slowest,
-            "orphans_reaped": orphans}
+            "orphans_reaped": orphans, "failed": failed}
 
 
 def load1() -> float:
@@ -94,6 +101,8 @@ def load1() -> float:
 
 
 def write_report(rows: list[dict], notes: list[str]) -> None:
+    whole = [r for r in rows if r["file"] == WHOLE]
+    rows = [r for r in rows if r["file"] != WHOLE]
     labels = list(dict.fromkeys(r["label"] for r in rows))
     files = sorted({r["file"] for r in rows}, key=lambda f: -max(r["cpu_s"] for r in rows if r["file"] == f))
     by = {(r["label"], r["file"]): r for r in rows}
@@ -113,7 +122,14 @@ def write_report(rows: list[dict], notes: list[str]) -> None:
     for lab in labels:
         sel = [r for r in rows if r["label"] == lab]
         totals += [f"{sum(r['cpu_s'] for r in sel):.0f}", f"{sum(r['wall_s'] for r in sel):.0f}"]
-    lines += ["| **total** | " + " | ".join(totals) + " | |", "", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += ["| **total** | " + " | ".join(totals) + " | |", ""]
+    if whole:
+        lines += ["## The whole suite as the README runs it (`--whole`: pyproject's addopts, xdist workers)", "",
+                  "| label | commit | at (UTC) | load before | CPU s | wall s | outcome | slowest |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['label']} | {r['commit']} | {r['at']} | {r['load1_before']} | {r['cpu_s']:.0f} | {r['wall_s']:.0f} | "
+                  f"{r['outcome']} | {'; '.join(r['slowest'][:5])} |" for r in whole]
+        lines.append("")
+    lines += ["## Notes", ""] + [f"- {n}" for n in notes]
     REPORT.write_text("\n".join(lines) + "\n")
 
 
@@ -123,12 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="now", help="column label for these rows (e.g. before, after)")
     parser.add_argument("--note", help="a line for the report's notes (what else ran, which commit)")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--log", type=Path, metavar="DIR", help="write a failing run's whole output to DIR")
+    parser.add_argument("--whole", action="store_true", help="run the whole suite once as the README does (xdist), not file by file")
     parser.add_argument("--costs", action="store_true",
                         help="write tests/file_costs.json (each file's wall s, its newest row) and exit")
     args = parser.parse_args(argv)
     if args.costs:
         newest: dict[str, dict] = {}
         for r in (json.loads(RAW.read_text())["rows"] if RAW.exists() else []):
+            if r["file"] == WHOLE:
+                continue
             if r["file"] not in newest or r["at"] >= newest[r["file"]]["at"]:
                 newest[r["file"]] = r
         if not newest:
@@ -137,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         COSTS.write_text(json.dumps(costs, indent=1) + "\n")
         print(f"{COSTS.relative_to(ROOT)}: {len(costs)} files")
         return 0
-    files = args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
+    global LOG_DIR
+    LOG_DIR = args.log
+    files = [None] if args.whole else args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py"))
     if not become_subreaper():
         print("not a subreaper here: orphaned test processes' CPU is not counted", file=sys.stderr)
     data = json.loads(RAW.read_text()) if RAW.exists() else {"rows": [], "notes": []}
@@ -148,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         row = measure(path, args.python)
         row.update(label=args.label, commit=commit, load1_before=round(before, 2),
                    at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"))
-        data["rows"] = [r for r in data["rows"] if (r["label"], r["file"]) != (args.label, path)] + [row]
-        print(f"{row['cpu_s']:7.1f} CPU s {row['wall_s']:7.1f} wall s  load {before:4.1f}  {path}  {row['outcome']}",
+        data["rows"] = [r for r in data["rows"] if (r["label"], r["file"]) != (args.label, row["file"])] + [row]
+        for line in row["failed"]:
+            print("   ", line, flush=True)
+        print(f"{row['cpu_s']:7.1f} CPU s {row['wall_s']:7.1f} wall s  load {before:4.1f}  {row['file']}  {row['outcome']}",
               flush=True)
         RESULTS.mkdir(parents=True, exist_ok=True)
         RAW.write_text(json.dumps(data, indent=1) + "\n")
