@@ -1,7 +1,7 @@
 """Recording how a run ended: at once when possible, later from its run directory otherwise.
 
 A record can say ``running`` after its run ended, three ways: the store could not be written
-when it ended (disk full, locked past the 30 s busy timeout); the process that ran it died
+when it ended (disk full, locked past the busy timeout: ``$CARDWISE_STORE_WAIT``, 30 s); the process that ran it died
 (``kill -9`` of a foreground ``advise launch``: nobody is left to write); or the queue service was
 down while the run finished. The run directory still knows (``launcher.records``): the runner's
 verdict ``attempt-N/outcome.json``, written before the store, and the launch shim's

@@ -14,6 +14,9 @@ from several processes at once, so:
   ``_MIGRATIONS``.
 - Nothing is trusted before ``launcher.store_safety`` checked it (owner, mode, links, a 0-byte or
   corrupt file); readers open it read-only. The record model lives in ``launcher.records``.
+- A connection waits for another process's write lock at most ``$CARDWISE_STORE_WAIT`` seconds
+  (default 30; docs/service.md "Ends recorded late"), then the write fails and the caller copes
+  (a run's end is settled later from its run directory).
 """
 
 from __future__ import annotations
@@ -72,6 +75,29 @@ _MIGRATIONS: list[str] = [
 ]
 
 
+ENV_STORE_WAIT = "CARDWISE_STORE_WAIT"
+# SQLite's busy timeout for every write: long enough to outlast any transaction cardwise holds (each is
+# one short BEGIN IMMEDIATE ... COMMIT), short enough that a store locked by a stuck process is reported.
+DEFAULT_STORE_WAIT_S = 30.0
+
+
+def store_wait_s() -> float:
+    """How long a store connection waits for another process's lock: ``$CARDWISE_STORE_WAIT`` seconds,
+    else 30. A script that would rather fail fast than wait (or a store on a slow network disk that
+    needs longer) sets it; a value that is not a positive number is refused, naming the variable."""
+    text = os.environ.get(ENV_STORE_WAIT, "").strip()
+    if not text:
+        return DEFAULT_STORE_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise UserError(f"{ENV_STORE_WAIT}={text!r} is not a number of seconds above 0",
+                        fix=f"unset {ENV_STORE_WAIT} (30 s) or set it to e.g. 5")
+    return value
+
+
 def new_run_id() -> str:
     """8 hex digits: short enough to type (`advise show 3fa9c2d1`, prefixes work), random enough."""
     return secrets.token_hex(4)
@@ -83,19 +109,20 @@ class RunStore:
     ``readonly``: never write, never create (``advise runs/show/logs``: they work on a store
     another process holds locked, or on a read-only disk). Opening checks the files first
     (``launcher.store_safety``: owner, mode, links, emptiness) and SQLite's ``quick_check``.
+    ``busy_s``: how long a connection waits for another process's lock (default ``store_wait_s()``).
     """
 
-    def __init__(self, path: Path, *, readonly: bool = False):
+    def __init__(self, path: Path, *, readonly: bool = False, busy_s: float | None = None):
         self.path = Path(path)
         self.readonly = readonly
-        self.busy_s = 30.0
+        self.busy_s = store_wait_s() if busy_s is None else busy_s
         self._init()
 
     @classmethod
-    def open(cls, home: Path, *, readonly: bool = False) -> "RunStore":
+    def open(cls, home: Path, *, readonly: bool = False, busy_s: float | None = None) -> "RunStore":
         from launcher.home import check_home, ensure_home, store_path
 
-        return cls(store_path(check_home(home) if readonly else ensure_home(home)), readonly=readonly)
+        return cls(store_path(check_home(home) if readonly else ensure_home(home)), readonly=readonly, busy_s=busy_s)
 
     # ------------------------------------------------------------------ plumbing
     def _init(self) -> None:
@@ -133,8 +160,9 @@ class RunStore:
                                     where=str(self.path), fix="free space on that disk (df -h "
                                     f"{self.path.parent}) and run it again; nothing was recorded")
         if "locked" in str(exc) or "busy" in str(exc):
-            return UserError(f"the run store is busy: {exc} (held by another process for over 30 s)",
-                             where=str(self.path), fix="try again; `advise serve` holds it only for moments")
+            return UserError(f"the run store is busy: {exc} (held by another process for over {self.busy_s:g} s)",
+                             where=str(self.path), fix="try again; `advise serve` holds it only for moments "
+                             f"(${ENV_STORE_WAIT} sets how long to wait)")
         return UserError(f"cannot use the run store: {exc}", where=str(self.path),
                          fix="check the --home directory is yours and writable, or use another --home")
 
@@ -171,12 +199,12 @@ class RunStore:
         """This (checked) store for the small writes of a read that settles records: writable, and
         waiting at most 2 s for a busy writer, so ``advise runs`` never hangs (the next read retries)."""
         other = object.__new__(RunStore)
-        other.path, other.readonly, other.busy_s = self.path, False, 2.0
+        other.path, other.readonly, other.busy_s = self.path, False, min(2.0, self.busy_s)
         return other
 
     def data_version(self) -> "ChangeWatch":
         """A watch that says cheaply whether any process committed to the store since last asked."""
-        return ChangeWatch(self.path)
+        return ChangeWatch(self.path, self.busy_s)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -355,10 +383,10 @@ class ChangeWatch:
     commits, and every writer here uses its own connection, so one integer query tells the queue
     service whether re-reading the queue can change anything."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, busy_s: float = DEFAULT_STORE_WAIT_S):
         # read-write mode although it never writes: a read-only connection cannot create the WAL's
         # -shm file, which disappears whenever the last other connection closes
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db = sqlite3.connect(path, timeout=busy_s, isolation_level=None, check_same_thread=False)
         self._seen: int | None = None
 
     def changed(self) -> bool:

@@ -26,6 +26,7 @@ from advisor.estimate import estimate
 from advisor.hardware import HardwareSpec, Machine, resolve_hardware
 from advisor.plan import ModelRef, Plan
 from launcher.accelerate_config import accelerate_config
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).with_name("scripts") / "keep_gathered_gloo.py"
@@ -142,11 +143,7 @@ def test_keep_gathered_on_two_gloo_ranks(tmp_path):
     """The runtime's switch (launcher.keep_gathered.before_micro_batch) on real FSDP2 over gloo: one
     all-gather per unit and step instead of two per micro-batch, the units unsharded between the
     micro-batches of a step, and the same losses and weights as plain FSDP."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     raf = accelerate_config(_plan())["fsdp_config"]["fsdp_reshard_after_forward"]  # what the launch would pass
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "", "GLOO_SOCKET_IFNAME": "lo"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
@@ -183,8 +180,6 @@ def test_runtime_train_step_keeps_the_weights_between_micro_batches(tmp_path):
     """Runtime.train_step on a real FSDP2 module (one gloo rank in this process): at the start of every
     micro-batch but a step's first, the units' weights are still gathered (plain tensors, not DTensor
     shards); the optimizer steps on the shards."""
-    import socket
-
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -199,9 +194,7 @@ def test_runtime_train_step_keeps_the_weights_between_micro_batches(tmp_path):
                  config=TrainConfig(micro_batch=2, grad_accum=4, seq_len=32, precision="fp32", strategy="fsdp-keep"))
     AcceleratorState._reset_state(reset_partial_state=True)  # a singleton: another test's Accelerator may differ
     rt = Runtime(plan, metrics_path=tmp_path / "metrics.jsonl")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)

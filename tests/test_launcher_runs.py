@@ -10,7 +10,6 @@ import glob
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import psutil
 import pytest
 
 from cli.main import main
+from ports import free_port
 from waiting import reaped, stop_and_collect, wait_for
 
 pytestmark = pytest.mark.slow
@@ -38,12 +38,6 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

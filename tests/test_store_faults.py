@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.store import RunStore
+from launcher.store import ENV_STORE_WAIT, RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).with_name("scripts")
@@ -156,21 +156,23 @@ def test_the_documented_recovery_from_a_corrupt_store_does_not_run_finished_work
 
 
 def test_a_run_that_succeeds_while_the_store_is_unwritable_is_recorded_succeeded(tmp_path):
-    """Another process holds the store's write lock past the 30 s busy timeout while a foreground run
-    ends: the end is recorded later, and as it was (succeeded), not as a failure of the bookkeeping."""
+    """Another process holds the store's write lock past the busy timeout while a foreground run
+    ends: the end is recorded later, and as it was (succeeded), not as a failure of the bookkeeping.
+    The launch waits $CARDWISE_STORE_WAIT = 2 s per write instead of the default 30 (the lock is held
+    until the launch has exited, so any wait ends the same way)."""
     home = tmp_path / "home"
     RunStore.open(home)
     p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", *TINY, "--max-steps", "3", "--no-final-weights",
                           "--home", str(home), "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "PYTHONPATH": str(ROOT), ENV_STORE_WAIT: "2"})
     from waiting import wait_for
 
     wait_for(lambda: list((home / "runs").glob("*/steps.txt")) or p.poll() is not None, 300, "the run to train")
     blocker = sqlite3.connect(home / "runs.sqlite", isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # nobody else writes until we let go
     try:
-        out, err = p.communicate(timeout=300)  # the launch gives up on the store (twice 30 s) and exits
+        out, err = p.communicate(timeout=300)  # the launch gives up on the store (twice 2 s) and exits
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -178,6 +180,34 @@ def test_a_run_that_succeeds_while_the_store_is_unwritable_is_recorded_succeeded
     res = advise(home, "runs", "--json")  # a read settles it from the run directory
     (rec,) = json.loads(res.stdout)
     assert rec["status"] == "succeeded", rec
+
+
+def test_the_store_wait_is_a_setting_every_command_reads(tmp_path, monkeypatch, capsys):
+    """$CARDWISE_STORE_WAIT sets how long a write waits for a lock another process holds; a bad value
+    is refused in one line (exit 2) before anything is touched."""
+    home = tmp_path / "home"
+    assert RunStore.open(home).busy_s == 30.0
+    monkeypatch.setenv(ENV_STORE_WAIT, "0.5")
+    store = RunStore.open(home)
+    with store._conn() as db:  # SQLite's own wait, the one a locked write runs into
+        assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 500
+    rid = store.create(label="x").id
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            store.update(rid, label="y")
+        assert "over 0.5 s" in str(store._error(sqlite3.OperationalError("database is locked")))
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    from cli.main import main
+
+    for bad in ("soon", "0", "-1", "inf"):
+        monkeypatch.setenv(ENV_STORE_WAIT, bad)
+        assert main(["runs", "--home", str(home)]) == 2
+        err = capsys.readouterr().err
+        assert f"{ENV_STORE_WAIT}={bad!r}" in err and err.count("advise: error:") == 1 and "Traceback" not in err, err
 
 
 def test_a_home_under_a_directory_another_user_can_swap_is_refused(tmp_path):
