@@ -1,7 +1,8 @@
 """The queue service with real processes on CPU: ``advise serve/submit/cancel/logs``.
 
-Runs are tiny (mini-transformer, seq 16, micro-batch 2, 4 steps, one CPU rank). The training
-"script" is a wrapper around the synthetic recipe that proves the service's promises with
+Runs are tiny (one CPU rank, 4 steps of tests/scripts/slow_steps.py's linear classifier through the
+runtime: the runs' own cost is the launch, not a model). The training "script" is a wrapper that proves
+the service's promises with
 ``flock``: it holds ``run-<id>.lock`` (a second live execution of the same run cannot get it)
 and one of ``slot0..2.lock`` (taking the third means three runs at once). Locks die with their
 process, SIGKILL included, so the checks are exact, not timing guesses.
@@ -27,12 +28,14 @@ from launcher.store import Attempt, RunStore
 
 pytestmark = pytest.mark.slow
 
+SCRIPTS = Path(__file__).with_name("scripts")
+
 TINY = ["--cpu", "--processes", "1", "--model", "mini-transformer", "--seq-len", "16", "--micro-batch", "2",
         "--max-steps", "4"]
 
 WRAPPER = r'''
 import fcntl, os, runpy, sys, time
-locks = sys.argv[1]
+locks, scripts = sys.argv[1], sys.argv[2]
 rid = os.path.basename(os.environ["CARDWISE_RUN_DIR"])
 def mark(name):
     open(os.path.join(locks, name), "w").close()
@@ -55,8 +58,9 @@ if slot is None or i == 2:
     mark(f"OVER-{rid}")
 mark(f"started-{rid}-{os.getpid()}")
 time.sleep(4.0)  # keeps a run alive across the service's restart (the victims must not end on their own)
-sys.argv = [sys.argv[0]]
-runpy.run_module("launcher.recipes.synthetic", run_name="__main__")
+sys.path.insert(0, scripts)
+sys.argv = [os.path.join(scripts, "slow_steps.py"), "--step-s", "0"]
+runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 SLEEPER = r'''
@@ -134,7 +138,7 @@ def locks(tmp_path) -> Path:
 def test_five_runs_on_two_slots_survive_a_sigkill_of_the_service(home, locks, tmp_path):
     wrapper = tmp_path / "wrapper.py"
     wrapper.write_text(WRAPPER)
-    ids = [submit(home, "--", str(wrapper), str(locks)) for _ in range(5)]
+    ids = [submit(home, "--", str(wrapper), str(locks), str(SCRIPTS)) for _ in range(5)]
     store = RunStore.open(home)
     assert [r.status for r in store.list()] == ["queued"] * 5
 
@@ -327,7 +331,9 @@ def test_reconcile_requeues_fails_after_the_limit_and_never_kills_a_stranger(hom
     assert store.get(foreground.id).status == "running"
 
 
-def test_submit_json_modes_and_user_errors(home, tmp_path):
+def test_submit_json_modes_and_user_errors(home, tmp_path, capsys):
+    from cli.main import main
+
     res = advise(home, "submit", *TINY, "--recipe", "synthetic", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -353,8 +359,12 @@ def test_submit_json_modes_and_user_errors(home, tmp_path):
         ("serve", "--cpu", "--slots", "0"),
         ("serve", "--cpu", "--gpu-ids", "0"),
     ]
-    for command, *argv in bad:
-        res = advise(home, command, *argv)
-        assert res.returncode == 2, (command, argv, res.stdout, res.stderr)
-        assert "Traceback" not in res.stderr and "error" in res.stderr, (command, argv, res.stderr)
+    for command, *argv in bad:  # in this process: the exit status `python -m cli.main` exits with, without a start each
+        try:
+            rc = main([command, "--home", str(home), *argv])
+        except SystemExit as exc:  # argparse's own refusals
+            rc = exc.code
+        out, err = capsys.readouterr()
+        assert rc == 2, (command, argv, out, err)
+        assert "Traceback" not in err and "error" in err, (command, argv, err)
     assert [r.status for r in store.list()] == ["queued", "succeeded"]  # nothing else was queued
