@@ -191,8 +191,8 @@ def test_two_nodes_on_localhost(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     nodes = [subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", "1",
                                "--nodes", "2", "--node-rank", str(r), "--main-address", "127.0.0.1", "--main-port", str(port),
-                               *TINY, "--micro-batch", "2", "--recipe", "synthetic", "--max-steps", "3",
-                               "--home", str(tmp_path / f"node{r}"), "--json"],
+                               *TINY, "--micro-batch", "2", "--max-steps", "3", "--home", str(tmp_path / f"node{r}"),
+                               "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
     outs = [n.communicate(timeout=600) for n in nodes]  # a hang guard
     recs = [json.loads(o) for o, _ in outs]
