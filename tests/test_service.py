@@ -359,12 +359,16 @@ def test_submit_json_modes_and_user_errors(home, tmp_path, capsys):
         ("serve", "--cpu", "--slots", "0"),
         ("serve", "--cpu", "--gpu-ids", "0"),
     ]
-    for command, *argv in bad:  # in this process: the exit status `python -m cli.main` exits with, without a start each
-        try:
-            rc = main([command, "--home", str(home), *argv])
-        except SystemExit as exc:  # argparse's own refusals
-            rc = exc.code
-        out, err = capsys.readouterr()
+    for command, *argv in bad:
+        if command == "serve":  # a process of its own: serve sets this process's umask and logging first
+            res = advise(home, command, *argv)
+            rc, out, err = res.returncode, res.stdout, res.stderr
+        else:  # in this process: the exit status `python -m cli.main` exits with, without a start each
+            try:
+                rc = main([command, "--home", str(home), *argv])
+            except SystemExit as exc:  # argparse's own refusals
+                rc = exc.code
+            out, err = capsys.readouterr()
         assert rc == 2, (command, argv, out, err)
         assert "Traceback" not in err and "error" in err, (command, argv, err)
     assert [r.status for r in store.list()] == ["queued", "succeeded"]  # nothing else was queued
