@@ -409,5 +409,7 @@ def test_resume_resubmits_from_the_last_checkpoint(cluster, home, timeout_run):
     assert f"export CARDWISE_RESUME={ckpt}" in Path(run["script"]).read_text()
     rec = until(home, run["id"], lambda r: (r["metrics"] or {}).get("steps", 0) > step, "steps past the checkpoint")
     assert rec["resumed_from"] == timeout_run["id"] and rec["slurm"]["time_limit"] == "00:05:00"
+    # where the job's script started (tests/scripts/slow_steps.py writes "<pid> <step>"): at the checkpoint, not 0
+    assert [int(line.split()[1]) for line in (Path(run["run_dir"]) / "starts.txt").read_text().splitlines()] == [step]
     assert advise(home, "cancel", run["id"], "--wait").returncode == 0
     assert show(home, run["id"])["status"] == "cancelled"
