@@ -31,8 +31,11 @@ from launcher.bench.result import BenchResult, row_for
 from cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH_ARGS = ["bench", "--cpu", "--processes", "1,2", "--model", "mini-transformer", "--seq-len", "32",
-              "--micro-batch", "4", "--steps", "6", "--warmup", "2", "--comm-steps", "2",
+# Small and few steps: the subject here is the rows' fields and what they reach (store, report, calibration),
+# not the numbers in them.
+SEQ = 16
+BENCH_ARGS = ["bench", "--cpu", "--processes", "1,2", "--model", "mini-transformer", "--seq-len", str(SEQ),
+              "--micro-batch", "2", "--steps", "3", "--warmup", "1", "--comm-steps", "1",
               "--modes", "single,dp,ddp,fsdp", "--dataloader-workers", "1", "--json"]
 
 
@@ -74,7 +77,7 @@ def test_cpu_bench_rows_have_every_field(bench):
                     "est_samples_per_s", "est_step_s", "est_error_pct", "calibrated_samples_per_s",
                     "calibrated_error_pct", "loader_samples_per_s", "loader_train_samples_per_s", "run_id", "wall_s"):
             assert r[key] is not None, (r["mode"], key)
-        assert r["samples_per_s"] > 0 and r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * 32)
+        assert r["samples_per_s"] > 0 and r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * SEQ)
         assert r["gpu_util_pct"] is None and r["peak_gib"] is None  # CPU: no NVML, no CUDA allocator
         assert 0 < r["cpu_util_pct"] <= 100
         assert r["dataloader_workers"] == 1

@@ -216,7 +216,7 @@ def _launch(capsys, tmp_path, *argv):
 @pytest.mark.slow
 def test_lora_run_on_two_processes_trains_adapters_and_saves_them(tmp_path, capsys):
     rc, rec, what, run = _launch(capsys, tmp_path, "--processes", "2", "--lora-rank", "4", "--base-lr", "0.005",
-                                 "--max-steps", "8")
+                                 "--max-steps", "4")
     assert rc == 0 and rec["status"] == "succeeded"
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
     assert what["trainable_dtypes"] == ["float32"] and "bfloat16" in what["param_dtypes"]
@@ -229,7 +229,7 @@ def test_lora_run_on_two_processes_trains_adapters_and_saves_them(tmp_path, caps
 @pytest.mark.slow
 def test_pure_bf16_with_the_step_in_backward_runs_kahan_per_parameter(tmp_path, capsys):
     rc, rec, what, _ = _launch(capsys, tmp_path, "--precision", "pure-bf16", "--optimizer-in-backward",
-                               "--base-lr", "0.001", "--max-steps", "8")
+                               "--base-lr", "0.001", "--max-steps", "4")
     assert rc == 0 and rec["status"] == "succeeded"
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
     assert what["optimizer"] == "InBackwardOptimizer" and what["inner_optimizer"] == "KahanAdamW"
@@ -240,7 +240,7 @@ def test_pure_bf16_with_the_step_in_backward_runs_kahan_per_parameter(tmp_path, 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes not installed")
 def test_adamw_8bit_runs_on_two_processes(tmp_path, capsys):
-    rc, rec, what, _ = _launch(capsys, tmp_path, "--processes", "2", "--optimizer", "adamw-8bit", "--max-steps", "8")
+    rc, rec, what, _ = _launch(capsys, tmp_path, "--processes", "2", "--optimizer", "adamw-8bit", "--max-steps", "4")
     assert rc == 0 and rec["status"] == "succeeded"
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
     assert what["optimizer"] == "AdamW8bit" and what["optimizer_module"].startswith("bitsandbytes")
@@ -268,7 +268,7 @@ def test_qlora_runs_adapters_on_a_4bit_nf4_base(tmp_path, capsys):
     """--lora-rank R --quantize-base 4bit: bitsandbytes Linear4bit (NF4, double quantization) under peft's
     adapters; bitsandbytes runs NF4 on CPU too, so the whole path is tested here."""
     rc, rec, what, run = _launch(capsys, tmp_path, "--lora-rank", "4", "--quantize-base", "4bit", "--base-lr", "0.005",
-                                 "--max-steps", "8")
+                                 "--max-steps", "4")
     assert rc == 0 and rec["status"] == "succeeded"
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
     assert what["compromises"] == ["qlora"] and what["quant_type"] == ["nf4"] and what["base_weight_dtypes"] == ["uint8"]

@@ -83,33 +83,42 @@ def test_runs_and_show(ddp_run, capsys):
     assert main(["runs", "--home", str(home)]) == 0 and listed["id"] in capsys.readouterr().out
 
 
-def test_oom_retries_with_smaller_micro_batch(tmp_path, capsys):
-    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "3", "--home", str(tmp_path),
-                          "--", str(SCRIPTS / "oom_train.py"), "--micro-batch", "{micro_batch}",
-                          "--grad-accum", "{grad_accum}", "--lr", "{lr}", "--limit", "2")
-    assert rc == 0 and rec["status"] == "succeeded"
+def test_oom_retry_halves_the_micro_batch_and_goes_on_from_the_last_checkpoint(tmp_path, capsys):
+    """The OOM comes after step 3's checkpoint: the retry halves the micro-batch and doubles the accumulation
+    (the same global batch and LR), fills the script's placeholders with them, and goes on from that checkpoint."""
+    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "5", "--checkpoint-every", "1",
+                          "--no-final-weights", "--home", str(tmp_path),
+                          "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2", "--oom-at", "3",
+                          "--micro-batch", "{micro_batch}", "--grad-accum", "{grad_accum}", "--lr", "{lr}")
+    assert rc == 0 and rec["status"] == "succeeded", rec
     assert [(a["micro_batch"], a["grad_accum"], a["status"]) for a in rec["attempts"]] == [(4, 1, "oom"), (2, 2, "succeeded")]
     # mini-transformer's recipe, 5e-4 at 64, sqrt-scaled for AdamW to batch 4 (rules/data/defaults.toml)
     assert rec["plan"]["global_batch"] == 4 and rec["plan"]["lr"] == pytest.approx(1.25e-4)
     run = Path(rec["run_dir"])
     argv2 = json.loads((run / "argv-attempt2-rank0.json").read_text())
-    assert argv2 == ["--micro-batch", "2", "--grad-accum", "2", "--lr", "0.000125", "--limit", "2"]
-    assert rec["metrics"]["steps"] == 3
+    assert argv2 == ["--limit", "2", "--oom-at", "3", "--micro-batch", "2", "--grad-accum", "2", "--lr", "0.000125"]
+    assert json.loads((run / "start-attempt2.json").read_text()) == 3  # not step 0: steps 1-3 are the same samples
+    # Accelerate's micro-batch counter came back from the checkpoint as 3 (3 steps x 1): every resumed
+    # step must still end on its own last micro-batch, not one micro-batch early
+    assert json.loads((run / "synced-attempt2.json").read_text()) == [True, True]
+    assert rec["metrics"]["steps"] == 5
 
 
-def test_oom_retry_keeps_a_no_accumulation_plan_without_accumulation(tmp_path, capsys):
+def test_oom_retry_of_a_no_accumulation_plan_lowers_the_batch_and_starts_apart(tmp_path, capsys):
     """A plan carrying node H's no-accumulation compromise: the retry halves the micro-batch with
-    accumulation 1 and a smaller global batch (and says so) instead of re-creating the accumulation."""
+    accumulation 1 and a smaller global batch (and says so) instead of re-creating the accumulation; its
+    steps are of another batch, so it starts again from step 0, the first attempt's checkpoints kept apart."""
     from advisor.config import TrainConfig
     from advisor.plan import ModelRef, Plan
+    from launcher.checkpoints import latest, read_meta
     from launcher.store import RunStore
 
     plan = Plan(model=ModelRef(name="mini-transformer"), config=TrainConfig(micro_batch=4, seq_len=16, precision="fp32"),
                 cpu=True, global_batch=4, lr=4e-4, base_lr=4e-4, base_batch=4, no_accumulation=True)
     plan.save(tmp_path / "plan.json")
-    rc = main(["launch", "--plan", str(tmp_path / "plan.json"), "--max-steps", "3", "--home", str(tmp_path),
-               "--", str(SCRIPTS / "oom_train.py"), "--micro-batch", "{micro_batch}",
-               "--grad-accum", "{grad_accum}", "--lr", "{lr}", "--limit", "2"])
+    rc = main(["launch", "--plan", str(tmp_path / "plan.json"), "--max-steps", "3", "--checkpoint-every", "1",
+               "--no-final-weights", "--home", str(tmp_path), "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2",
+               "--micro-batch", "{micro_batch}", "--grad-accum", "{grad_accum}", "--lr", "{lr}"])
     out = capsys.readouterr().out
     assert "retrying with micro-batch 2 and no accumulation" in out  # as it happens
     assert "attempt 2: retrying with micro-batch 2" in out  # and in the summary
@@ -120,8 +129,12 @@ def test_oom_retry_keeps_a_no_accumulation_plan_without_accumulation(tmp_path, c
     assert got == [(4, 1, 4, "oom"), (2, 1, 2, "succeeded")]
     assert "no-accumulation" in rec["attempts"][1]["note"] and "from 4 to 2" in rec["attempts"][1]["note"]
     assert rec["plan"]["global_batch"] == 2 and rec["plan"]["lr"] == pytest.approx(2e-4)
-    argv2 = json.loads((Path(rec["run_dir"]) / "argv-attempt2-rank0.json").read_text())
-    assert argv2 == ["--micro-batch", "2", "--grad-accum", "1", "--lr", "0.0002", "--limit", "2"]
+    run = Path(rec["run_dir"])
+    argv2 = json.loads((run / "argv-attempt2-rank0.json").read_text())
+    assert argv2 == ["--limit", "2", "--micro-batch", "2", "--grad-accum", "1", "--lr", "0.0002"]
+    assert json.loads((run / "start-attempt2.json").read_text()) == 0  # step 2 of batch 4 is not step 2 of batch 2
+    assert read_meta(run / "attempt-1" / "checkpoints" / "step-00000002")["micro_batch"] == 4  # kept, apart
+    assert read_meta(latest(run))["micro_batch"] == 2 and read_meta(latest(run))["step"] == 3  # the run's own
 
 
 def test_oom_gives_up_at_the_limit(tmp_path, capsys):
@@ -185,8 +198,8 @@ def test_two_nodes_on_localhost(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     nodes = [subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", "1",
                                "--nodes", "2", "--node-rank", str(r), "--main-address", "127.0.0.1", "--main-port", str(port),
-                               *TINY, "--micro-batch", "2", "--recipe", "synthetic", "--max-steps", "3",
-                               "--home", str(tmp_path / f"node{r}"), "--json"],
+                               *TINY, "--micro-batch", "2", "--max-steps", "3", "--home", str(tmp_path / f"node{r}"),
+                               "--json", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
     outs = [n.communicate(timeout=600) for n in nodes]  # a hang guard
     recs = [json.loads(o) for o, _ in outs]
@@ -231,37 +244,3 @@ def test_sigkill_of_advise_itself_stops_the_launch(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-
-def test_oom_retry_with_the_same_global_batch_goes_on_from_the_last_checkpoint(tmp_path, capsys):
-    rc, rec = launch_json(capsys, "--cpu", *TINY, "--micro-batch", "4", "--max-steps", "5", "--checkpoint-every", "1",
-                          "--no-final-weights", "--home", str(tmp_path),
-                          "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2", "--oom-at", "3")
-    assert rc == 0 and rec["status"] == "succeeded", rec
-    assert [(a["micro_batch"], a["grad_accum"], a["status"]) for a in rec["attempts"]] == [(4, 1, "oom"), (2, 2, "succeeded")]
-    run = Path(rec["run_dir"])
-    assert json.loads((run / "start-attempt2.json").read_text()) == 3  # not step 0: steps 1-3 are the same samples
-    # Accelerate's micro-batch counter came back from the checkpoint as 3 (3 steps x 1): every resumed
-    # step must still end on its own last micro-batch, not one micro-batch early
-    assert json.loads((run / "synced-attempt2.json").read_text()) == [True, True]
-    assert rec["metrics"]["steps"] == 5
-
-
-def test_oom_retry_with_a_smaller_global_batch_starts_again_apart_from_the_old_checkpoints(tmp_path, capsys):
-    from advisor.config import TrainConfig
-    from advisor.plan import ModelRef, Plan
-    from launcher.checkpoints import latest, read_meta
-    from launcher.store import RunStore
-
-    plan = Plan(model=ModelRef(name="mini-transformer"), config=TrainConfig(micro_batch=4, seq_len=16, precision="fp32"),
-                cpu=True, global_batch=4, lr=4e-4, base_lr=4e-4, base_batch=4, no_accumulation=True)
-    plan.save(tmp_path / "plan.json")
-    rc = main(["launch", "--plan", str(tmp_path / "plan.json"), "--max-steps", "3", "--checkpoint-every", "1",
-               "--no-final-weights", "--home", str(tmp_path), "--", str(SCRIPTS / "oom_after_checkpoint.py"), "--limit", "2"])
-    capsys.readouterr()
-    (rec,) = RunStore.open(tmp_path).list()
-    assert rc == 0 and [(a.micro_batch, a.global_batch, a.status) for a in rec.attempts] == [(4, 4, "oom"), (2, 2, "succeeded")]
-    run = Path(rec.run_dir)
-    assert json.loads((run / "start-attempt2.json").read_text()) == 0  # step 2 of batch 4 is not step 2 of batch 2
-    assert read_meta(run / "attempt-1" / "checkpoints" / "step-00000002")["micro_batch"] == 4  # kept, apart
-    assert read_meta(latest(run))["micro_batch"] == 2 and read_meta(latest(run))["step"] == 3  # the run's own

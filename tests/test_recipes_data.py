@@ -192,22 +192,32 @@ def test_image_classification_two_ranks_loss_falls(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_text_classification_streams_a_csv_and_evaluates_held_out_rows(tmp_path, capsys):
+    """Also --no-final-weights, on this run: it ends without model.safetensors, and its final record still has
+    the fingerprint (the sha256 is kept at mini-transformer's size, and the float64 sum of the weights)."""
+    from launcher.command import ENV_FINAL_WEIGHTS
+
     rows = "".join(f"{'good fine great' if i % 2 else 'bad awful poor'} {i},{'pos' if i % 2 else 'neg'}\n"
                    for i in range(120))
     (tmp_path / "rows.csv").write_text("text,label\n" + rows)
     rc = main(["launch", "--cpu", "--processes", "2", "--model", "mini-transformer", "--seq-len", "16",
                "--micro-batch", "8", "--base-lr", "1e-3", "--recipe", "text-classification", "--data",
-               str(tmp_path / "rows.csv"), "--max-steps", "12", "--home", str(tmp_path / "home"), "--", "--log-every", "3"])
+               str(tmp_path / "rows.csv"), "--max-steps", "12", "--no-final-weights", "--home", str(tmp_path / "home"),
+               "--", "--log-every", "3"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "held-out: accuracy" in out and "on 12 rows" in out
     assert "data: " in out and "data-bound (CPU run): the ranks waited for data" in out  # the end-of-run summary's check
     run = next((tmp_path / "home" / "runs").iterdir())
-    final = json.loads((run / "final-rank0.json").read_text())
+    finals = [json.loads((run / f"final-rank{r}.json").read_text()) for r in (0, 1)]
+    final = finals[0]
     assert final["eval_rows"] == 12 and 0.0 <= final["eval_accuracy"] <= 1.0 and final["eval_loss"] > 0
     lead = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     lead = sorted((r for r in lead if r["rank"] == 0), key=lambda r: r["step"])
     assert lead[-1]["loss"] < lead[0]["loss"]
+    # --no-final-weights
+    assert json.loads((run / "command.json").read_text())["env"][ENV_FINAL_WEIGHTS] == "0"
+    assert final["weights"] is None and not (run / "model.safetensors").exists()
+    assert final["param_sha256"] and final["param_sum"] != 0.0 and finals[1]["param_sha256"] == final["param_sha256"]
 
 
 @pytest.mark.slow
@@ -324,21 +334,6 @@ def test_bursty_utilisation_is_reported_as_the_share_of_time_the_gpu_worked():
     bound = check(0.8, [100.0, 0.0, 0.0, 0.0, 0.0] * 4, workers=0)
     assert bound.gpu_util_pct == pytest.approx(20.0) and bound.flagged
     assert "20% (mean of 20 readings)" in bound.message
-
-
-def test_no_final_weights_saves_none_and_keeps_the_fingerprint(tmp_path, capsys):
-    """--no-final-weights: a real 1-process run ends without model.safetensors; its final record
-    still has the float64 sum of the weights (the hash is kept at this size)."""
-    from launcher.command import ENV_FINAL_WEIGHTS
-
-    rc = main(["launch", "--cpu", "--model", "mini-transformer", "--recipe", "synthetic", "--no-final-weights",
-               "--seq-len", "16", "--micro-batch", "2", "--max-steps", "2", "--home", str(tmp_path), "--json"])
-    rec = json.loads(capsys.readouterr().out)
-    run_dir = Path(rec["run_dir"])
-    assert rc == 0 and rec["status"] == "succeeded" and rec["command"]["env"][ENV_FINAL_WEIGHTS] == "0"
-    final = json.loads((run_dir / "final-rank0.json").read_text())
-    assert final["weights"] is None and not (run_dir / "model.safetensors").exists()
-    assert final["param_sha256"] and final["param_sum"] != 0.0
 
 
 def test_the_weights_fingerprint_skips_the_hash_beyond_its_size():

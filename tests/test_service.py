@@ -1,10 +1,14 @@
 """The queue service with real processes on CPU: ``advise serve/submit/cancel/logs``.
 
-Runs are tiny (mini-transformer, seq 16, micro-batch 2, 4 steps, one CPU rank). The training
-"script" is a wrapper around the synthetic recipe that proves the service's promises with
-``flock``: it holds ``run-<id>.lock`` (a second live execution of the same run cannot get it)
-and one of ``slot0..2.lock`` (taking the third means three runs at once). Locks die with their
-process, SIGKILL included, so the checks are exact, not timing guesses.
+Runs are tiny: one CPU rank through ``accelerate launch``, whose "training" script proves the service's
+promises with ``flock``: it holds ``run-<id>.lock`` (a second live execution of the same run cannot get
+it) and one of ``slot0..2.lock`` (taking the third means three runs at once). Locks die with their
+process, SIGKILL included, so the checks are exact, not timing guesses. It then waits until the test
+releases it (``release-<id>`` or ``release-all``), so which runs are still alive at the service's
+death and restart is the test's choice, not a race. Then it logs 4 steps and writes their rows to the
+run's metrics file, as the runtime does (the record's metrics are the service's summary of that file):
+no torch in the rank, whose import was most of a run's CPU and none of what is checked here (the
+runtime under the service: tests/test_service_resume.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ TINY = ["--cpu", "--processes", "1", "--model", "mini-transformer", "--seq-len",
         "--max-steps", "4"]
 
 WRAPPER = r'''
-import fcntl, os, runpy, sys, time
+import fcntl, json, os, sys, time
 locks = sys.argv[1]
 rid = os.path.basename(os.environ["CARDWISE_RUN_DIR"])
 def mark(name):
@@ -54,9 +58,14 @@ for i in range(3):
 if slot is None or i == 2:
     mark(f"OVER-{rid}")
 mark(f"started-{rid}-{os.getpid()}")
-time.sleep(4.0)  # keeps a run alive across the service's restart (the victims must not end on their own)
-sys.argv = [sys.argv[0]]
-runpy.run_module("launcher.recipes.synthetic", run_name="__main__")
+deadline = time.monotonic() + 600  # a hang guard: a failed test releases every run on its way out
+while not any(os.path.exists(os.path.join(locks, f"release-{n}")) for n in (rid, "all")) and time.monotonic() < deadline:
+    time.sleep(0.05)
+with open(os.environ["CARDWISE_METRICS"], "a") as f:  # the runtime's rows (launcher.runtime)
+    for step in range(1, 5):
+        print(f"step {step}: loss {1 / step:.4f} (rank 0)", flush=True)
+        f.write(json.dumps({"step": step, "rank": 0, "loss": 1 / step, "time": time.time(),
+                            "attempt": int(os.environ["CARDWISE_ATTEMPT"])}) + "\n")
 '''
 
 SLEEPER = r'''
@@ -110,6 +119,16 @@ def pids_of(locks: Path, prefix: str, rid: str) -> list[int]:
     return [int(name.rsplit("-", 1)[1]) for name in markers(locks, f"{prefix}-{rid}-")]
 
 
+def started_runs(locks: Path) -> list[str]:
+    """The runs whose script started (``started-<id>-<pid>`` markers), each once."""
+    return sorted({name.split("-")[1] for name in markers(locks, "started-")})
+
+
+def release(locks: Path, name: str) -> None:
+    """Let run ``name`` (or ``all``) go on past its start (the wrapper waits for this file)."""
+    (locks / f"release-{name}").touch()
+
+
 def max_overlap(intervals: list[tuple[float, float]]) -> int:
     events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
     now = best = 0
@@ -138,34 +157,42 @@ def test_five_runs_on_two_slots_survive_a_sigkill_of_the_service(home, locks, tm
     store = RunStore.open(home)
     assert [r.status for r in store.list()] == ["queued"] * 5
 
-    with serving(home, "--cpu", "--slots", "2") as svc:
-        def midway():
-            # Two done and the next two running: those two started together, so neither can be near its end
-            # when the service dies (with one done, the other first run may finish on its own before the
-            # restart, and then it is rightly settled as succeeded on its first attempt).
-            recs = store.list()
-            running = [r.id for r in recs if r.status == "running"]
-            done = sum(r.status == "succeeded" for r in recs)
-            return running if done >= 2 and len(running) == 2 and all(pids_of(locks, "started", i) for i in running) else None
+    try:
+        with serving(home, "--cpu", "--slots", "2") as svc:
+            first = wait_for(lambda: len(started_runs(locks)) == 2 and started_runs(locks), 300, "the first two runs to start")
+            for rid in first:
+                release(locks, rid)
 
-        victims = wait_for(midway, 300, "one run done and two running")
-        os.kill(svc.pid, signal.SIGKILL)
-        svc.wait(10)
-    orphans = [pid for rid in victims for pid in pids_of(locks, "started", rid)]
-    assert any(alive(p) for p in orphans), "the runs should outlive a SIGKILLed service until it restarts"
+            def midway():
+                # The first two done and the next two running, held: they cannot end on their own before the
+                # service dies and comes back
+                recs = store.list()
+                running = [r.id for r in recs if r.status == "running"]
+                done = sum(r.status == "succeeded" for r in recs)
+                return running if done == 2 and len(running) == 2 and all(pids_of(locks, "started", i) for i in running) else None
 
-    with serving(home, "--cpu", "--slots", "2") as svc:
-        # While it works: follow the newest run's logs to its end.
-        follow = advise(home, "logs", ids[-1], "-f", timeout=600)
-        assert follow.returncode == 0 and "step 4" in follow.stdout, follow.stderr
-        wait_for(lambda: all(r.terminal for r in store.list()), 600, "all five runs to end")
-        svc.send_signal(signal.SIGTERM)
-        assert svc.wait(120) == 0
-        log = svc.log_path.read_text()
+            victims = wait_for(midway, 300, "two runs done and two running")
+            os.kill(svc.pid, signal.SIGKILL)
+            svc.wait(10)
+        orphans = [pid for rid in victims for pid in pids_of(locks, "started", rid)]
+        assert len(orphans) == 2 and all(alive(p) for p in orphans), "the runs outlive a SIGKILLed service until it restarts"
+
+        with serving(home, "--cpu", "--slots", "2") as svc:
+            wait_for(lambda: "reconcile: requeued" in svc.log_path.read_text(), 120, "the restarted service's reconcile")
+            assert not any(alive(p) for p in orphans), "reconcile stops the orphans before running their runs again"
+            release(locks, "all")
+            # While it works: follow the newest run's logs to its end.
+            follow = advise(home, "logs", ids[-1], "-f", timeout=600)
+            assert follow.returncode == 0 and "step 4" in follow.stdout, follow.stderr
+            wait_for(lambda: all(r.terminal for r in store.list()), 600, "all five runs to end")
+            svc.send_signal(signal.SIGTERM)
+            assert svc.wait(120) == 0
+            log = svc.log_path.read_text()
+    finally:
+        release(locks, "all")
 
     recs = {r.id: r for r in store.list()}
     assert {r.status for r in recs.values()} == {"succeeded"}, {i: (r.status, r.error) for i, r in recs.items()}
-    assert not any(alive(p) for p in orphans), "reconcile stops the orphans before running their runs again"
     assert not markers(locks, "DOUBLE-"), "a run ran twice at once"
     assert not markers(locks, "OVER-"), "more than two runs ran at once"
     assert max_overlap([(r.started, r.ended) for r in recs.values()]) <= 2
@@ -327,7 +354,9 @@ def test_reconcile_requeues_fails_after_the_limit_and_never_kills_a_stranger(hom
     assert store.get(foreground.id).status == "running"
 
 
-def test_submit_json_modes_and_user_errors(home, tmp_path):
+def test_submit_json_modes_and_user_errors(home, tmp_path, capsys):
+    from cli.main import main
+
     res = advise(home, "submit", *TINY, "--recipe", "synthetic", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -354,7 +383,15 @@ def test_submit_json_modes_and_user_errors(home, tmp_path):
         ("serve", "--cpu", "--gpu-ids", "0"),
     ]
     for command, *argv in bad:
-        res = advise(home, command, *argv)
-        assert res.returncode == 2, (command, argv, res.stdout, res.stderr)
-        assert "Traceback" not in res.stderr and "error" in res.stderr, (command, argv, res.stderr)
+        if command == "serve":  # a process of its own: serve sets this process's umask and logging first
+            res = advise(home, command, *argv)
+            rc, out, err = res.returncode, res.stdout, res.stderr
+        else:  # in this process: the exit status `python -m cli.main` exits with, without a start each
+            try:
+                rc = main([command, "--home", str(home), *argv])
+            except SystemExit as exc:  # argparse's own refusals
+                rc = exc.code
+            out, err = capsys.readouterr()
+        assert rc == 2, (command, argv, out, err)
+        assert "Traceback" not in err and "error" in err, (command, argv, err)
     assert [r.status for r in store.list()] == ["queued", "succeeded"]  # nothing else was queued

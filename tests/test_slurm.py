@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
 CPU1 = ["--cpu", "--processes", "1", "--model", "mini-transformer"]
 CPU2 = ["--cpu", "--processes", "2", "--model", "mini-transformer"]
+# What a job that trains here runs: the CPU plan's own sequence of 128 at micro-batch 4 costs ~1 CPU-s a step
+# a rank, taken from the other jobs on the cluster's 2 CPUs; the Slurm path is the same at any size.
+SMALL = ["--seq-len", "16", "--micro-batch", "2"]
 HANG_GUARD_S = 600  # a hang guard, not a time limit (tests/waiting.py)
 
 
@@ -111,9 +114,12 @@ def ended(rec: dict) -> bool:
 @pytest.fixture(scope="module")
 def timeout_run(cluster, home):
     """Submitted first (1 CPU): a training run far longer than its 1-minute limit, checkpointing every
-    10 steps; Slurm kills it at about 60-70 s, and --resume continues it from its last checkpoint."""
-    return submit(home, *CPU1, "--recipe", "synthetic", "--max-steps", "1000000", "--checkpoint-every", "10",
-                  "--no-final-weights", "--time", "1")
+    10 steps; Slurm kills it at about 60-70 s, and --resume continues it from its last checkpoint.
+    The tiny classifier paced at 0.2 s a step (tests/scripts/slow_steps.py) holds its Slurm CPU for that
+    minute without computing through it: the synthetic recipe at full speed took ~60 CPU-s from the
+    other jobs and tests on the machine's 2 cores."""
+    return submit(home, *CPU1, "--max-steps", "1000000", "--checkpoint-every", "10", "--no-final-weights",
+                  "--time", "1", "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0.2")
 
 
 # ------------------------------------------------------------------ parsing Slurm's answers (no cluster needed)
@@ -306,14 +312,19 @@ def _wizard_submit(store, steps: str) -> tuple[str, object]:
     from advisor.plan import ModelRef
     from tests.tui_pilot import SIZE, cpu_app, run, text_of, type_into
     from tests.tui_pilot import wait_for as pilot_wait
+    from tui import demo
+    from tui.state import HardwareChoice, WizardState, Workload
 
-    app = cpu_app(store)
+    # seq 16 and micro-batch 2 (the CPU plan's own 128 x 4 costs ~1 CPU-s a step on the 2 shared cores)
+    state = WizardState(hardware=HardwareChoice.initial(demo.cpu_machine()), model=ModelRef(name="mini-transformer"),
+                        workload=Workload(seq_len=16))
+    app = cpu_app(store, state=state)
     out = {}
 
     async def flow():
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("f6")
-            app.state.model = ModelRef(name="mini-transformer")
+            await type_into(pilot, app, "#micro", "2")
             await type_into(pilot, app, "#procs", "1")
             await type_into(pilot, app, "#steps", steps)
             await pilot.press("ctrl+s")
@@ -374,15 +385,15 @@ def test_time_limit_kill_is_recorded_as_timeout(cluster, home, timeout_run):
 
 def test_recommended_cpu_plan_trains_to_the_end_under_slurm(cluster, home, timeout_run):
     """The 2-rank gloo run: one Slurm task runs `accelerate launch`, rendezvous from Slurm's environment."""
-    run = submit(home, *CPU2, "--recipe", "synthetic", "--max-steps", "12")
+    run = submit(home, *CPU2, *SMALL, "--recipe", "synthetic", "--max-steps", "4")
     rec = until(home, run["id"], ended, "the training job to end")
     assert rec["status"] == "succeeded" and rec["slurm"]["state"] == "COMPLETED" and rec["exit_code"] == 0
     m = rec["metrics"]
-    assert m["steps"] == 12 and m["ranks"] == 2 and m["last_loss"] is not None
+    assert m["steps"] == 4 and m["ranks"] == 2 and m["last_loss"] is not None
     script = Path(run["script"]).read_text()
     assert "--cpus-per-task=2" in script and '--machine_rank "$SLURM_NODEID"' in script
     assert "% 10000" in script  # the rendezvous port comes from the job id
-    assert "12 steps, 2 rank(s)" in advise(home, "show", run["id"]).stdout
+    assert "4 steps, 2 rank(s)" in advise(home, "show", run["id"]).stdout
 
 
 def test_resume_resubmits_from_the_last_checkpoint(cluster, home, timeout_run):
@@ -398,5 +409,7 @@ def test_resume_resubmits_from_the_last_checkpoint(cluster, home, timeout_run):
     assert f"export CARDWISE_RESUME={ckpt}" in Path(run["script"]).read_text()
     rec = until(home, run["id"], lambda r: (r["metrics"] or {}).get("steps", 0) > step, "steps past the checkpoint")
     assert rec["resumed_from"] == timeout_run["id"] and rec["slurm"]["time_limit"] == "00:05:00"
+    # where the job's script started (tests/scripts/slow_steps.py writes "<pid> <step>"): at the checkpoint, not 0
+    assert [int(line.split()[1]) for line in (Path(run["run_dir"]) / "starts.txt").read_text().splitlines()] == [step]
     assert advise(home, "cancel", run["id"], "--wait").returncode == 0
     assert show(home, run["id"])["status"] == "cancelled"

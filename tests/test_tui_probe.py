@@ -89,7 +89,8 @@ def test_probe_out_of_memory_everywhere_launches_nothing(tmp_path):
 
     async def flow():
         async with app.run_test(size=SIZE) as pilot:
-            seen["log"] = await _launch_with_probe(pilot, app, micro="2", script=f"{SCRIPTS / 'oom_train.py'}")
+            # From micro-batch 1: one probe child shows the refusal (the halving to it is test_probe's)
+            seen["log"] = await _launch_with_probe(pilot, app, micro="1", script=f"{SCRIPTS / 'oom_train.py'}")
             seen["status"] = str(app.screen.query_one("#run-status", Static).render())
 
     asyncio.run(flow())

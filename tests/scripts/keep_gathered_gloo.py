@@ -1,4 +1,5 @@
-"""Two gloo ranks (torchrun): plain FSDP2 against fsdp-keep (launcher.keep_gathered) on mini-transformer.
+"""Two gloo ranks (torchrun): plain FSDP2 against fsdp-keep (launcher.keep_gathered) on mini-transformer's
+architecture made small (3 blocks of width 64: what is counted is per FSDP unit, not per parameter).
 
 Both train the same weights on the same micro-batches, with the loop the runtime runs (loss / accumulation,
 one optimizer step per ``ACCUM`` micro-batches). Plain FSDP skips the gradient sync on all but the last
@@ -25,6 +26,7 @@ from advisor.zoo import Block, build_trainable, synthetic_batch
 from launcher.keep_gathered import before_micro_batch, require_root
 
 ACCUM, STEPS, MICRO, SEQ = 3, 2, 2, 16
+SMALL = {"n_layers": 3, "d_model": 64, "n_heads": 4, "d_ff": 256}  # the zoo's Block, as mini-transformer builds it
 
 calls = {"all-gather": 0, "reduce-scatter": 0}
 
@@ -85,7 +87,8 @@ def main() -> None:
     out, raf_keep = Path(sys.argv[1]), sys.argv[2].lower() == "true"
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    spec = catalog_model("mini-transformer")
+    mini = catalog_model("mini-transformer")
+    spec = mini.model_copy(update={"arch": mini.arch.model_copy(update=SMALL)})
     result = {"plain": train(spec, mesh, keep=False, reshard_after_forward=True),
               "keep": train(spec, mesh, keep=True, reshard_after_forward=raf_keep),
               "world_size": dist.get_world_size(), "accum": ACCUM}
