@@ -147,6 +147,12 @@ def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = Fa
         n += norm + (0 if p.autocast else c * h)
     elif a.head == "cls":
         n += 0 if p.autocast else c * h  # the pooler's class-token view, likewise
+    elif a.head == "qa":
+        # The span projection keeps its input, every token's hidden state (autocast: its cast copy); its two
+        # cross-entropies over the positions keep their fp32 log-softmax (eager; compiled, the logits), one
+        # value per token each (BertForQuestionAnswering: logits.split(1, dim=-1), one CrossEntropyLoss per end).
+        loss = (c if compiled else 4) * a.num_labels
+        n += c * h
     return n + loss, loss
 
 
@@ -177,7 +183,8 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
         base, loss = transformer_base_bytes(a, p, config.compile, head_share=a.head_tokens(tokens) / max(1, tokens))
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
         r = 2 if p is Precision.pure_bf16 else 4
-        logits = a.vocab * a.head_tokens(tokens) if a.head in ("lm", "mlm") else 0
+        logits = (a.vocab * a.head_tokens(tokens) if a.head in ("lm", "mlm") else
+                  a.num_labels * tokens if a.head == "qa" else 0)  # qa: the start and end logits of every token
         # Loss backward: fp32 grad of the log-softmax and of the upcast logits, 8 bytes per logit
         # eager (measured: the LM rows of benchmarks/calibration/fit.py's table); fused when compiled.
         temp = (6.0 if config.compile else 8.0) * logits

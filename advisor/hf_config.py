@@ -10,6 +10,7 @@ Supported families (``model_type``): llama, mistral, qwen2, gpt2, bert, vit. The
 ``LlamaModel``/``GPT2Model``…  bare decoder: final norm, no LM head
 ``BertForMaskedLM``            no pooler; dense + LayerNorm transform, (tied) decoder + bias
 ``BertForSequenceClassification``  pooler + classifier (``id2label``/``num_labels``, default 2)
+``BertForQuestionAnswering``   no pooler; span projection (start/end logits) on every token
 ``BertModel``                  post-LN encoder + pooler
 ``ViTForImageClassification``  final LayerNorm + classifier on the class token, NO pooler
                                (transformers builds ``ViTModel(add_pooling_layer=False)``)
@@ -39,7 +40,8 @@ _ARCHITECTURES: dict[str, dict[str, tuple[str, str]]] = {
         "mistral": (("MistralForCausalLM", "lm"), ("MistralModel", "none")),
         "qwen2": (("Qwen2ForCausalLM", "lm"), ("Qwen2Model", "none")),
         "gpt2": (("GPT2LMHeadModel", "lm"), ("GPT2Model", "none")),
-        "bert": (("BertForMaskedLM", "mlm"), ("BertForSequenceClassification", "cls"), ("BertModel", "none")),
+        "bert": (("BertForMaskedLM", "mlm"), ("BertForSequenceClassification", "cls"),
+                 ("BertForQuestionAnswering", "qa"), ("BertModel", "none")),
         "vit": (("ViTForImageClassification", "image-cls"), ("ViTModel", "none")),
     }.items()
 }
@@ -251,7 +253,7 @@ def _bert(cfg: _Config) -> tuple[dict, str, str]:
         tie_embeddings=cfg.bool("tie_word_embeddings", True), head=head,
         attn_dropout=_dropout(cfg, "attention_probs_dropout_prob", 0.1),  # BertConfig default
     )
-    if head == "cls":
+    if head in ("cls", "qa"):  # qa: BertForQuestionAnswering's qa_outputs = Linear(hidden, num_labels), 2
         kw["num_labels"] = cfg.num_labels()
     if head == "none":  # BertModel: post-LN layers, pooler, no final norm
         kw.update(pooler=True, post_norm=True)
@@ -284,6 +286,7 @@ def _task(head: str, arch: TransformerArch) -> str:
         "lm": "causal LM",
         "mlm": "masked LM",
         "cls": f"{arch.num_labels}-class sequence classification",
+        "qa": "extractive question answering (span start/end)",
         "image-cls": f"{arch.num_labels}-class image classification",
     }.get(head, "backbone (no head)")
 

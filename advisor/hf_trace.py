@@ -116,17 +116,19 @@ def trace_hf(data: dict, closed: ModelSpec) -> ModelSpec:
                 x = torch.zeros(b, seq, dtype=torch.long, device="meta")
             if arch is None or arch.head == "none":
                 return (x, None)
-            shape = (b,) if arch.head in ("cls", "image-cls") else (b, seq)
+            shape = (b,) if arch.head in ("cls", "image-cls", "qa") else (b, seq)  # qa: one span position each
             return (x, torch.zeros(shape, dtype=torch.long, device="meta"))
         return make_inputs
 
     def step(model, inputs):
         x, labels = inputs
         key = "pixel_values" if vision else "input_ids"
-        out = model(**{key: x}, **({} if labels is None else {"labels": labels}))
+        qa = arch is not None and arch.head == "qa"  # BertForQuestionAnswering takes the span's two ends
+        targets = {} if labels is None else {"start_positions": labels, "end_positions": labels} if qa else {"labels": labels}
+        out = model(**{key: x}, **targets)
         if labels is None:
             return out.last_hidden_state  # a bare backbone: loss "none" (the mean of its output)
-        return out.loss, out.logits
+        return out.loss, (out.start_logits if qa else out.logits)
 
     try:
         p1, n1 = profile_module(build(1), inputs_at(REF_TOKENS), (tokens,), "tokens", loss_fn=step)

@@ -12,7 +12,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Family = Literal["decoder", "encoder", "vit", "cnn", "custom"]
-Head = Literal["lm", "mlm", "cls", "image-cls", "none"]
+Head = Literal["lm", "mlm", "cls", "qa", "image-cls", "none"]
+# "qa": extractive question answering, a Linear(d_model, num_labels=2) on every token giving the span's start
+# and end logits, its loss the mean of two cross-entropies over the positions (transformers'
+# BertForQuestionAnswering, modeling_bert.py; DeepLearningExamples PyTorch/LanguageModeling/BERT modeling.py
+# BertForQuestionAnswering, what run_squad.py trains). No pooler, no dropout before the projection.
 # ce: cross-entropy over the output's last dim; mse: against a target shaped like the output;
 # none: the output is the loss (or its mean is); model: the model computes its own (HF labels).
 Loss = Literal["ce", "mse", "none", "model"]
@@ -48,7 +52,7 @@ class TransformerArch(BaseModel):
     # Bare backbones (HF BertModel / ViTModel, head "none"): a pooler (dense + tanh on the first
     # token) after the last layer. Head "cls" always has its own pooler; the others never do.
     pooler: bool = False
-    # Post-LN layers with no final norm (BERT). None = BERT's heads ("mlm", "cls") are post-norm.
+    # Post-LN layers with no final norm (BERT). None = BERT's heads ("mlm", "cls", "qa") are post-norm.
     post_norm: bool | None = None
     # Positions per sequence the LM/MLM head runs on; None = every token (transformers' BertForMaskedLM,
     # GPT2LMHeadModel). NVIDIA's BERT pre-training gathers the masked positions before its MLM head
@@ -68,7 +72,7 @@ class TransformerArch(BaseModel):
 
     @property
     def is_post_norm(self) -> bool:
-        return self.head in ("mlm", "cls") if self.post_norm is None else self.post_norm
+        return self.head in ("mlm", "cls", "qa") if self.post_norm is None else self.post_norm
 
     def tokens(self, seq_len: int | None = None, image_size: int | None = None) -> int:
         """Tokens per sample: the sequence length, or patches (+ class token) for a ViT."""
@@ -109,7 +113,7 @@ class TransformerArch(BaseModel):
             return final_norm + (h * h + h) + 2 * h + (0 if self.tie_embeddings else self.vocab * h) + self.vocab
         if self.head == "cls":  # BERT-style pooler (dense + tanh) and classifier
             return final_norm + (h * h + h) + (h * self.num_labels + self.num_labels)
-        if self.head == "image-cls":
+        if self.head in ("image-cls", "qa"):  # a classifier on the class token / the span projection on every token
             return final_norm + h * self.num_labels + self.num_labels
         return final_norm + ((h * h + h) if self.pooler else 0)
 
@@ -136,7 +140,7 @@ class TransformerArch(BaseModel):
             n += self.vocab * h + (h * h if self.head == "mlm" else 0)
         elif self.head == "cls":
             n += h * h + h * self.num_labels
-        elif self.head == "image-cls":
+        elif self.head in ("image-cls", "qa"):  # "qa": on every token, as every other matmul here
             n += h * self.num_labels
         elif self.pooler:
             n += h * h

@@ -69,7 +69,7 @@ GEMMS_PER_LAYER = {("gelu", "layernorm"): 18, ("swiglu", "rmsnorm"): 21}
 FUSED_KERNELS_PER_LAYER = {("gelu", "layernorm"): {"bf16": 16, "fp32": 13, "pure-bf16": 13},
                            ("swiglu", "rmsnorm"): {"bf16": 17, "fp32": 15, "pure-bf16": 15}}
 FUSED_KERNELS_BASE = 12
-GEMMS_HEAD = {"mlm": 6, "cls": 6}
+GEMMS_HEAD = {"mlm": 6, "cls": 6, "qa": 3}  # qa: its one projection, forward and two backward GEMMs
 # A math-path attention's GEMMs per layer (torch's SDPA math decomposition, compiled): forward QK^T and
 # PV, backward dV, dP, dQ and dK. The compiled HF BERT profile (benchmarks/notebook/2026-12-04-kernel-profiles,
 # u10-hfbertcls-bf16-compile-64-s256) has 294 GEMMs per step: 342 in its "gemm" group and the 24 fp32

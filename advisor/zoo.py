@@ -139,6 +139,8 @@ class Transformer(nn.Module):
                 self.lm_head = None if arch.tie_embeddings else nn.Linear(h, arch.vocab, bias=False)
             elif arch.head == "image-cls":
                 self.classifier = nn.Linear(h, arch.num_labels)
+            elif arch.head == "qa":  # BertForQuestionAnswering's qa_outputs: start/end logits of every token
+                self.qa_outputs = nn.Linear(h, arch.num_labels)
             elif arch.pooler:  # bare backbone (HF BertModel / ViTModel): pooled first token
                 self.pooler = nn.Linear(h, h)
 
@@ -180,6 +182,8 @@ class Transformer(nn.Module):
             x = self.final_norm(x)
         if a.head == "image-cls":
             return self.classifier(x[:, 0])
+        if a.head == "qa":
+            return self.qa_outputs(x)
         if a.head == "none":  # backbone: the hidden states (and pooled first token, as HF returns)
             return torch.tanh(self.pooler(x[:, 0])) if a.pooler else x
         w = self.embed.weight if self.lm_head is None else self.lm_head.weight
@@ -272,9 +276,13 @@ class Trainable(nn.Module):
         self.net = net
         self.family = spec.family
         self.shift = spec.arch is not None and spec.arch.head == "lm"
+        self.span = spec.arch is not None and spec.arch.head == "qa"
 
     def forward(self, inputs, targets):
         logits = self.net(inputs)
+        if self.span:  # targets [B, 2]: each sequence's answer start and end; the mean of the two cross-entropies
+            start, end = logits.float().unbind(-1)  # as transformers' BertForQuestionAnswering computes its loss
+            return (F.cross_entropy(start, targets[:, 0]) + F.cross_entropy(end, targets[:, 1])) / 2
         if self.shift:  # next-token prediction: logits[t] predicts targets[t + 1]
             logits, targets = logits[:, :-1], targets[:, 1:]
         # Cross-entropy in fp32 as HF does (upcast logits), the costliest temporary of LLM training.
@@ -309,6 +317,8 @@ def synthetic_batch(spec: ModelSpec, batch: int, seq_len: int | None = None, ima
     x = torch.randint(0, a.vocab, (batch, s), device=device, generator=generator)
     if a.head == "cls":
         y = torch.randint(0, a.num_labels, (batch,), device=device, generator=generator)
+    elif a.head == "qa":  # an answer span's start and end positions
+        y = torch.randint(0, s, (batch, 2), device=device, generator=generator)
     else:
         y = torch.randint(0, a.vocab, (batch, s), device=device, generator=generator)
     return x, y

@@ -87,14 +87,16 @@ def test_hsdp_shards_in_node_replicates_across():
 
 
 def test_stored_constants_are_the_fit_output():
-    """advisor/data/multi_gpu.json is what the fit script writes (regenerate, then compare)."""
+    """advisor/data/multi_gpu.json and the source harnesses' efficiencies (benchmarks/calibration/multi_gpu/harness.json)
+    are what the fit script writes (regenerate, then compare)."""
     from benchmarks.calibration.multi_gpu import fit
 
     stored = json.loads(FITTED.read_text())
     rows = fit.load_rows()
     held = [r for r in rows if r["split"] == "holdout"]
     assert len(held) >= 40 and {r["gpus"] for r in held} >= {1, 8}
-    assert fit.constants_json(fit.fit(fit.pairs(rows))) == FITTED.read_text()
+    assert fit.harness_json(fit.fit_harness(rows, comm_constants())) == fit.HARNESS.read_text()
+    assert fit.constants_json(fit.fit(fit.pairs(rows), fit.stored_harness())) == FITTED.read_text()
     assert stored["source"].startswith(fit.SCRIPT)
     assert comm_constants() == CommConstants(**stored)
 

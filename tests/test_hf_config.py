@@ -244,3 +244,38 @@ def test_zoo_matches_hf_specs(tmp_path):
         name = str(path)
         with torch.device("meta"):
             assert param_count(build_network(spec)) == spec.params, name
+
+
+def test_bert_question_answering_head(tmp_path):
+    """BertForQuestionAnswering: no pooler, qa_outputs = Linear(hidden, 2) on every token (transformers
+    modeling_bert.py), post-LN like BERT's other heads; its matmul runs on every token."""
+    base = cfg("bert-base-uncased")
+    qa = spec_from_hf_config(write(tmp_path, dict(base, architectures=["BertForQuestionAnswering"])))
+    enc = 109_482_240 - (768 * 768 + 768)  # BertModel(add_pooling_layer=False)
+    assert qa.params == enc + 768 * 2 + 2
+    assert qa.arch.head == "qa" and qa.arch.is_post_norm and not qa.arch.pooler
+    assert qa.task == "extractive question answering (span start/end)"
+    mlm = spec_from_hf_config(write(tmp_path, base))
+    assert mlm.arch.matmul_params() - qa.arch.matmul_params() == 30522 * 768 + 768 * 768 - 768 * 2
+
+
+def test_zoo_trains_the_question_answering_head(tmp_path):
+    """The zoo's BertForQuestionAnswering (what `advise probe` runs without transformers): the spec's parameters,
+    start/end logits on every token, and the mean of the two span cross-entropies over the positions (at random
+    init near ln(seq), which an MLM or classification loss is not)."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    from advisor.zoo import build_trainable, param_count, synthetic_batch
+
+    small = dict(cfg("bert-base-uncased"), architectures=["BertForQuestionAnswering"], num_hidden_layers=2)
+    spec = spec_from_hf_config(write(tmp_path, small))
+    torch.manual_seed(0)
+    model = build_trainable(spec)
+    assert param_count(model) == spec.params
+    x, y = synthetic_batch(spec, 4, seq_len=64)
+    assert y.shape == (4, 2) and int(y.max()) < 64
+    assert model.net(x).shape == (4, 64, 2)
+    loss = model(x, y)
+    loss.backward()
+    assert abs(loss.item() - math.log(64)) < 1.0

@@ -116,3 +116,28 @@ def test_catalog_transformers_model_comes_from_data_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["transformers", "GPT2LMHeadModel", "(sdpa)", "12", "False"]
     assert transformers_model("vit-b-16") is None
+
+
+
+def test_question_answering_closed_form_matches_its_trace(tmp_path):
+    """BertForQuestionAnswering traced (start and end positions as its labels) against the closed form of
+    head "qa": the same parameters, and the same saved bytes up to the layers' own closed-form-vs-trace
+    difference, which BertForMaskedLM shows as well (the head's share agrees to within a byte per token)."""
+    pytest.importorskip("transformers")
+    from advisor.activations import activation_profile
+    from advisor.hf_trace import resolve_hf_config
+
+    bert = {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 512, "type_vocab_size": 2}
+    specs = {}
+    for cls in ("BertForQuestionAnswering", "BertForMaskedLM"):
+        path = write(tmp_path, dict(bert, architectures=[cls]), f"{cls}.json")
+        specs[cls] = (spec_from_hf_config(path), resolve_hf_config(path))
+    closed, traced = specs["BertForQuestionAnswering"]
+    assert traced.implementation.startswith("transformers BertForQuestionAnswering")
+    assert traced.params == closed.params and closed.arch.head == "qa"
+    for precision in ("fp32", "bf16"):
+        cfg = TrainConfig(micro_batch=4, seq_len=64, precision=precision)
+        gap = {cls: (activation_profile(t, cfg).per_sample_bytes - activation_profile(c, cfg).per_sample_bytes) / 64
+               for cls, (c, t) in specs.items()}
+        assert gap["BertForQuestionAnswering"] == pytest.approx(gap["BertForMaskedLM"], abs=1.0)

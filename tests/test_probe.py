@@ -271,3 +271,28 @@ def test_probe_factor_replaces_the_bench_factor(tmp_path):
     got = estimate(spec, config, hw, calibration=load_calibration(tmp_path))
     assert got.throughput.samples_per_s == pytest.approx(raw * 1.1)  # not raw * 0.8 * 1.1
     assert any("replaces the advise bench factor" in n for n in got.notes)
+
+
+def test_probe_trains_transformers_question_answering_on_span_labels(tmp_path):
+    """`advise probe --hf-config` of a BertForQuestionAnswering config builds transformers' class and feeds the
+    synthetic pool's spans as start and end positions (its loss: the mean of two cross-entropies over the positions,
+    near ln(seq) at random init; an MLM loss would be near ln(vocab))."""
+    pytest.importorskip("transformers")
+    import math
+    from types import SimpleNamespace
+
+    from advisor.hf_config import spec_from_hf_config
+    from launcher.recipes.probe import _hf
+
+    cfg = {"model_type": "bert", "architectures": ["BertForQuestionAnswering"], "num_hidden_layers": 2,
+           "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 512,
+           "max_position_embeddings": 128, "type_vocab_size": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = spec_from_hf_config(path)
+    plan = SimpleNamespace(model=SimpleNamespace(hf_config=str(path)), config=TrainConfig(micro_batch=4, seq_len=64))
+    model, pool, loss_fn, what = _hf(plan, spec, "cpu")
+    assert what == "transformers BertForQuestionAnswering"
+    loss = loss_fn(model, pool[0])
+    loss.backward()
+    assert abs(loss.item() - math.log(64)) < 1.0

@@ -22,6 +22,10 @@
 #                          COMPROMISE_TOTAL 235)
 #   probe:MODEL-FLAGS      `advise probe` then `advise estimate` with and without the probe's home (flags with
 #                          commas for spaces: probe:--model,resnet50,--micro-batch,8)
+#   published[:IDS]        published rows' configurations under this stack (measure/published_configs.py: DLE
+#                          SQuAD's BertForQuestionAnswering, BertForMaskedLM, ResNet-50; PUBLISHED_BUDGET, 150)
+#   reference[:IDS]        the H200 reference set's rows on this GPU (measure/reference.py --only; eager rows
+#                          first, compiled last; REFERENCE_BUDGET, 220)
 #
 # The calls behind the committed results, as this script (benchmarks/README.md lists them all):
 #   unseen sets u3..u14       gpu_call.sh OUT u14 unseen:u14            (u5..u8: BUDGET=460-480, ROUNDS=1)
@@ -30,9 +34,10 @@
 #   compiled kernels          gpu_call.sh OUT compiled-kernels compiled-fresh:u12-vgg-bf16-compile-16-i192,... \
 #                               rerun:u12:u12-nanogpt-pure-4-s1024
 #   rounds 3-5 (gpu_checks)   gpu_call.sh OUT round3 recipes compromises:adamw-8bit,in-backward,lora-r16,...
+#   H100 (issue 28)           gpu_call.sh OUT h100-i28 published reference:r50-fp32-64,...,r50-bf16-cl-compile-128
 set -uo pipefail
 usage="usage: bash benchmarks/calibration/gpu_call.sh OUT_DIR NAME STEP [STEP ...]"
-steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS"
+steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS, published[:IDS], reference[:IDS]"
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 out=${1:?$usage}
 name=${2:?$usage}
@@ -40,7 +45,7 @@ shift 2
 [[ $# -gt 0 ]] || { echo "gpu_call: no step given; $usage" >&2; exit 2; }
 for step in "$@"; do  # every step known before the call spends a second of the GPU's time
   case ${step%%:*} in
-    unseen|users|hostbound|contended|compiled-fresh|rerun|profile|recipes|compromises|probe) ;;
+    unseen|users|hostbound|contended|compiled-fresh|rerun|profile|recipes|compromises|probe|published|reference) ;;
     *) echo "gpu_call: unknown step '$step'; steps: $steps" >&2; exit 2 ;;
   esac
 done
@@ -104,6 +109,12 @@ for step in "$@"; do
       run "probe-$tag" 90 python3 -m cli.main probe "${flags[@]}" --home "$r/probe-home" --json
       run "estimate-after-$tag" 30 python3 -m cli.main estimate "${flags[@]}" --home "$r/probe-home" --json
       run "estimate-packaged-$tag" 30 python3 -m cli.main estimate "${flags[@]}" --json ;;
+    published)
+      run published $(( ${PUBLISHED_BUDGET:-150} + 50 )) python3 -m benchmarks.calibration.measure.published_configs \
+        --out "$r/published-configs.jsonl" --budget-s "${PUBLISHED_BUDGET:-150}" ${arg:+--only "$arg"} ;;
+    reference)
+      run reference $(( ${REFERENCE_BUDGET:-220} + 80 )) python3 -m benchmarks.calibration.measure.reference \
+        --out "$r/reference.jsonl" --budget-s "${REFERENCE_BUDGET:-220}" ${arg:+--only ${arg//,/ }} ;;
   esac
 done
 tar -czf "$out/$name.tgz" -C "$out" "$name"

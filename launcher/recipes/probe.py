@@ -62,7 +62,7 @@ def _catalog(plan, spec, device):
 
 
 _HF_AUTO = {"lm": "AutoModelForCausalLM", "mlm": "AutoModelForMaskedLM", "cls": "AutoModelForSequenceClassification",
-            "image-cls": "AutoModelForImageClassification", "none": "AutoModel"}
+            "qa": "AutoModelForQuestionAnswering", "image-cls": "AutoModelForImageClassification", "none": "AutoModel"}
 
 
 def _hf(plan, spec, device):
@@ -86,6 +86,8 @@ def _hf(plan, spec, device):
         x, y = batch
         if head == "none":
             return m(**{key: x}).last_hidden_state.float().mean()
+        if head == "qa":  # the pool's labels are each sequence's span: start and end positions
+            return m(**{key: x}, start_positions=y[:, 0], end_positions=y[:, 1]).loss
         return m(**{key: x}, labels=y).loss
 
     return model, pool, loss_fn, f"transformers {type(model).__name__}"

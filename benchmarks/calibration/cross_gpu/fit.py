@@ -38,6 +38,9 @@ from advisor import gpu_perf
 from advisor.gpus import get_gpu
 
 RIDGE = 0.02
+# Hopper's fractions against one H100 SXM under the H200 fit's stack (TF32 BertForQuestionAnswering included):
+# the table `python -m benchmarks.calibration.h100_check` writes; nothing is fit on it.
+H100_CHECK = "benchmarks/calibration/results/h100-check.md"
 GRID = [2 ** (i / 8) for i in range(-24, 25)]  # 1/8x .. 8x Hopper's fraction, 8 steps per doubling
 SWEEPS = 4
 
@@ -100,10 +103,12 @@ def hopper_entry(fracs: dict[str, dict[str, float]], by_arch: dict[str, list[dic
     tf32 = [a for a in fracs if get_gpu(by_arch[a][0]["gpu"]).tensor_tf32]
     ratio = math.exp(sum(math.log(fracs[a]["matmul_tf32"] / fracs[a]["matmul"]) for a in tf32) / len(tf32))
     ids = [r["id"] for a in tf32 for r in by_arch[a] if r["precision"] in ("tf32", "fp16", "bf16") and "bert" in r["model"]]
-    ref = {k: {"vs_h200": 1.0, "source": "the reference: every efficiency was fit on the H200"} for k in gpu_perf.WORK_KINDS}
+    checked = f"; checked on an H100 SXM, nothing fit there ({H100_CHECK})"
+    ref = {k: {"vs_h200": 1.0, "source": "the reference: every efficiency was fit on the H200" + checked}
+           for k in gpu_perf.WORK_KINDS}
     ref["matmul_tf32"] = {"vs_h200": round(ratio, 4), "source": (
         f"{ratio:.2f}x the H200's bf16 matmul fraction: no H200 fit row runs TF32 matmuls; {', '.join(tf32)} reach "
-        f"{ratio:.2f}x their half-precision matmul fraction in TF32 (geometric mean; fit on {', '.join(ids)})")}
+        f"{ratio:.2f}x their half-precision matmul fraction in TF32 (geometric mean; fit on {', '.join(ids)})" + checked)}
     print("Hopper matmul_tf32", round(ratio, 3))
     return ref
 
