@@ -43,7 +43,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from benchmarks.calibration.measure.steploop import ceilings, free_device, is_oom, memory, sync, timed
+from benchmarks.calibration.measure.steploop import (ceilings, free_device, is_oom, matmul_tflops, memory, sync,
+                                                     timed)
 
 # DLE BERT configs (PyTorch/LanguageModeling/BERT/bert_configs/{base,large}.json: uncased, gelu, dropout 0.1,
 # 512 positions, 2 token types); vocab 30,528: run_squad.py pads the vocabulary to a multiple of 8.
@@ -175,22 +176,10 @@ def header(device: str) -> dict:
         h.update(ceilings(device))
         p = torch.cuda.get_device_properties(0)
         h.update(sm_count=p.multi_processor_count, device_total_gib=p.total_memory / 2**30)
-        # fp16 and TF32 matmul ceilings too (random data, 8192^3, median of 10): the rates the rows' kinds use
+        # fp16 and TF32 matmul ceilings too (steploop.matmul_tflops): the rates the rows' kinds use
         for name, dtype, tf32 in (("fp16", torch.float16, False), ("tf32", torch.float32, True)):
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            a = torch.randn(8192, 8192, device=device, dtype=dtype)
-            bm = torch.randn(8192, 8192, device=device, dtype=dtype)
-            ts = []
-            for i in range(13):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                a @ bm
-                e.record()
-                torch.cuda.synchronize()
-                if i >= 3:
-                    ts.append(s.elapsed_time(e) / 1e3)
-            h[f"{name}_matmul_tflops"] = 2 * 8192**3 / sorted(ts)[len(ts) // 2] / 1e12
-            del a, bm
+            h[f"{name}_matmul_tflops"] = matmul_tflops(device, dtype)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.cuda.empty_cache()
     return h

@@ -102,30 +102,39 @@ def memory(device: str) -> dict:
             "device_gib": (total - free) / 2**30}
 
 
+def median_event_s(fn: Callable[[], object], n: int = 10) -> float:
+    """Median seconds of ``fn`` on the GPU (CUDA events), ``n`` timed calls after 3 untimed ones."""
+    for _ in range(3):
+        fn()
+    ts = []
+    for _ in range(n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    return sorted(ts)[len(ts) // 2]
+
+
+def matmul_tflops(device, dtype: torch.dtype = torch.bfloat16) -> float:
+    """TFLOP/s of an 8192^3 matmul of random ``dtype`` data (fp32 runs at whatever
+    ``torch.backends.cuda.matmul.allow_tf32`` says), median of 10 after warm-up."""
+    a = torch.randn(8192, 8192, device=device, dtype=dtype)
+    b = torch.randn(8192, 8192, device=device, dtype=dtype)
+    out = 2 * 8192**3 / median_event_s(lambda: a @ b) / 1e12
+    del a, b
+    return out
+
+
 def ceilings(device) -> dict:
     """bf16 matmul TFLOP/s and copy GB/s (read + write), median of 10 after warm-up (random data)."""
-    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    mm = matmul_tflops(device)
     src = torch.randn(2**30 // 4, device=device)
     dst = torch.empty_like(src)
-
-    def median_s(fn, n=10):
-        for _ in range(3):
-            fn()
-        ts = []
-        for _ in range(n):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3)
-        return sorted(ts)[len(ts) // 2]
-
-    mm = median_s(lambda: a @ b)
-    cp = median_s(lambda: dst.copy_(src))
-    out = {"bf16_matmul_tflops": 2 * 8192**3 / mm / 1e12, "copy_gbps": 2 * src.numel() * 4 / cp / 1e9}
-    del a, b, src, dst
+    cp = median_event_s(lambda: dst.copy_(src))
+    out = {"bf16_matmul_tflops": mm, "copy_gbps": 2 * src.numel() * 4 / cp / 1e9}
+    del src, dst
     torch.cuda.empty_cache()
     return out
 
