@@ -31,6 +31,7 @@ from advisor.calibration import Calibration
 from advisor.config import Strategy, TrainConfig
 from advisor.estimate import Estimate, estimate, one_gpu_throughput
 from advisor.hardware import HardwareSpec
+from advisor.memo import config_key
 from advisor.models import ModelSpec
 from advisor.request import Request
 from advisor.throughput import ThroughputEstimate
@@ -147,10 +148,8 @@ def model_layers(m: ModelSpec) -> int:
 
 
 def _config_key(cfg: TrainConfig) -> tuple:
-    """Everything of a config the estimate depends on, except the strategy."""
-    return (cfg.micro_batch, cfg.grad_accum, cfg.seq_len, cfg.image_size, cfg.precision, cfg.optimizer, cfg.compile,
-            cfg.channels_last, cfg.grad_ckpt, cfg.lora_rank, cfg.optimizer_in_backward, cfg.cpu_offload,
-            cfg.quantize_base, cfg.pure_bf16_update)
+    """Everything of a config the estimate depends on, except the strategy (a field added later is part of it)."""
+    return config_key(cfg, ("strategy",))
 
 
 def _pow2_upto(n: int) -> list[int]:
