@@ -109,20 +109,20 @@ class RunStore:
     ``readonly``: never write, never create (``advise runs/show/logs``: they work on a store
     another process holds locked, or on a read-only disk). Opening checks the files first
     (``launcher.store_safety``: owner, mode, links, emptiness) and SQLite's ``quick_check``.
-    ``busy_s``: how long a connection waits for another process's lock (default ``store_wait_s()``).
+    A connection waits ``store_wait_s()`` for another process's lock.
     """
 
-    def __init__(self, path: Path, *, readonly: bool = False, busy_s: float | None = None):
+    def __init__(self, path: Path, *, readonly: bool = False):
         self.path = Path(path)
         self.readonly = readonly
-        self.busy_s = store_wait_s() if busy_s is None else busy_s
+        self.busy_s = store_wait_s()
         self._init()
 
     @classmethod
-    def open(cls, home: Path, *, readonly: bool = False, busy_s: float | None = None) -> "RunStore":
+    def open(cls, home: Path, *, readonly: bool = False) -> "RunStore":
         from launcher.home import check_home, ensure_home, store_path
 
-        return cls(store_path(check_home(home) if readonly else ensure_home(home)), readonly=readonly, busy_s=busy_s)
+        return cls(store_path(check_home(home) if readonly else ensure_home(home)), readonly=readonly)
 
     # ------------------------------------------------------------------ plumbing
     def _init(self) -> None:
