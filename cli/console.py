@@ -2,9 +2,10 @@
 
 ``advise`` and ``advise estimate`` used to force 100 columns whatever the terminal, so an 80-column
 terminal wrapped every panel line in two. At a terminal rich measures it (and follows a resize between
-runs); piped or redirected there is no width to measure, so the report keeps the width it was designed
-for (``PIPED_WIDTH``, or ``$COLUMNS`` when set) and carries no colour or style codes: a file or ``less``
-gets readable text.
+runs). Piped or redirected (``advise ... | less``), the output follows the terminal the command was typed
+in when one is known (stderr's or stdin's, issue 40), else the width the report was designed for
+(``PIPED_WIDTH``); ``$COLUMNS``, when set, wins over both. Piped output carries no colour or style codes:
+a file or ``less`` gets readable text.
 """
 
 from __future__ import annotations
@@ -12,7 +13,30 @@ from __future__ import annotations
 import os
 import sys
 
-PIPED_WIDTH = 100  # the report's design width (panels, the scaling table's ten columns) when nothing is measured
+PIPED_WIDTH = 100  # the report's design width when nothing is measured
+_WIDTHS = (40, 500)  # a width outside this is a mistake, not a terminal
+
+
+def _terminal_width() -> int | None:
+    """The width of the terminal behind stderr or stdin (the one the command was typed in), if any."""
+    for fd in (2, 0):
+        try:
+            if os.isatty(fd):
+                cols = os.get_terminal_size(fd).columns
+                if _WIDTHS[0] <= cols <= _WIDTHS[1]:
+                    return cols
+        except OSError:
+            continue
+    return None
+
+
+def piped_width() -> int:
+    """The width of a report that does not go to a terminal: $COLUMNS, else the terminal behind stderr or
+    stdin, else ``PIPED_WIDTH``."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and _WIDTHS[0] <= int(columns) <= _WIDTHS[1]:
+        return int(columns)
+    return _terminal_width() or PIPED_WIDTH
 
 
 def report_console(*, stderr: bool = False):
@@ -22,7 +46,5 @@ def report_console(*, stderr: bool = False):
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
         return Console(stderr=stderr, soft_wrap=False)
-    columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and 40 <= int(columns) <= 500 else PIPED_WIDTH
-    return Console(stderr=stderr, soft_wrap=False, width=width, color_system=None, force_terminal=False,
+    return Console(stderr=stderr, soft_wrap=False, width=piped_width(), color_system=None, force_terminal=False,
                    highlight=False, emoji=False)

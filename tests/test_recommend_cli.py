@@ -130,8 +130,11 @@ def test_bad_inputs_exit_2(capsys, argv, needle):
 def test_readable_report(capsys):
     rc, out, _ = run_cli(capsys, "--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "8", "--seq-len", "2048")
     assert rc == 0
-    for text in ("decision tree", "memory per GPU", "throughput and time-to-train by GPU count", "recommendation",
+    for text in ("decision path", "memory per GPU", "throughput by GPU count", "recommendation",
                  "rules fired", "strategy.fsdp", "advise launch --model llama3-8b"):
+        assert text in out, text
+    rc, out, _ = run_cli(capsys, "--model", "llama3-8b", "--gpu", "A100-80GB", "--gpus", "8", "--full")
+    for text in ("decision tree", "the usual optimizer for decoder models"):
         assert text in out, text
 
 
