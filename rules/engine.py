@@ -33,7 +33,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from advisor.units import format_hours
+from advisor.units import format_efficiency, format_hours
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -225,6 +225,8 @@ class _FactFormatter(string.Formatter):
             return f"{value:.1f} GiB"
         if format_spec == "pct":
             return f"{value * 100:.0f}%"
+        if format_spec == "eff":  # a scaling efficiency: never a bare 100% from an estimate (DESIGN.md)
+            return format_efficiency(value)
         if format_spec == "h":
             return format_hours(value)
         try:

@@ -152,8 +152,9 @@ class EstimateFacts(_Section):
     time_to_train_h: float | None
     deadline_missed_h: float | None = Field(description="hours over the deadline (None if met or none)")
     deadline_missed_pct: float | None
-    scaling_efficiency: float
-    host_bound: bool
+    scaling_efficiency: float = Field(description="the scaling table's and the policy's efficiency of the plan's count "
+                                      "(rules.policy.row_efficiency), else the estimate's own")
+    host_bound: bool = Field(description="kernel launches set the pace (not when the input pipeline does)")
     comm_s: float
     exposed_comm_s: float
     comm_fraction: float = Field(description="exposed communication / step time")

@@ -379,7 +379,7 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
 
 def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
     """The best plan per GPU count at hand (the planner's rows, the policy's counts), efficiency and
-    speedup against the smallest count that fits (rules.policy.efficiencies), never capped."""
+    speedup against the smallest count that fits (rules.policy.efficiencies: the policy's number)."""
     from rules.policy import efficiencies
 
     p = ctx.planner

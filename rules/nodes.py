@@ -239,9 +239,14 @@ def _faster_at_hand(ctx: TreeContext) -> str:
     multi = p.best(p.available)
     if not isinstance(multi, Choice):
         return ""
+    from rules.policy import row_efficiency
+
     x = multi.samples_per_s / ctx.one.samples_per_s
-    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}, "
-            f"{x / p.available:.0%} of linear scaling): give --deadline with "
+    how = f"{multi.strategy.value.upper()}, {format_efficiency(row_efficiency(multi, ctx.one))} of linear scaling"
+    if x < 1.05:  # "~0.9x faster" said slower in the words of faster (issue 40)
+        return (f"; the {p.available} GPUs at hand would not be faster ({x:.2f}x one GPU's samples/s; {how}): "
+                "one GPU is the plan")
+    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({how}): give --deadline with "
             f"--dataset-size/--epochs, or --strategy {multi.strategy.value}, to use them")
 
 

@@ -14,8 +14,13 @@ whole nodes, so never 3, 5 or 7 of 8 unless the node has that many), sorted by c
   when it fits, else the smallest count that holds the model sharded).
 
 Scaling efficiency of a row = (samples/s per GPU of its best plan) / (samples/s per GPU of the
-baseline's best plan): the same number the scaling table shows, never capped. Pure functions of
-the rows: ``tests/test_policy_regret.py`` re-derives every pick from the candidate list.
+baseline's best plan), and never more than the row's own scaling (``own_scaling``: what communication
+and stragglers leave of its step), so never above 100%
+unless ``advise bench`` measured the row (DESIGN.md; issue 40: the table said 131% where a rule said
+100%). A count that fits a faster configuration than the baseline shows it in its speedup and in what
+the table says changed, not as efficiency over 100%. The same number in the table, the policy line, the
+tree's answers and the rules (``efficiencies``). Pure functions of the rows:
+``tests/test_policy_regret.py`` re-derives every pick from the candidate list.
 """
 
 from __future__ import annotations
@@ -51,11 +56,29 @@ def _h(hours: float | None) -> str:
     return f"{hours:.2f} h"
 
 
+def own_scaling(t) -> float:
+    """What communication and stragglers leave of a plan's step (``ThroughputEstimate`` ``t``): the share of
+    the step not spent on exposed collectives or waiting for the slowest rank, and at most the estimate's
+    own ``scaling_efficiency`` (the same plan against one GPU, capped at 100%). Below 100% wherever the
+    estimate exposes any communication, so an estimate never reads a bare 100% at N GPUs (DESIGN.md)."""
+    if not t.step_s:
+        return t.scaling_efficiency
+    return min(t.scaling_efficiency, 1.0 - (t.exposed_comm_s + t.sync_s) / t.step_s)
+
+
+def row_efficiency(c: Choice, base: Choice) -> float:
+    """The scaling efficiency of row ``c`` against the baseline row ``base`` (the module's docstring)."""
+    ratio = (c.samples_per_s / c.gpus) / (base.samples_per_s / base.gpus)
+    t = c.estimate.throughput
+    if c.gpus == base.gpus or t.calibrated:
+        return ratio  # the baseline itself, or a measured row
+    return min(ratio, own_scaling(t))
+
+
 def efficiencies(rows: list[Choice]) -> tuple[int, dict[int, float]]:
     """(baseline count, {count: scaling efficiency}) against the smallest count that fits."""
     base = min(rows, key=lambda c: c.gpus)
-    per_gpu = base.samples_per_s / base.gpus
-    return base.gpus, {c.gpus: (c.samples_per_s / c.gpus) / per_gpu for c in rows}
+    return base.gpus, {c.gpus: row_efficiency(c, base) for c in rows}
 
 
 def effective_deadline(deadline_h: float, margin: float) -> float:

@@ -14,6 +14,7 @@ from advisor.estimate import Estimate
 from rules.facts import (CompileFacts, ConfigFacts, DataFacts, EstimateFacts, Facts, GpuFacts, HardwareFacts,
                          ModelFacts, PinnedFacts, PlanFacts, WorkloadFacts)
 from rules.planner import Choice, Planner, model_layers
+from rules.policy import own_scaling
 from rules.tree import TreeContext
 
 
@@ -105,7 +106,14 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
     )
 
 
-def estimate_facts(p: Planner, est: Estimate, ch: Choice) -> EstimateFacts:
+def _table_efficiency(ctx: TreeContext, ch: Choice) -> float | None:
+    """The scaling table's and the policy's efficiency of ``ch``'s count (rules.policy.efficiencies): one number
+    in the report; None where the policy compared no counts."""
+    pick = getattr(ctx, "pick", None)
+    return pick.efficiency.get(ch.gpus) if pick is not None else None
+
+
+def estimate_facts(p: Planner, est: Estimate, ch: Choice, efficiency: float | None = None) -> EstimateFacts:
     m, t = est.memory, est.throughput
     dl = p.req.deadline_h
     ttt = est.time_to_train_h
@@ -119,7 +127,8 @@ def estimate_facts(p: Planner, est: Estimate, ch: Choice) -> EstimateFacts:
         fits=m.fits, peak_gib=m.peak_gib, device_gib=m.device_gib, headroom_gib=m.gpu_memory_gib - m.device_gib,
         samples_per_s=t.samples_per_s, samples_per_s_per_gpu=t.samples_per_s / ch.gpus, step_s=t.step_s, mfu=t.mfu,
         time_to_train_h=ttt, deadline_missed_h=missed, deadline_missed_pct=(missed / dl if missed else None),
-        scaling_efficiency=t.scaling_efficiency, host_bound=t.host_bound, comm_s=t.comm_s,
+        scaling_efficiency=efficiency if efficiency is not None else own_scaling(t),
+        host_bound=t.host_bound and not t.loader_bound, comm_s=t.comm_s,
         exposed_comm_s=t.exposed_comm_s, comm_fraction=t.exposed_comm_s / t.step_s if t.step_s else 0.0,
         memory_fraction=m.device_gib / m.gpu_memory_gib,
         fp16_alt_speedup=amp_speedup,
@@ -133,7 +142,7 @@ def with_plan(facts: Facts, ctx: TreeContext, ch: Choice, est: Estimate, strateg
         "config": _config_facts(est.config, facts.config.default_optimizer, micro=True, patch=facts.config.patch_size,
                                 context=facts.model.max_positions),
         "plan": plan_facts(ctx, ch, strategy, est.memory.fits, path),
-        "estimate": estimate_facts(p, est, ch),
+        "estimate": estimate_facts(p, est, ch, _table_efficiency(ctx, ch)),
         "compile": compile_facts(p, ch),
         "data": data_facts(p, ch, est) if data else None,
     })

@@ -129,7 +129,9 @@ class ScalingRow(BaseModel):
     step_s: float | None = None
     time_to_train_h: float | None = None
     scaling_efficiency: float | None = Field(None, description="samples/s per GPU over the baseline row's (the best "
-                                             "plan on the smallest count that fits; one GPU when it fits); not capped")
+                                             "plan on the smallest count that fits; one GPU when it fits), at most the "
+                                             "row's own throughput.scaling_efficiency unless measured "
+                                             "(rules.policy.row_efficiency)")
     speedup: float | None = Field(None, description="samples/s over the baseline row's")
     measured: bool = Field(False, description="samples/s calibrated by a measurement on this machine (advise bench); "
                            "an estimate's efficiency never reads a bare 100% (advisor.units.format_efficiency)")

@@ -50,13 +50,15 @@ def test_any_size_asks_the_estimator_a_bounded_number_of_times(calls, kw):
     rec = _run(**kw)
     assert calls[0] <= MAX_CALLS, f"{calls[0]} estimator calls for {kw}"
     assert rec.recommendation.gpus <= (kw.get("gpus") or 1) * kw.get("nodes", 1)
-    # Efficiency is against the baseline row (the smallest count that fits), computed, not capped.
+    # Efficiency is against the baseline row (the smallest count that fits), at most what the row's own
+    # communication leaves: never above 100% (issue 40).
     base = [r for r in rec.scaling if r.baseline]
     assert len(base) <= 1
     for row in rec.scaling:
         if row.fits:
             b = base[0]
-            assert row.scaling_efficiency == pytest.approx((row.samples_per_s / row.gpus) / (b.samples_per_s / b.gpus))
+            ratio = (row.samples_per_s / row.gpus) / (b.samples_per_s / b.gpus)
+            assert row.scaling_efficiency <= min(1.0, ratio) + 1e-9 or row.baseline
             assert row.global_batch == rec.recommendation.global_batch  # never rounded per count
 
 

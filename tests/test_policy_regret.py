@@ -82,9 +82,12 @@ def test_the_pick_is_within_5_percent_of_the_best_candidate_under_the_policy(mod
         assert c.gpus in ([d for d in range(1, per_node + 1) if per_node % d == 0] + [per_node * k for k in range(2, nodes + 1)])
     best: dict[int, float] = {}
     slow: dict[int, float] = {}  # the best plan's rate without gains measured only on another GPU kind
+    own: dict[int, float] = {}  # what communication and stragglers leave of the best plan's step (at most 100%)
     for c in cands:
         if c.samples_per_s > best.get(c.gpus, 0.0):
             best[c.gpus], slow[c.gpus] = c.samples_per_s, c.estimate.throughput.conservative_samples_per_s
+            t = c.estimate.throughput
+            own[c.gpus] = min(t.scaling_efficiency, 1 - (t.exposed_comm_s + t.sync_s) / t.step_s)
     counts = sorted(best)
     time_of = {n: c_time for n, c_time in ((n, WORK[model][0] * WORK[model][1] / best[n] / 3600) for n in counts)}
     t = r.time_to_train_h
@@ -111,7 +114,10 @@ def test_the_pick_is_within_5_percent_of_the_best_candidate_under_the_policy(mod
         assert r.gpus == 1 and (time_of[1] <= 1.0 * (1 + REGRET) or gpus * nodes == 1)
         return
     base = counts[0]
-    eff = {n: (best[n] / n) / (best[base] / base) for n in counts}
+    # issue 40: never above 100% unless measured, and the same number in the table and the policy
+    eff = {n: (best[n] / n) / (best[base] / base) if n == base else min((best[n] / n) / (best[base] / base), own[n])
+           for n in counts}
+    assert all(e <= 1.0 + 1e-9 for e in eff.values())
     assert eff[r.gpus] >= FLOOR * (1 - NEAR), f"{r.gpus} GPUs keep {eff[r.gpus]:.0%} against {base}"
     clearly_more = [n for n in counts if n > r.gpus and eff[n] >= FLOOR * (1 + NEAR)]
     assert not clearly_more, f"{clearly_more[-1]} GPUs keep {eff[clearly_more[-1]]:.0%}, yet {r.gpus} were picked"
