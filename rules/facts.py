@@ -181,6 +181,8 @@ class DataFacts(_Section):
     cpu_bound: bool = Field(description="the input pipeline, not the GPUs, sets samples/s (the estimate counts on the loader's rate)")
     loader_rate_per_gpu: float = Field(0.0, description="samples/s per GPU the loader delivers (0: not limited)")
     gpu_rate_per_gpu: float = Field(0.0, description="samples/s per GPU the GPUs would take with data on the device")
+    gpu_rate: float = Field(0.0, description="samples/s all the plan's GPUs would take with data on the device")
+    loader_workers: float = Field(0.0, description="loader workers per GPU the input-pipeline estimate counts")
     cores_source: str = ""
     data_kind: str = ""
     loader: str = ""

@@ -84,7 +84,8 @@ def data_facts(p: Planner, ch: Choice, est: Estimate) -> DataFacts:
     return DataFacts(workers=workers, cores_per_gpu=cores_per_gpu, prefetch_factor=2,
                      samples_per_s_per_worker=sps_gpu / workers, cores_needed_per_gpu=need, decode_rate=per_core,
                      cpu_bound=t.loader_bound, loader_rate_per_gpu=(ld.samples_per_s_per_gpu or 0.0) if ld else 0.0,
-                     gpu_rate_per_gpu=gpu_rate, cores_source=ld.cpus_source if ld else "",
+                     gpu_rate_per_gpu=gpu_rate, gpu_rate=gpu_rate * ch.gpus,
+                     loader_workers=ld.workers if ld is not None else 0.0, cores_source=ld.cpus_source if ld else "",
                      data_kind=ld.data if ld else "", loader=ld.loader if ld else "",
                      fixes="; ".join(ld.fixes) if ld else "")
 

@@ -145,3 +145,23 @@ def test_piped_output_follows_the_terminal_width():
         widest = max(cell_len(line) for line in out.splitlines())
         assert widest == cols, (cols, widest)
         assert "\x1b[" not in out
+
+
+def test_a_loader_bound_report_states_its_rate_once():
+    """resnet50 on 8 H100s with 4 cores per GPU: the header said the loader "LIMITS samples/s to 9,514", the
+    warning 1,262 samples/s per GPU, a host-bound warning 9,514 again: one figure, one unit, stated once."""
+    import re
+
+    argv = ["--model", "resnet50", "--gpu", "H100", "--gpus", "8", "--cpus-per-gpu", "4", "--dataset-size", "1281167",
+            "--epochs", "90"]
+    rec = _recommend(argv)
+    assert rec.estimate.throughput.loader_bound
+    rate = f"{rec.estimate.throughput.samples_per_s:,.0f}"
+    warning = next(w for w in rec.warnings if w.startswith("input pipeline limits samples/s"))
+    assert f"limits samples/s to {rate} on 8 GPUs" in warning
+    assert "per GPU" not in re.sub(r"\d+ (CPU cores|workers) per GPU", "", warning), warning
+    assert not [w for w in rec.warnings if w.startswith("host-bound")], "the loader, not kernel launches, sets the pace"
+    out = _report(argv)
+    header = out.split("recommendation", 1)[0]
+    assert rate not in header and "the loader sets samples/s" in header
+    assert " ".join(out.split()).count(f"samples/s to {rate}") == 1
