@@ -17,16 +17,16 @@ from advisor.errors import UserError
 from advisor.estimate import Estimate, estimate
 from advisor.hardware import Machine, detect_machine, resolve_hardware
 from advisor.request import Request
-from advisor.sources import as_script_runs_it, resolve_model
+from advisor.sources import implementation_note, resolve_model
 from advisor.starting_config import starting_config
 
 
 def estimate_request(req: Request, *, machine: Machine | None = None,
                      calibration: Calibration | None = None) -> tuple[Estimate, list[str]]:
     """(Estimate, defaults applied) for ``req``. UserError for a request that names no configuration."""
-    ref, note = as_script_runs_it(req.model)
+    note = implementation_note(req.model)  # the same code as `advise` estimates (one default)
     applied: list[str] = [note] if note else []
-    spec = resolve_model(ref)
+    spec = resolve_model(req.model)
     if machine is None:
         # A named GPU needs no NVML (only the CPU core count).
         machine = Machine(cpu_cores=os.cpu_count() or 1) if req.gpu else detect_machine()

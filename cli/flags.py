@@ -88,8 +88,8 @@ def add_model_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
     g.add_argument("--loss", choices=("ce", "mse", "none"),
                    help="--module: loss on the output (default ce: cross-entropy over the last dim; none: the output is the loss)")
     g.add_argument("--implementation", choices=("cardwise", "transformers"),
-                   help="--model: estimate cardwise's own implementation (what its recipes run) or the transformers "
-                        "class a script loads (default: transformers for `estimate`, cardwise otherwise)")
+                   help="--model: estimate cardwise's own implementation (what its recipes run; the default) or "
+                        "the transformers class a script loads (the default of `advise launch -- script.py`)")
     p.set_defaults(_model_required=required)
 
 

@@ -143,7 +143,8 @@ def _header(rec, ctx):
                      f"({t.loader.cpus_source})" + ("; the loader sets samples/s (see warnings)" if t.loader_bound else ""))
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
                  f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
-                 + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))
+                 + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else "")
+                 + (" (--implementation transformers: the class a script loads)" if _has_class(m) else ""))
     shape = []
     if r.seq_len:
         shape.append(f"seq len {r.seq_len}")
@@ -156,6 +157,15 @@ def _header(rec, ctx):
     head.add_row("workload", ", ".join(shape) or "-")
     head.add_row("calibration", "; ".join(c.summary() for c in e.calibration) or "packaged constants only")
     return Panel(head, title="[bold]cardwise[/bold]", title_align="left")
+
+
+def _has_class(m) -> bool:
+    """A catalog model estimated as cardwise's own code that a script would load as a transformers class."""
+    if m.source != "catalog" or not m.implementation.startswith("cardwise"):
+        return False
+    from advisor.catalog import has_transformers_class
+
+    return has_transformers_class(m.name)
 
 
 def _recommendation(rec, ctx):
