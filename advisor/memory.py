@@ -18,8 +18,9 @@ gradients) is larger there.
 One vocabulary (``PART_KEYS``, ``part_label``): every part is named after its JSON key, so the text
 report, ``peak_parts``, the wizard and ``advise estimate`` say "optimizer 59.8" where the JSON says
 ``memory.optimizer_gib``, "loss temporaries" where it says ``memory.detail.loss_temporaries_gib``.
-A peak part carries its ``key`` and always has that key's value (the activations without the autocast
-copies, when there are copies, are their own key: ``activations_gib`` counts the copies too).
+A peak part carries its ``key`` and always has that key's value. The top-level keys are the peak moment's
+parts and sum to ``peak_gib``: ``activations_gib`` without the autocast copies (``autocast_copies_gib``),
+``gradients_gib`` what is alive then; ``detail`` has the whole gradient buffer and saved bytes.
 
 Bytes per parameter follow Rajbhandari et al. 2020 (ZeRO, sec. 3.1): mixed precision AdamW keeps
 fp32 weights (4), fp32 gradients (4, Accelerate/autocast keeps grads in the weight dtype) and two
@@ -97,19 +98,25 @@ class MemoryPart(BaseModel):
 class MemoryEstimate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    # weights, gradients, optimizer, autocast copies, activations and other are the peak moment's (``peak_at``)
+    # parts: they sum to peak_gib (tests/test_memory_vocabulary.py). The sizes at the other moment are in
+    # ``detail`` (gradient_buffer_gib, saved_activations_gib) and ``other_moment``.
     weights_gib: float
-    gradients_gib: float
+    gradients_gib: float = Field(description="gradients alive at the peak (0 at a backward peak with no accumulation; "
+                                 "the whole buffer: detail.gradient_buffer_gib)")
     optimizer_gib: float
-    activations_gib: float = Field(description="saved for backward by one micro-batch (incl. autocast weight copies)")
-    other_gib: float = Field(description="loss temporaries, DDP buckets, FSDP gathered units, workspaces")
+    activations_gib: float = Field(description="saved for backward by one micro-batch at the peak, without the "
+                                   "autocast weight copies (autocast_copies_gib); 0 at an optimizer-step peak")
+    other_gib: float = Field(description="the rest of the peak: loss temporaries, DDP buckets, FSDP gathered units, "
+                             "dequantized weights, workspaces")
     peak_gib: float = Field(description="predicted torch.cuda.max_memory_allocated() per GPU")
     device_gib: float = Field(description="what nvidia-smi would show: allocator reserve + CUDA context")
     gpu_memory_gib: float
     fits: bool
     peak_at: Literal["backward", "optimizer-step"]
     trainable_params: int
-    autocast_copies_gib: float = Field(0.0, description="bf16 copies of the matmul weights autocast keeps for the step "
-                                       "(part of activations_gib)")
+    autocast_copies_gib: float = Field(0.0, description="bf16 copies of the matmul weights autocast keeps for the step, "
+                                       "at the peak (all of them: detail.autocast_weight_copies_gib)")
     peak_parts: list[MemoryPart] = Field(default_factory=list, description="the parts of the peak moment; they sum to peak_gib")
     other_moment: str = Field("", description="the other moment's total and any part that is larger there")
     host_gib: float = Field(0.0, description="host RAM the run keeps (CPU offload: weights, gradients, optimizer states)")
@@ -220,17 +227,17 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         weights = grads = states = 0.0
         notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM per GPU for weights, gradients and optimizer states")
 
-    # The two moments' parts, by JSON key (PART_KEYS): each part has its key's value.
-    saved_key = "detail.activations_without_copies_gib" if copies else "activations_gib"
-    step_grads_key = "gradients_gib" if live_grads == grads else "detail.live_gradients_gib"
+    # The two moments' parts, by JSON key (PART_KEYS). The top-level keys hold the peak moment's parts, so
+    # they sum to peak_gib (issue 40: activations_gib counted the autocast copies autocast_copies_gib also
+    # counted, and gradients_gib the whole buffer at a moment that had none).
     backward_parts = [("weights_gib", weights), ("optimizer_gib", states), ("gradients_gib", accum_grads),
-                      ("autocast_copies_gib", copies), (saved_key, acts - copies),
+                      ("autocast_copies_gib", copies), ("activations_gib", acts - copies),
                       ("detail.loss_temporaries_gib", temps if temps >= grad_moment else 0.0),
                       ("detail.gradients_so_far_gib", grad_moment if grad_moment > temps else 0.0),
                       ("detail.ddp_buckets_gib", buckets),
                       ("detail.fsdp_kept_weights_gib" if kept is not None else "detail.fsdp_gathered_gib", gathered),
                       ("detail.dequantized_base_gib", dequantized)]
-    step_parts = [("weights_gib", weights), (step_grads_key, live_grads), ("optimizer_gib", states),
+    step_parts = [("weights_gib", weights), ("gradients_gib", live_grads), ("optimizer_gib", states),
                   ("detail.ddp_buckets_gib", buckets)]
     backward_peak = sum(v for _, v in backward_parts)
     step_peak = sum(v for _, v in step_parts)
@@ -271,15 +278,18 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
                      if config.optimizer is Optimizer.sgd else
                      "pure-bf16 with plain torch AdamW (--pure-bf16-update plain): weights, gradients and optimizer "
                      "states in bf16, no compensation buffer (updates below bf16's resolution round away)")
+    at_peak = {k: v / GIB for k, v in at}
+    top = {k: at_peak.get(k, 0.0) for k in ("weights_gib", "gradients_gib", "optimizer_gib", "autocast_copies_gib",
+                                         "activations_gib")}
     return MemoryEstimate(
-        weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=states / GIB,
-        activations_gib=acts / GIB, other_gib=(temps + buckets + gathered + dequantized) / GIB + WORKSPACE_GIB,
+        **top, other_gib=peak - sum(top.values()),  # the rest of the peak moment: temporaries, buckets, units, workspace
         peak_gib=peak, device_gib=device, gpu_memory_gib=hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
-        trainable_params=nt, autocast_copies_gib=copies / GIB, peak_parts=parts, other_moment=other_moment,
+        trainable_params=nt, peak_parts=parts, other_moment=other_moment,
         host_gib=host / GIB,
         detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
                 "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
-                "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB,
+                "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB, "gradient_buffer_gib": grads / GIB,
+                "saved_activations_gib": acts / GIB,
                 "activations_without_copies_gib": (acts - copies) / GIB, "gradients_so_far_gib": grad_moment / GIB,
                 "dequantized_base_gib": dequantized / GIB,
                 "paged_states_gib": paged / GIB, "paged_out_gib": paged_out / GIB,

@@ -28,7 +28,7 @@ def _est(model="llama3-8b", gpu="H200", **cfg):
 def test_pure_bf16_keeps_a_kahan_buffer_per_parameter():
     m = _est(precision=Precision.pure_bf16).memory
     assert m.weights_gib == pytest.approx(2 * N8B / GIB)
-    assert m.gradients_gib == pytest.approx(2 * N8B / GIB)
+    assert m.detail["gradient_buffer_gib"] == pytest.approx(2 * N8B / GIB)
     assert m.optimizer_gib == pytest.approx((4 + 2) * N8B / GIB)  # bf16 m, v + bf16 compensation
 
 
@@ -51,7 +51,7 @@ def test_optimizer_in_backward_keeps_one_gradient_alive():
     oib = _est(grad_ckpt=True, optimizer_in_backward=True).memory
     one = largest_tensor_params(catalog_model("llama3-8b"))
     assert one == 128256 * 4096  # the embedding (and the untied LM head)
-    assert oib.gradients_gib == pytest.approx(4 * one / GIB)
+    assert oib.detail["gradient_buffer_gib"] == pytest.approx(4 * one / GIB)
     assert oib.peak_gib < std.peak_gib - 5 and oib.peak_at == "backward"  # the optimizer-step moment is gone
     with pytest.raises(UserError):
         TrainConfig(optimizer_in_backward=True, grad_accum=2)

@@ -28,7 +28,7 @@ def test_llama3_8b_model_states_by_hand():
     e = estimate(catalog_model("llama3-8b"), TrainConfig(micro_batch=1, seq_len=2048, precision="bf16"), hw())
     assert e.model.params == N8B
     assert e.memory.weights_gib == pytest.approx(4 * N8B / GIB)  # fp32 master weights
-    assert e.memory.gradients_gib == pytest.approx(4 * N8B / GIB)
+    assert e.memory.detail["gradient_buffer_gib"] == pytest.approx(4 * N8B / GIB)  # (none alive at a backward peak)
     assert e.memory.optimizer_gib == pytest.approx(8 * N8B / GIB)  # two fp32 AdamW moments
     assert not e.memory.fits  # 16 bytes/param = 120 GiB before activations: not on one A100-80GB
 
@@ -78,7 +78,7 @@ def test_checkpointing_keeps_layer_inputs_only():
     ckpt = estimate(spec, cfg.model_copy(update={"grad_ckpt": True}), hw("H200")).memory
     copies = full.detail["autocast_weight_copies_gib"]  # autocast's cache lives to the end of forward either way
     assert copies == pytest.approx(2 * catalog_model("llama3-8b").arch.matmul_params() / GIB)
-    assert ckpt.activations_gib - copies < (full.activations_gib - copies) / 4
+    assert ckpt.activations_gib < full.activations_gib / 4  # activations_gib: without the copies (issue 40)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama3.2-1b", "bert-base", "mini-transformer", "vit-b-16", "qwen2.5-7b"])

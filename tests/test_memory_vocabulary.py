@@ -105,3 +105,24 @@ def test_the_recommendation_report_names_parts_as_its_json(capsys, monkeypatch):
     out = capsys.readouterr().out
     for part in memory["peak_parts"]:
         assert f"{part['name']} {part['gib']:.1f}" in out, part
+
+
+TOP_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "autocast_copies_gib", "activations_gib", "other_gib")
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama3-8b", "resnet50"])
+@pytest.mark.parametrize("cfg", CONFIGS + [dict(grad_ckpt=True), dict(compile=True), dict(strategy=Strategy.fsdp_keep,
+                                                                                          grad_accum=4)])
+def test_the_json_parts_sum_to_the_peak(model, cfg):
+    """Issue 40: activations_gib included the autocast copies autocast_copies_gib counted too, and gradients_gib
+    the whole buffer at a peak that held none: the top-level parts are the peak moment's, and sum to it."""
+    if model == "resnet50" and (cfg.get("lora_rank") or cfg.get("strategy") in (Strategy.fsdp, Strategy.fsdp_keep)
+                                or cfg.get("cpu_offload")):
+        pytest.skip("LoRA and FSDP units are for transformers")
+    gpus = 4 if cfg.get("strategy") in (Strategy.ddp, Strategy.fsdp, Strategy.fsdp_keep) else 1
+    est = estimate(catalog_model(model), TrainConfig(micro_batch=2, seq_len=None if model == "resnet50" else 1024, **cfg),
+                   HardwareSpec(gpu=get_gpu("H200"), gpus_per_node=gpus))
+    memory = json.loads(est.model_dump_json())["memory"]
+    assert all(memory[k] >= 0 for k in TOP_PARTS), memory
+    assert sum(memory[k] for k in TOP_PARTS) == pytest.approx(memory["peak_gib"], rel=1e-9, abs=1e-9)
+    assert sum(p["gib"] for p in memory["peak_parts"]) == pytest.approx(memory["peak_gib"], rel=1e-9)

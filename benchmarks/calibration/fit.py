@@ -236,8 +236,9 @@ def fit_memory(cal: Calibration, fit_rows: list[dict], hw: HardwareSpec) -> Cali
     for r in fit_rows:
         if r["grad_ckpt"] and spec_of(r).family == "cnn":
             e = predict(dict(r, grad_ckpt=False), cal, hw).memory
-            kept = r["peak_gib"] - (e.peak_gib - e.activations_gib)
-            cal.ckpt_fraction = round(max(0.05, min(1.0, kept / e.activations_gib)), 4)
+            saved = e.detail["saved_activations_gib"]  # autocast copies included, as the fit has always read it
+            kept = r["peak_gib"] - (e.peak_gib - saved)
+            cal.ckpt_fraction = round(max(0.05, min(1.0, kept / saved)), 4)
     return cal
 
 def fitted() -> tuple[Calibration, str]:

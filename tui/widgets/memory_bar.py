@@ -1,9 +1,8 @@
 """Per-GPU memory breakdown as one stacked bar against the GPU's memory.
 
-The parts are the estimator's totals by kind, named as everywhere else (``advisor.memory.part_label``:
-the JSON key's words, so "optimizer 15.0" is ``memory.optimizer_gib``); the
-predicted peak is the larger of the two moments the estimator models, so the parts can add up
-to more than the peak. The bar's cells past the GPU's capacity are drawn in red, the capacity
+The parts are the peak moment's, by kind, named as everywhere else (``advisor.memory.part_label``:
+the JSON key's words, so "optimizer 15.0" is ``memory.optimizer_gib``); they add up to the predicted
+peak (issue 40). The bar's cells past the GPU's capacity are drawn in red, the capacity
 itself as a thick mark.
 """
 
@@ -26,6 +25,7 @@ PARTS: tuple[tuple[str, str, str], ...] = tuple((key, part_label(key), color) fo
     ("weights_gib", "dodger_blue2"),
     ("gradients_gib", "medium_purple"),
     ("optimizer_gib", "dark_orange"),
+    ("autocast_copies_gib", "spring_green3"),
     ("activations_gib", "green3"),
     ("other_gib", "cyan"),
 ))
