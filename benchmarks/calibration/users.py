@@ -69,7 +69,11 @@ def predict_request(req, calibration=None):
     from unittest import mock
 
     import advisor.exact as exact
+    from advisor.sources import as_script_runs_it
 
+    # a catalog row as `advise estimate` estimated it when these rows were predicted: the transformers class
+    # where there is one (the default is cardwise's own since issue 40)
+    req = req.model_copy(update={"model": as_script_runs_it(req.model)[0]})
     with mock.patch.object(exact, "resolve_model", lambda ref: _spec(ref.model_dump_json())):
         est, _ = exact.estimate_request(req, calibration=calibration)
     return est

@@ -26,6 +26,7 @@ from advisor.exact import estimate_request
 from advisor.hardware import Machine
 from advisor.plan import ModelRef
 from advisor.request import Request
+from advisor.sources import as_script_runs_it
 
 DATA = Path(__file__).with_name("published.jsonl")
 REPORT = ROOT / "benchmarks" / "calibration" / "results" / "cross-gpu.md"
@@ -36,7 +37,10 @@ def load_rows(path: Path = DATA) -> list[dict]:
 
 
 def request_of(r: dict) -> Request:
-    return Request(model=ModelRef(name=r["model"]), gpu=r["gpu"], gpus=r["gpus"], micro_batch=r["micro_batch"],
+    # the published runs ran the transformers class where there is one (what `advise estimate` defaulted to
+    # when this fit was made; it now defaults to cardwise's own, as `advise` does: issue 40)
+    model, _ = as_script_runs_it(ModelRef(name=r["model"]))
+    return Request(model=model, gpu=r["gpu"], gpus=r["gpus"], micro_batch=r["micro_batch"],
                    grad_accum=r.get("grad_accum"),
                    precision=r["precision"], seq_len=r.get("seq_len"), image_size=r.get("image_size"),
                    channels_last=bool(r.get("channels_last")), interconnect=r.get("interconnect"),
