@@ -39,12 +39,19 @@ def _when(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+def _span(s: float) -> str:
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+
+
 def _duration(rec) -> str:
+    """The time the run ran: its attempts' times summed over every start (a requeued service run's
+    ``started`` is its last start's), else its own start to end."""
+    timed = [a for a in rec.attempts if a.started]
+    if timed:
+        return _span(sum((a.ended or time.time()) - a.started for a in timed))
     if rec.started is None:
         return "-"
-    end = rec.ended or time.time()
-    s = end - rec.started
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+    return _span((rec.ended or time.time()) - rec.started)
 
 
 def _table(records) -> str:
@@ -83,12 +90,18 @@ def _detail(rec) -> str:
         from launcher.command import LaunchSpec
 
         lines.append(f"  command:  {LaunchSpec.model_validate(rec.command).shell_line()}")
+    starts = len({a.start for a in rec.attempts}) > 1  # a requeued service run: every start's attempts
     for a in rec.attempts:
         took = f", {a.ended - a.started:.1f}s" if a.started and a.ended else ""
-        lines.append(f"  attempt {a.n}: micro-batch {a.micro_batch} x accumulation {a.grad_accum}: {a.status}"
-                     + (f" (exit {a.exit_code})" if a.exit_code not in (None, 0) else "") + took)
+        steps = f", to step {a.last_step}" if a.last_step else ""
+        name = f"start {a.start}, attempt {a.n}" if starts else f"attempt {a.n}"
+        lines.append(f"  {name}: micro-batch {a.micro_batch} x accumulation {a.grad_accum}: {a.status}"
+                     + (f" (exit {a.exit_code})" if a.exit_code not in (None, 0) else "") + steps + took
+                     + (f" ({_when(a.started)})" if starts and a.started else ""))
         if a.note:
             lines.append(f"    {a.note}")
+        if starts and a.error and a.status != "succeeded":
+            lines.append(f"    {a.error}")
     m = rec.metrics
     if m is not None:
         parts = [f"{m.steps} steps", f"{m.ranks} rank(s)"]

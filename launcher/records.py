@@ -150,7 +150,10 @@ class Attempt(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(description="1-based attempt number")
+    n: int = Field(description="1-based attempt number, within its start")
+    start: int = Field(1, description="which start of the run it belongs to: a run the queue service requeued and "
+                       "started again keeps the attempts of every start (issue 40), the newest last")
+    last_step: int | None = Field(None, description="the last optimizer step its ranks logged (metrics.jsonl)")
     micro_batch: int
     grad_accum: int
     global_batch: int | None = Field(None, description="samples per optimizer step in this attempt")
@@ -196,6 +199,14 @@ class RunRecord(BaseModel):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def current_attempt(self) -> Attempt | None:
+        """The newest attempt of the run's current start (None before it records one): the attempts of earlier
+        starts of a service run are history, whose files moved to ``interrupted-<n>/``."""
+        now = max(1, self.service_attempts)
+        current = [a for a in self.attempts if a.start >= now]
+        return current[-1] if current else None
 
     def plan_model(self):
         from advisor.plan import Plan

@@ -294,6 +294,18 @@ class RunOptions(BaseModel):
     # The launch gets SIGTERM if this process dies without cleaning up (SIGKILL). The queue service
     # turns it off: its policy is to find and stop leftovers when it restarts (docs/service.md).
     die_with_parent: bool = True
+    start: int = 1  # which start of the run this is (the queue service's count): recorded on each attempt
+
+
+def last_step(metrics_dir: Path, attempt: int) -> int | None:
+    """The last optimizer step attempt ``attempt`` logged in ``metrics_dir``'s metrics.jsonl (None: none)."""
+    from launcher.records import MetricsSummary
+
+    try:
+        summary = MetricsSummary.from_jsonl(Path(metrics_dir) / "metrics.jsonl", attempt=attempt)
+    except Exception:  # unreadable metrics never change how a run ended
+        return None
+    return summary.steps if summary is not None and summary.steps else None
 
 
 def write_attempt_files(plan, target, run_dir: Path, attempt: int, options: RunOptions) -> tuple[LaunchSpec, Path]:
@@ -357,8 +369,9 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
         while True:
             attempt_no += 1
             spec, adir = write_attempt_files(current, target, run_dir, attempt_no, options)
-            att = Attempt(n=attempt_no, micro_batch=current.config.micro_batch, grad_accum=current.config.grad_accum,
-                          global_batch=current.global_batch, note=note, started=time.time(), log_dir=str(adir))
+            att = Attempt(n=attempt_no, start=options.start, micro_batch=current.config.micro_batch,
+                          grad_accum=current.config.grad_accum, global_batch=current.global_batch, note=note,
+                          started=time.time(), log_dir=str(adir))
             store.record_attempt(run_id, att)
             store.update(run_id, command=spec.model_dump(), plan=current.model_dump(mode="json"))
             if cancel.is_set():
@@ -381,7 +394,7 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
             try:  # the launch ended: a store that cannot take this now (disk full) must not change its verdict
                 store.record_attempt(run_id, att.model_copy(update={
                     "status": status, "exit_code": out.exit_code, "ended": time.time(),
-                    "error": (oom.OOM_ERROR if is_oom else out.error)}))
+                    "error": (oom.OOM_ERROR if is_oom else out.error), "last_step": last_step(run_dir, attempt_no)}))
             except Exception:
                 if nxt is not None and not cancel.is_set():
                     raise  # a retry needs the store; recorded failed below with the reason

@@ -73,7 +73,8 @@ def _is_slurm_run(rec: RunRecord) -> bool:
 def pending_end(rec: RunRecord, *, owner_gone: bool) -> dict | None:
     """The fields that end ``rec`` (a ``running`` record), from its run directory; None if it cannot
     be settled (yet)."""
-    adir = last_attempt_dir(rec.run_dir, rec.attempts[-1].log_dir if rec.attempts else None)
+    current = rec.current_attempt
+    adir = last_attempt_dir(rec.run_dir, current.log_dir if current else None)
     if adir is None:
         verdict = exit_ = None
     else:
@@ -127,8 +128,11 @@ def settle_one(store, rec: RunRecord, *, owner_gone: bool | None = None) -> RunR
     fields = pending_end(rec, owner_gone=owner_gone)
     if fields is None:
         return rec
+    metrics = fields.get("metrics")
     attempts = [a.model_copy(update={"status": fields["status"], "exit_code": fields["exit_code"],
-                                     "ended": a.ended or time.time()}) if a.status == "running" else a
+                                     "ended": a.ended or time.time(),
+                                     "last_step": a.last_step if a.last_step is not None or metrics is None
+                                     else metrics.steps or None}) if a.status == "running" else a
                 for a in rec.attempts]
     with contextlib.suppress(Exception):  # a read-only or busy store: show the truth, write it next time
         rest = {k: v for k, v in fields.items() if k != "status"}

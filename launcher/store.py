@@ -362,13 +362,13 @@ class RunStore:
                 return rec  # else another claimer won this one: look again
 
     def record_attempt(self, run_id: str, attempt: Attempt) -> RunRecord:
-        """Add ``attempt``, or replace the attempt with the same ``n`` (read-modify-write, atomic)."""
+        """Add ``attempt``, or replace the attempt with the same start and ``n`` (read-modify-write, atomic)."""
         with self._write() as db:
             rec = self._get(db, run_id)
             if rec is None:
                 raise KeyError(run_id)
-            attempts = [a for a in rec.attempts if a.n != attempt.n] + [attempt]
-            attempts.sort(key=lambda a: a.n)
+            attempts = [a for a in rec.attempts if (a.start, a.n) != (attempt.start, attempt.n)] + [attempt]
+            attempts.sort(key=lambda a: (a.start, a.n))
             db.execute("UPDATE runs SET attempts = ? WHERE id = ?",
                        (json.dumps([a.model_dump(mode="json") for a in attempts]), run_id))
             return self._get(db, run_id)

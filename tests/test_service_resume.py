@@ -86,6 +86,18 @@ def test_a_requeued_run_goes_on_from_its_last_checkpoint(tmp_path):
         assert ran.count(1) == 1  # and the first ones only once
         assert latest(run_dir) is not None and read_meta(latest(run_dir))["step"] == 24
         assert "resumes from" in svc.log_path.read_text()
+        # issue 40: the record, `runs` and `show` describe both starts, each attempt's steps and time
+        starts_of = {(a.start, a.n): a for a in rec.attempts}
+        assert set(starts_of) == {(1, 1), (2, 1)}, rec.attempts
+        before, after = starts_of[1, 1], starts_of[2, 1]
+        assert before.status == "failed" and before.last_step and before.last_step >= 2 and before.ended
+        assert Path(before.log_dir).parent.name.startswith("interrupted-") and Path(before.log_dir).is_dir()
+        # (a loaded machine may have trained every step before the kill: the second start then logs none)
+        assert after.status == "succeeded" and (after.last_step == 24 or second == 24), (after, second)
+        shown = advise(home, "show", rid)
+        assert "start 1, attempt 1" in shown.stdout and "start 2, attempt 1" in shown.stdout, shown.stdout
+        assert f"to step {before.last_step}" in shown.stdout
+        assert "to step 24" in shown.stdout or second == 24
     finally:
         if svc.poll() is None:
             svc.terminate()

@@ -44,7 +44,9 @@ asks its ranks to stop at the next step boundary with a checkpoint of that step
 older checkpoint is used) and exits 0. A second signal skips the grace.
 ``service_attempts`` counts every start, graceful stops included; the ``max_starts`` limit is
 applied only when reconcile finds a run interrupted by a crash. When a requeued run starts again its previous files
-(``attempt-*/``, ``metrics.jsonl``) move to ``interrupted-<n>/`` in its run directory.
+(``attempt-*/``, ``metrics.jsonl``) move to ``interrupted-<n>/`` in its run directory; its record keeps
+the earlier starts' attempts (``Attempt.start``, ``last_step``; ``RunRecord.current_attempt`` is the newest
+of this start), so ``advise runs``/``show`` describe every execution (issue 40).
 
 Safety: local use only (no listener); the home, run directories and lock are owner-only (the
 service runs with umask 077); commands are argv lists rebuilt from the validated plan and

@@ -281,7 +281,7 @@ class Service:
             rec = self.store.get(rid)
             if rec.status != "running":
                 return True
-            adir = last_attempt_dir(rec.run_dir, rec.attempts[-1].log_dir if rec.attempts else None)
+            adir = last_attempt_dir(rec.run_dir, rec.current_attempt.log_dir if rec.current_attempt else None)
             if final is not None and final.terminal and adir is not None and not (adir / OUTCOME_NAME).exists():
                 write_json_atomic(adir / OUTCOME_NAME, {"status": final.status, "exit_code": final.exit_code,
                                                         "error": final.error, "ended": time.time()})
@@ -328,8 +328,9 @@ class Service:
         plan = rec.plan_model()
         n = rec.service_attempts + 1
         gpus = p.devices if sub.kind == "gpu" else None
+        # the attempts of earlier starts stay (issue 40: `runs`/`show` described only the last execution)
         claimed = self.store.transition(rec.id, "running", expect=["queued"], gpus=gpus, service_attempts=n,
-                                        attempts=[], metrics=None, exit_code=None, error=None)
+                                        metrics=None, exit_code=None, error=None)
         if claimed is None:
             return  # cancelled between the listing and now
         try:
@@ -363,6 +364,18 @@ class Service:
         if self.force.is_set():
             launch.kill_now()
 
+    def _point_earlier_attempts(self, run_id: str, run_dir: Path, moved: Path, n: int) -> None:
+        """The earlier start's attempts, pointed at where their files moved, with the steps they logged."""
+        from launcher.runner import last_step
+
+        with contextlib.suppress(Exception):  # the record is history: never stop a start over it
+            for a in self.store.get(run_id).attempts:
+                if a.start >= n or not a.log_dir or Path(a.log_dir).parent != run_dir:
+                    continue
+                self.store.record_attempt(run_id, a.model_copy(update={
+                    "log_dir": str(moved / Path(a.log_dir).name),
+                    "last_step": a.last_step if a.last_step is not None else last_step(moved, a.n)}))
+
     def _resume_point(self, run_id: str, run_dir: Path, options: RunOptions) -> RunOptions:
         """A run started again (requeued by a stop or a crash) goes on from its newest checkpoint that
         checks out (``launcher.checkpoints.newest_usable``), never from step 0 over its own checkpoints.
@@ -386,7 +399,8 @@ class Service:
             moved = _archive_previous(run_dir, n - 1)
             if moved is not None:
                 log.info("run %s: files of the interrupted execution kept in %s", run.id, moved)
-            options = self._resume_point(run.id, run_dir, options)
+                self._point_earlier_attempts(run.id, run_dir, moved, n)
+            options = self._resume_point(run.id, run_dir, options).model_copy(update={"start": n})
             final = execute(self.store, run.id, plan, sub.target, run_dir, options, cancel=run.cancel,
                             on_launch=lambda launch: self._on_launch(run, launch), claimed=True)
             run.final = final

@@ -35,7 +35,7 @@ _ATTEMPT_START_WINDOW_S = (-2.0, 60.0)  # launcher process created this close to
 def run_processes(rec: RunRecord) -> list[psutil.Process]:
     """Every live process of ``rec``: by its run-dir tag, plus its verified process group."""
     found = {p.pid: p for p in procs.tagged_processes(**{ENV_RUN_DIR: str(rec.run_dir)})} if rec.run_dir else {}
-    started = rec.attempts[-1].started if rec.attempts else rec.started
+    started = rec.current_attempt.started if rec.current_attempt else rec.started
     # No run dir, no tag to match: "\0" is a value no environment holds, so only the start time can tell.
     leader = procs.same_process(rec.pgid, tag=(ENV_RUN_DIR, str(rec.run_dir) if rec.run_dir else "\0"),
                                 started=started, window=_ATTEMPT_START_WINDOW_S)
