@@ -84,6 +84,7 @@ def _recommend(argv):
 # What each recommendation example's comment says, as a check on its answer. A new example must add its claim.
 CLAIMS = {
     "--model llama3-8b": lambda r: r.recommendation.fits and r.recommendation.strategy == "fsdp",
+    "--model llama3-8b --full": lambda r: r.recommendation.fits and r.recommendation.strategy == "fsdp",
     "--model llama3-8b --gpu H200 --gpus 1":  # "does not fit: why, and ... compromise (here: FSDP CPU offload)"
         lambda r: r.recommendation.standard_verdict and r.recommendation.compromise == "cpu-offload",
     "--model llama3-8b --gpu A100-PCIE-80GB --gpus 8 --dataset-size 52000 --epochs 3 --deadline 8.5h --margin 0.15":

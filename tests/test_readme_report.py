@@ -39,4 +39,4 @@ def test_the_block_is_replaced_not_appended():
     mod = _script()
     readme = f"intro\n{mod.BEGIN}\nold\n{mod.END}\noutro\n"
     out = mod.with_block(readme, "line 1\nline 2")
-    assert out.startswith("intro\n") and out.endswith("\noutro\n") and "old" not in out and "(2 lines)" in out
+    assert out.startswith("intro\n") and out.endswith("\noutro\n") and "old" not in out and "(2 lines;" in out
