@@ -63,7 +63,7 @@ def test_json_contract(capsys):
     mem = d["estimate"]["memory"]
     assert sum(p["gib"] for p in mem["peak_parts"]) == pytest.approx(mem["peak_gib"])
     assert {"autocast_copies_gib", "other_moment", "host_gib"} <= set(mem)
-    # efficiency against the best plan on the smallest count that fits (2 GPUs for llama3-8b), not capped
+    # efficiency against the best plan on the smallest count that fits (2 GPUs for llama3-8b), at most 100%
     base = [r for r in d["scaling"] if r["baseline"]]
     assert [r["gpus"] for r in base] == [2] and base[0]["scaling_efficiency"] == 1.0
     assert all(r["scaling_efficiency"] is None or r["scaling_efficiency"] > 0 for r in d["scaling"])
