@@ -330,3 +330,22 @@ def test_gpu_launch_without_gpus_says_how_to_launch_instead(tmp_path, capsys, mo
         assert rc == 2 and "--cpu --processes N" in err and "Traceback" not in err, err
     assert main(["launch", "--model", "gpt2", "--gpu", "H100", "--recipe", "synthetic", "--dry-run",
                  "--home", str(tmp_path)]) == 0
+
+
+def test_runs_and_show_describe_every_start_of_a_requeued_run():
+    """Issue 40: after a resumed service run, `runs` timed and `show` listed only the last execution."""
+    from cli.runs_cmd import _detail, _duration
+    from launcher.records import Attempt, RunRecord
+
+    t0 = 1_000_000.0
+    rec = RunRecord(id="abcd1234", status="succeeded", created=t0, started=t0 + 500, ended=t0 + 550,
+                    service_attempts=2, attempts=[
+                        Attempt(n=1, start=1, micro_batch=2, grad_accum=1, status="failed", started=t0, ended=t0 + 100,
+                                last_step=12, error="interrupted: the service stopped while it ran"),
+                        Attempt(n=1, start=2, micro_batch=2, grad_accum=1, status="succeeded", started=t0 + 500,
+                                ended=t0 + 550, last_step=24)])
+    assert _duration(rec) == "2m"  # 150 s: both starts' time, not the last start's 50 s
+    shown = _detail(rec)
+    assert "start 1, attempt 1" in shown and "to step 12, 100.0s" in shown and "interrupted" in shown
+    assert "start 2, attempt 1" in shown and "to step 24, 50.0s" in shown
+    assert rec.current_attempt.start == 2
