@@ -98,9 +98,17 @@ def store_wait_s() -> float:
     return value
 
 
+RUN_ID_CHARS = 8
+# cardwise's choice: a prefix names one run only when it says enough to be meant; 4 hex digits are
+# 65,536 values, so two runs of a store of a few hundred rarely share one (and then both are named).
+MIN_ID_PREFIX = 4
+# Ids are RUN_ID_CHARS long; a few times that leaves room for ids other tools give (tui.demo's labels).
+MAX_ID_CHARS = 64
+
+
 def new_run_id() -> str:
-    """8 hex digits: short enough to type (`advise show 3fa9c2d1`, prefixes work), random enough."""
-    return secrets.token_hex(4)
+    """8 hex digits: short enough to type (`advise show 3fa9c2d1`, prefixes of 4 or more work), random enough."""
+    return secrets.token_hex(RUN_ID_CHARS // 2)
 
 
 class RunStore:
@@ -272,12 +280,24 @@ class RunStore:
         raise RuntimeError("could not pick a unique run id")
 
     def get(self, run_id: str) -> RunRecord:
-        """The run with this id or unique id prefix; a UserError naming close ids otherwise."""
+        """The run with this id, or the one run whose id starts with ``run_id`` when that is at least
+        ``MIN_ID_PREFIX`` characters; a one-line UserError otherwise (naming close ids where several match).
+
+        An empty or 1-character prefix would name whichever run happens to be alone in the store (``advise
+        cancel ''`` cancelled it); an id longer than ``MAX_ID_CHARS`` is no id (one over 50,000 characters
+        crashed SQLite's LIKE, so prefixes are compared with ``substr`` and no pattern at all)."""
+        if len(run_id) > MAX_ID_CHARS:
+            raise UserError(f"'{run_id[:16]}...' ({len(run_id)} characters) is not a run id: ids are "
+                            f"{RUN_ID_CHARS} hex characters", fix="`advise runs` lists the runs' ids")
         with self._conn() as db:
             rec = self._get(db, run_id)
             if rec is not None:
                 return rec
-            rows = db.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created", (_like_prefix(run_id),)).fetchall()
+            if len(run_id) < MIN_ID_PREFIX:
+                raise UserError(f"no run '{run_id}' in {self.path.parent}: give the whole id or at least "
+                                f"{MIN_ID_PREFIX} of its characters", fix="`advise runs` lists the runs' ids")
+            rows = db.execute("SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created",
+                              (len(run_id), run_id)).fetchall()
         if len(rows) == 1:
             return self._record(rows[0])
         if len(rows) > 1:
@@ -434,7 +454,3 @@ def _disk_full(directory: Path) -> str | None:
     if st.f_files and st.f_favail == 0:
         return "no free inode"
     return None
-
-
-def _like_prefix(prefix: str) -> str:
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -328,3 +328,24 @@ def test_single_node_ranks_meet_on_the_loopback(tmp_path):
     assert spec.cmd[spec.cmd.index("--main_process_ip") + 1] == "127.0.0.1"
     if "GLOO_SOCKET_IFNAME" not in os.environ:
         assert spec.env["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+# ------------------------------------------------------------------ run ids
+def test_an_empty_or_short_id_names_no_run_even_when_one_is_queued(home):
+    """`advise cancel ''` matched the one queued run (an empty prefix matches every id) and cancelled it."""
+    rid = RunStore.open(home).list()[0].id
+    for short in ("", rid[:1], rid[:3]):
+        refused(["cancel", short, "--home", str(home)], "at least 4 of its characters")
+        refused(["show", short, "--home", str(home)], "at least 4 of its characters")
+    assert RunStore.open(home).get(rid).status == "queued"
+    assert RunStore.open(home).get(rid[:4]).id == rid  # a prefix of 4 still names it
+
+
+def test_an_id_beyond_sqlite_pattern_limits_is_refused_by_every_command(home):
+    """An id over 50,000 characters crashed show, logs, cancel and --resume (SQLite: "LIKE or GLOB pattern
+    too complex"); it is refused in one line that does not echo it."""
+    huge = RunStore.open(home).list()[0].id + "a" * 60_000
+    for argv in (["show", huge], ["logs", huge], ["cancel", huge], ["launch", "--resume", huge],
+                 ["submit", "--slurm", "--resume", huge]):
+        err = refused([*argv, "--home", str(home)], "60008 characters", "is not a run id")
+        assert len(err) < 400
