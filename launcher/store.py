@@ -442,6 +442,30 @@ def _run_script(db: sqlite3.Connection, sql: str) -> None:
 _FULL_BELOW_BYTES = 64 << 10
 
 
+def out_of_space(exc: BaseException, directory: Path) -> str | None:
+    """Why ``exc`` is a full disk (ENOSPC, EDQUOT, SQLite's "disk is full", or any error while the disk
+    holding ``directory`` has no room): a fault that passes once space is freed; None for any other."""
+    import errno
+
+    if isinstance(exc, ResourceShortage):
+        return exc.what
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc.strerror or "no space left on the device"
+    if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == 13:  # SQLITE_FULL
+        return str(exc)
+    if isinstance(exc, (OSError, sqlite3.Error)):
+        return _disk_full(directory)
+    return None
+
+
+def free_bytes(directory: Path) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def _disk_full(directory: Path) -> str | None:
     """"0 bytes free" when the filesystem holding ``directory`` has (almost) no space or inodes left."""
     try:
