@@ -349,3 +349,44 @@ def test_an_id_beyond_sqlite_pattern_limits_is_refused_by_every_command(home):
                  ["submit", "--slurm", "--resume", huge]):
         err = refused([*argv, "--home", str(home)], "60008 characters", "is not a run id")
         assert len(err) < 400
+
+
+# ------------------------------------------------------------------ system directories
+def test_a_system_directory_is_refused_as_a_home_before_anything_is_written(tmp_path):
+    """As root nothing stopped `advise submit --home /etc` from writing runs.sqlite and runs/ into /etc.
+    Whatever a command would have left in a system directory is removed again at the end, so a failure
+    of this test leaves the machine as it was."""
+    import secrets
+    import shutil
+
+    tag = f"cardwise-test-{secrets.token_hex(4)}"
+    homes = ["/etc", "/", "/var/lib", f"/etc/{tag}", f"/usr/lib/{tag}", f"/proc/{tag}", f"/lib/{tag}"]
+    made = ["runs.sqlite", "runs.sqlite-wal", "runs.sqlite-shm", "runs"]
+    before = {h: {m for m in made if os.path.lexists(os.path.join(h, m))} for h in homes}
+    link = tmp_path / "conf"
+    link.symlink_to("/etc")  # the resolved path counts too
+    try:
+        submit = ["submit", "--cpu", "--processes", "1", "--model", "mini-transformer", "--recipe", "synthetic"]
+        launch = ["launch", "--cpu", "--processes", "1", "--model", "mini-transformer", "--recipe", "synthetic",
+                  "--seq-len", "16", "--micro-batch", "2", "--max-steps", "1"]
+        cases = [(submit, h) for h in [*homes, str(link)]] + [(launch, "/etc"), (launch, homes[4]), (["serve", "--cpu"], "/")]
+        for argv, home in cases:
+            rc, _, err = advise(*argv, "--home", home)
+            err = "\n".join(line for line in err.splitlines() if not line.startswith("advise: note:"))
+            assert rc == 2 and len(err.splitlines()) == 2 and "--home /var/lib/cardwise" in err, (argv, home, err)
+            assert ("inside /" if tag in home else "a system directory") in err, err
+    finally:
+        for h in homes:
+            if os.path.isdir(h) and tag in h:
+                shutil.rmtree(h, ignore_errors=True)
+            for m in made:
+                p = os.path.join(h, m)
+                if m not in before.get(h, set()) and os.path.lexists(p):
+                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+    for h in homes:
+        assert not os.path.lexists(h) or {m for m in made if os.path.lexists(os.path.join(h, m))} == before[h]
+    # a folder of cardwise's own under /var/lib or /opt is its place (checked without writing there)
+    from launcher.home import refuse_system_home
+
+    refuse_system_home(Path("/var/lib/cardwise"))
+    refuse_system_home(Path("/opt/cardwise/home"))
