@@ -632,3 +632,34 @@ def test_resume_refuses_a_run_whose_script_is_gone(tmp_path, no_process, resumed
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
     assert_refused(rc, err, "training script is gone")
     assert resumed == []
+
+
+@pytest.mark.parametrize("meta, words", [
+    ({"step": 10**30}, "says step 100000000000000000000000, not a step from 1 to 1,000,000,000,000"),
+    ({"step": True}, "step True"),
+    ({"step": 4, "grad_accum": -1}, "grad_accum -1"),
+    ("[" * 100_000 + "]" * 100_000, "not readable JSON (RecursionError)"),
+])
+def test_resume_does_not_trust_a_checkpoint_whose_metadata_is_out_of_range(meta, words, tmp_path, no_process,
+                                                                            resumed, capsys):
+    """A cardwise.json saying step 10**30 was resumed: the ranks started past the run's end and it
+    "succeeded" with 0 steps; one nested 100,000 deep gave a RecursionError traceback. The newest
+    checkpoint is reported damaged and the one before it used; with none left, refused."""
+    from launcher.checkpoints import META_NAME, newest_usable, step_dir
+    from launcher.store import RunStore
+
+    home = tmp_path / "home"
+    run_id = _old_run(home, step=2)
+    rdir = RunStore.open(home).get(run_id).run_dir
+    bad = step_dir(rdir, 4)
+    bad.mkdir(parents=True)
+    (bad / META_NAME).write_text(meta if isinstance(meta, str) else json.dumps(meta))
+    assert newest_usable(rdir)[0] == step_dir(rdir, 2)
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert rc == 0 and f"step-00000004 is damaged ({META_NAME}" in err and words in err, err
+    [(_, options)] = resumed
+    assert options.extra_env["CARDWISE_RESUME"].endswith("step-00000002")
+    (step_dir(rdir, 2) / META_NAME).unlink()
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert_refused(rc, err, "checkpoints are all damaged")
+    assert words in err and len(resumed) == 1
