@@ -90,7 +90,19 @@ def ensure_home(home: Path) -> Path:
     check_ancestors(home)  # before creating anything under them
     _mkdir_private(home)
     _mkdir_private(home / RUNS_DIR)
-    return check_home(home)
+    check_home(home)
+    for path, what in ((home, "the cardwise home"), (home / RUNS_DIR, "the home's runs/ folder")):
+        _check_writable(path, what)
+    return home
+
+
+def _check_writable(path: Path, what: str) -> None:
+    """A writer's home and runs/ must take new files (the store's, the lock's, run folders): a 0555 one
+    failed with a traceback at the first file. ``os.access`` asks the kernel, so root passes as it writes."""
+    if not os.access(path, os.W_OK | os.X_OK):
+        mode = oct(os.stat(path).st_mode & 0o777)[2:]
+        raise UserError(f"{what} is not writable (mode {mode})", where=str(path),
+                        fix=f"chmod u+w {path}, or pass another home with --home DIR")
 
 
 def store_path(home: Path) -> Path:

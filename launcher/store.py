@@ -155,6 +155,7 @@ class RunStore:
                                     where=str(self.path),
                                     fix="upgrade cardwise (pip install -U cardwise) or use another --home")
                 if not self.readonly:
+                    _refuse_read_only(self.path)
                     _migrate(db)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
@@ -195,6 +196,9 @@ class RunStore:
                     db.execute("ROLLBACK")
             if store_safety.is_corruption(exc):
                 raise store_safety.corrupt(self.path, str(exc)) from None
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == 8:  # SQLITE_READONLY: made read-only while in use
+                raise UserError(f"the run store became read-only: {exc}", where=str(self.path),
+                                fix=f"chmod u+w {self.path} (0600) and check its disk is mounted read-write") from None
             raise
         except BaseException:
             if db.in_transaction:
@@ -440,6 +444,16 @@ def _run_script(db: sqlite3.Connection, sql: str) -> None:
 # reports ENOSPC on its -shm/-wal files as "disk I/O error" (SQLITE_IOERR), not SQLITE_FULL (seen on a
 # full tmpfs, tests/test_disk_full.py). cardwise's choice: a WAL frame is one 4 KiB page plus its header.
 _FULL_BELOW_BYTES = 64 << 10
+
+
+def _refuse_read_only(path: Path) -> None:
+    """A writer of a store it cannot write (mode 0400, a read-only mount) is refused at open, before it
+    makes anything else (``advise submit`` made its run folder, then failed with SQLite's "attempt to
+    write a readonly database" traceback). ``os.access`` asks the kernel, so root passes as it writes."""
+    if not os.access(path, os.W_OK):
+        mode = oct(os.stat(path).st_mode & 0o777)[2:]
+        raise UserError(f"the run store is read-only (mode {mode}): this command records runs in it", where=str(path),
+                        fix=f"chmod u+w {path} (0600), or `advise runs`/`show` to read it as it is")
 
 
 def out_of_space(exc: BaseException, directory: Path) -> str | None:

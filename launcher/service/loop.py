@@ -158,6 +158,7 @@ class Service:
                 log.warning("reconcile: requeued %s; failed %s; stopped %d process(es)",
                             ", ".join(report.requeued) or "none", ", ".join(report.failed) or "none", report.stopped)
             log.info("serving %s from %s (poll %.1fs)", self.describe(), self.home, self.poll_s)
+            last_said = None
             try:
                 while not stop.is_set():
                     self._backup()
@@ -165,8 +166,15 @@ class Service:
                         self.step()
                     except StoreCorrupt:
                         raise  # exit 2: the systemd unit must not restart into the same corrupt store
-                    except Exception:  # a busy store or a bad record must not end the service
+                    except UserError as exc:  # busy, read-only, full: said once (one line) until it changes
+                        said = exc.message().splitlines()[0]
+                        if said != last_said:
+                            log.error("scheduling pass failed: %s; trying again every pass", said)
+                        last_said = said
+                    except Exception:  # a bad record must not end the service
                         log.exception("scheduling pass failed; trying again")
+                    else:
+                        last_said = None
                     stop.wait(self.poll_s)
             finally:
                 self.shutdown()
