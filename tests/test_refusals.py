@@ -663,3 +663,16 @@ def test_resume_does_not_trust_a_checkpoint_whose_metadata_is_out_of_range(meta,
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
     assert_refused(rc, err, "checkpoints are all damaged")
     assert words in err and len(resumed) == 1
+
+
+def test_a_factory_that_calls_os_exit_is_refused_not_a_silent_exit_0(tmp_path):
+    """os._exit(0) in a --module factory ended `advise` at once with exit 0 and no output, past every guard.
+    Run in a child process: before the guard, the call would have ended this test process."""
+    (tmp_path / "quits.py").write_text("import os\nimport torch.nn as nn\n"
+                                       "def build():\n    os._exit(0)\n    return nn.Linear(4, 4)\n")
+    (tmp_path / "quits_on_import.py").write_text("import os\nos._exit(0)\ndef build(): pass\n")
+    for argv, said in ((["--module", f"{tmp_path}/quits.py:build"], "calling build() called os._exit(0)"),
+                       (["--module", f"{tmp_path}/quits_on_import.py:build"], "importing it called os._exit(0)")):
+        res = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--input-shape", "4", "--gpu", "h100"],
+                             capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+        assert_refused(res.returncode, res.stderr, said)
