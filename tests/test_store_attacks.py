@@ -232,6 +232,21 @@ def test_malformed_metrics_rows_are_skipped_and_counted(tmp_path):
     assert m.steps == 2 and m.last_loss == 1.0 and m.bad_rows == 7
 
 
+def test_one_row_nested_thousands_deep_is_a_bad_row_not_a_lost_summary(tmp_path):
+    """json.loads raises RecursionError (not ValueError) on it: the whole summary became null."""
+    from launcher.data_wait import read_util
+    from tui.monitor import read_metrics
+
+    deep = '{"step": 3, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(['{"step": 1, "rank": 0, "loss": 2.0, "time": 1.0}', deep,
+                               '{"step": 2, "rank": 0, "loss": 1.0, "time": 3.0}']) + "\n")
+    m = MetricsSummary.from_jsonl(path)
+    assert m.steps == 2 and m.last_loss == 1.0 and m.bad_rows == 1 and m.wall_s == 2.0
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]  # the wizard's monitor reads past it too
+    assert len(read_util(path)) == 2  # and the data-bound check's utilisation file
+
+
 def test_submit_records_cwd_and_named_environment(tmp_path, monkeypatch):
     from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
     from cli.main import build_parser
