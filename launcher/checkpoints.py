@@ -295,9 +295,9 @@ class Checkpoints:
         """Load the resume checkpoint (all ranks) and put the step counter and LR schedule at its step."""
         if self.resume_from is None or self.restored_step:
             return self.restored_step
-        meta = read_meta(self.resume_from)
+        meta, why = _load_meta(self.resume_from)
         if meta is None:
-            raise SystemExit(f"cardwise: {self.resume_from} is not a complete checkpoint (no {META_NAME})")
+            raise SystemExit(f"cardwise: {self.resume_from} is not a checkpoint to resume from ({why})")
         rt = self.rt
         rt.accelerator.load_state(str(self.resume_from))
         rt.step = meta["step"]

@@ -322,12 +322,13 @@ class Service:
 
         try:
             rec = self.store.get(run.id)
-            if rec.status != "queued" or not (rec.error or "").startswith(START_NO_SPACE):
-                return False
-            run.requeued = True
+        except Exception:  # cannot tell: handled as any other failure of the run's thread
+            return False
+        if rec.status != "queued" or not (rec.error or "").startswith(START_NO_SPACE):
+            return False
+        run.requeued = True
+        with contextlib.suppress(Exception):  # not counted; if the store cannot take that now, it is counted
             self.store.update(run.id, service_attempts=n - 1)
-        except Exception:  # the store cannot be written either: reconcile requeues it at the next start
-            pass
         self._space_hold = (free_bytes(self.home) or 0, time.monotonic())
         log.warning("run %s goes back to the queue: %s; no run starts until space is freed", run.id,
                     (rec.error or "")[len(START_NO_SPACE) + 2:] or "disk full")
