@@ -132,7 +132,6 @@ def test_a_run_whose_start_meets_a_full_disk_goes_back_to_the_queue_and_runs_lat
 
     from launcher import placement
     from launcher.service import Service, submit
-    from launcher.service.loop import SPACE_RECHECK_S
     from launcher.store import RunStore as Store
     from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
     from cli.main import build_parser
@@ -155,6 +154,17 @@ def test_a_run_whose_start_meets_a_full_disk_goes_back_to_the_queue_and_runs_lat
 
     monkeypatch.setattr(Store, "update", update)
     svc = Service(home, cpu=True, poll_s=0.05, inventory=lambda: placement.cpu_slots(1))
+    try:
+        _start_meets_a_full_disk(svc, rec, full)
+    finally:
+        svc.shutdown()  # requeues and stops whatever still runs; closes its store watch
+
+
+def _start_meets_a_full_disk(svc, rec, full) -> None:
+    from launcher.service.loop import SPACE_RECHECK_S
+    from launcher.store import RunStore as Store
+
+    home = svc.home
     svc.step()
     wait_for(lambda: not svc.active[rec.id].thread.is_alive(), 120, "the start to give up")
     got = Store.open(home).get(rec.id)
