@@ -239,6 +239,8 @@ def render_report(rec, console=None) -> None:
         kv.add_row("compromise", Text.assemble((r.compromise, "bold yellow"), f": gives up {r.gives_up}"))
         if r.compromise_rule:
             kv.add_row("policy", r.compromise_rule)
+        if r.risk_rule:
+            kv.add_row("numerical risk", f"{r.numerical_risk}: {r.risk_rule}")
     kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {'on' if r.grad_ckpt else 'off'}"]

@@ -11,7 +11,7 @@ from typing import Callable
 
 from advisor.compromise_names import NO_ACCUMULATION
 from advisor.units import format_hours
-from rules.compromise import find, gives_up, name_of
+from rules.compromise import find, gives_up, name_of, risk_of
 from rules.recommend import Alternative, Cost
 from rules.planner import Choice, Infeasible
 from rules.tree import TreeContext
@@ -32,11 +32,10 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
     std = ctx.one
     std_dev = (std.estimate.memory.device_gib if isinstance(std, Choice)
                else std.closest.memory.device_gib if isinstance(std, Infeasible) and std.closest else None)
-    chosen = out_.chosen.level.name if out_.chosen else None
     out: list[Alternative] = []
     for t in out_.tried:
         lv, r = t.level, t.result
-        if lv.name == chosen or r is None:
+        if t is out_.chosen or r is None:
             continue
         kind = "offload" if lv.update.get("cpu_offload") else "compromise"
         if isinstance(r, Choice):
@@ -49,11 +48,11 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
                 name=label, kind=kind, summary=f"gives up {gives_up(lv, r, p)}; fits on {r.gpus}x {p.hw.gpu.name}: {mem}, {_speed(r)}",
                 fits=True, gpus=r.gpus, strategy=r.strategy.value, peak_gib=e.memory.peak_gib, device_gib=e.memory.device_gib,
                 samples_per_s=e.throughput.samples_per_s, time_to_train_h=r.time_h, meets_deadline=_meets(ctx, r.time_h),
-                cost=Cost(memory=mem, speed=_speed(r), accuracy_risk=lv.risk), source=lv.source, command=cmd(r, no_accumulation=NO_ACCUMULATION in name_of(lv, r, p).split("+"))))
+                cost=Cost(memory=mem, speed=_speed(r), accuracy_risk=f"{lv.risk} (numerical risk: {risk_of(r.config).id})"), source=lv.source, command=cmd(r, no_accumulation=NO_ACCUMULATION in name_of(lv, r, p).split("+"))))
         else:
             dev = r.closest.memory.device_gib if r.closest else None
             out.append(Alternative(
-                name=lv.name, kind=kind, summary=f"gives up {lv.gives_up}; still does not fit on {r.gpus}x {p.hw.gpu.name}"
+                name=t.name, kind=kind, summary=f"gives up {lv.gives_up}; still does not fit on {r.gpus}x {p.hw.gpu.name}"
                 + (f" (~{dev:.1f} GiB)" if dev else ""), fits=False, gpus=r.gpus, device_gib=dev,
                 cost=Cost(memory=f"~{dev:.1f} GiB per GPU" if dev else "", accuracy_risk=lv.risk), source=lv.source))
     return out

@@ -56,6 +56,7 @@ class Run:
     fits: bool = False  # the configuration recommended fits (the standard one, or node H's compromise)
     compromise: str | None = None  # node H's compromise (rules.compromise), None for the standard setup
     compromise_rule: str | None = None  # which part of node H's policy chose it
+    risk_rule: str | None = None  # which part of node H's risk rule chose it within its tier
     gives_up: str | None = None
     tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
     path: str = ""
@@ -177,6 +178,7 @@ def tree(run: Run) -> None:
         run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
         run.compromise_rule = out.rule
+        run.risk_rule = out.risk_rule
     elif isinstance(choice, Choice):
         from rules.compromise import level_gives_up, pinned
 
@@ -278,10 +280,20 @@ def _core(run: Run, command: str) -> RecommendationCore:
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
         compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
+        risk_rule=run.risk_rule, numerical_risk=_numerical_risk(run.compromise, cfg),
         optimizer_in_backward=cfg.optimizer_in_backward,
         cpu_offload=cfg.cpu_offload,
         standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
+
+
+def _numerical_risk(compromise: str | None, cfg: TrainConfig) -> str | None:
+    """The compromise's numerical-risk class (rules.compromise.RISK_CLASSES); None for the standard setup."""
+    if not compromise:
+        return None
+    from rules.compromise import risk_of
+
+    return risk_of(cfg).id
 
 
 def _plan(run: Run, core: RecommendationCore) -> Plan:

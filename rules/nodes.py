@@ -31,6 +31,8 @@ def _precision_text(cfg: TrainConfig) -> str:
         Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
         Precision.pure_bf16: ("pure bf16 (weights and states in bf16, "
                               + ("plain AdamW update)" if cfg.pure_bf16_update is PureBf16Update.plain
+                                 # bitsandbytes steps the bf16 weights itself: no compensation (rules.compromise.risk_of)
+                                 else "uncompensated 8-bit update)" if cfg.optimizer.eight_bit
                                  else "Kahan-compensated update)")),
         Precision.fp32: "fp32",
         Precision.tf32: "tf32 matmuls, fp32 storage",
