@@ -136,6 +136,10 @@ class PlanFacts(_Section):
     gpus_at_hand: int
     min_gpus_to_fit: int | None
     strategy_overridden: bool = Field(description="a pinned --strategy replaced the tree's choice")
+    strategy_rule: str = Field("", description="why this strategy at this count (rules.planner.Planner.best: DDP "
+                               "whenever a replica fits, sharding when memory needs it or a measurement says so)")
+    sharded_gain_pct: float | None = Field(None, description="DDP kept although a sharded plan's unmeasured estimate "
+                                           "was this many percent faster (None: no such plan)")
     compromise: str | None = Field(None, description="node H's memory compromise, when the standard setup does not fit")
     gives_up: str | None = Field(None, description="what that compromise gives up")
 

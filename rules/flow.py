@@ -447,7 +447,8 @@ def _policy_summary(run: Run) -> PolicySummary:
             from rules.nodes import HYPOTHETICAL_MAX_GPUS
 
             rule += f"; no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
-        return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus, **common)
+        return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus,
+                             strategy_rule=(ch.strategy_rule or None) if ch.gpus > 1 else None, **common)
     if req.strategy is not None and run.tree_choice is not None and ctx.choice is not None and \
             getattr(ctx.choice, "gpus", None) != ch.gpus:
         return PolicySummary(rule=f"--strategy {req.strategy.value} pinned: it runs on the GPUs at hand ({ch.gpus})",

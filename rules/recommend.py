@@ -162,6 +162,9 @@ class PolicySummary(BaseModel):
     candidates_scored: int = Field(0, description="configurations the planner scored at hand (Recommendation.candidates)")
     deadline_rate: str | None = Field(None, description="with a deadline: the samples/s the deadline test counts on "
                                       "(rules.policy.DEADLINE_RATE: without gains measured only on another GPU kind)")
+    strategy_rule: str | None = Field(None, description="why this strategy at the count picked (rules.planner."
+                                      "Planner.best: DDP whenever a replica fits; sharding when memory needs it or a "
+                                      "measurement on this machine says it wins)")
 
 
 class RuleSummary(BaseModel):

@@ -7,7 +7,8 @@ from ``Recommendation.candidates`` (every configuration the planner scored) with
 the best plan per GPU count, then the deadline rule (the fewest GPUs inside deadline x (1 - margin))
 or the efficiency rule (the most GPUs keeping >= 80% of linear scaling against the smallest count
 that fits). Counts compared are divisors of the node size, then whole nodes, and the global batch
-is the same in every candidate.
+is the same in every candidate; at a count where a DDP row fits, the best plan is DDP's (issue 38: DDP
+whenever a replica fits, sharding only when memory needs it or a measurement says it wins).
 
 Requests that need a memory compromise (node H) are judged too, by the compromise policy re-derived
 from the same candidates without rules.compromise: each fitting row the planner scored on the GPUs
@@ -82,6 +83,10 @@ def test_the_pick_is_within_5_percent_of_the_best_candidate_under_the_policy(mod
         # every standard row keeps the global batch; only node H's rows (no accumulation) may change it
         assert c.global_batch == r.global_batch or not c.standard, "every candidate keeps the global batch"
         assert c.gpus in ([d for d in range(1, per_node + 1) if per_node % d == 0] + [per_node * k for k in range(2, nodes + 1)])
+    # DDP whenever a replica fits (issue 38): at a count where a DDP row fits, the best plan is DDP's
+    # (no measurement here says sharding wins: the grid runs on packaged constants)
+    ddp_counts = {c.gpus for c in cands if c.strategy.value == "ddp"}
+    cands = [c for c in cands if c.gpus not in ddp_counts or c.strategy.value == "ddp"]
     best: dict[int, float] = {}
     slow: dict[int, float] = {}  # the best plan's rate without gains measured only on another GPU kind
     for c in cands:
@@ -91,6 +96,8 @@ def test_the_pick_is_within_5_percent_of_the_best_candidate_under_the_policy(mod
     time_of = {n: c_time for n, c_time in ((n, WORK[model][0] * WORK[model][1] / best[n] / 3600) for n in counts)}
     t = r.time_to_train_h
     assert r.gpus in best, f"picked {r.gpus} GPUs, not a count the planner scored"
+    assert r.gpus == 1 or r.gpus not in ddp_counts or r.strategy == "ddp", \
+        f"{r.strategy} on {r.gpus} GPUs where a DDP replica fits"
     assert t <= time_of[r.gpus] * (1 + REGRET), f"{t:.3f} h vs the best {time_of[r.gpus]:.3f} h on {r.gpus} GPUs"
     if deadline is not None:
         # the deadline is tested at the rate without transferred gains (torch.compile's, fit on the H200)
