@@ -106,7 +106,9 @@ def memory_bar(memory, width: int = 56):
     if memory.other_moment:
         out.append(f"\n  {memory.other_moment}", style="dim")
     if memory.host_gib:
-        out.append(f"\n  host RAM: ~{memory.host_gib:.0f} GiB (CPU offload)", style="dim")
+        per_node = (f" per node ({memory.host_node_gib / memory.host_gib:.0f} ranks x ~{memory.host_gib:.0f} GiB)"
+                    if memory.host_node_gib > memory.host_gib * 1.01 else " per node")
+        out.append(f"\n  host RAM: ~{memory.host_node_gib:.0f} GiB{per_node}", style="dim")
     return out
 
 

@@ -108,7 +108,10 @@ LEVELS: tuple[Level, ...] = (
           "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
           "and every step copies the weights over PCIe",
           "none (same arithmetic), but slower; needs the host RAM",
-          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", tier="exact"),
+          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", tier="exact",
+          # with pure-bf16 the offloaded weights, gradients and Kahan states are 10 bytes a parameter, not 16:
+          # the variant that fits a node whose RAM the plain offload exceeds (close arithmetic then: tier())
+          with_lower=(names.PURE_BF16,)),
     Level(names.NO_ACCUMULATION, {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
           "per GPU, and the learning rate follows it",
           "the same arithmetic on a smaller batch: close when the batch changes by 2x at most, else a different "
@@ -208,6 +211,9 @@ def tier(t: Tried, p: Planner) -> str:
         return "batch"
     if change > 1 and t.level.tier == "exact":
         return "close"
+    if t.level.tier == "exact" and isinstance(ch, Choice) and ch.config is not None and \
+            set(names.in_config(ch.config)) - set(names.in_config(p.base)) - {t.level.name}:
+        return "close"  # offload combined with pure-bf16 (not the user's pin): the arithmetic changes
     return t.level.tier
 
 
@@ -302,18 +308,32 @@ def try_level(p: Planner, level: Level, n: int, update: dict | None = None, labe
             break
     ram = p.host_ram_gib
     if fitting and ram and level.update.get("cpu_offload"):
-        # host RAM must hold what is offloaded, per node (HOST_RAM_FRACTION of it for the rest of the machine)
-        per_node = min(n, p.hw.gpus_per_node)
-        over = [c for c in fitting if c.estimate.memory.host_gib * per_node > ram * HOST_RAM_FRACTION]
+        # host RAM must hold what every rank of a node offloads (HOST_RAM_FRACTION of it: the rest of the machine)
+        over = [c for c in fitting if host_short(c.estimate, p)]
         if len(over) == len(fitting):
-            need = over[0].estimate.memory.host_gib * per_node
-            return Tried(level, Infeasible(n, over[0].strategy, "memory", f"needs ~{need:.0f} GiB of host RAM; "
-                                           f"{ram:.0f} GiB here", over[0].estimate), f"needs ~{need:.0f} GiB of host RAM",
-                         label)
+            why = host_short(over[0].estimate, p)
+            return Tried(level, Infeasible(n, over[0].strategy, "memory", why, over[0].estimate), why, label)
         fitting = [c for c in fitting if c not in over]
     if fitting:
         return Tried(level, max(fitting, key=lambda c: c.estimate.throughput.samples_per_s), label=label)
     return Tried(level, closest, closest.reason if closest else "does not fit", label)
+
+
+def host_text(e: Estimate) -> str:
+    """The host RAM an offloaded run needs, per node first (every rank of a node offloads its shard)."""
+    m = e.memory
+    ranks = round(m.host_node_gib / m.host_gib) if m.host_gib else 1
+    return (f"~{m.host_node_gib:.0f} GiB of host RAM per node" +
+            (f", {ranks} ranks x ~{m.host_gib:.0f} GiB" if ranks > 1 else ""))
+
+
+def host_short(e: Estimate, p: Planner) -> str:
+    """Why the node's RAM cannot hold what ``e`` offloads ('' when it can, or when its RAM is unknown)."""
+    ram = p.host_ram_gib
+    if not ram or not e.memory.host_node_gib or e.memory.host_node_gib <= ram * HOST_RAM_FRACTION:
+        return ""
+    return (f"needs {host_text(e)}; {ram:.0f} GiB per node ({p.host_ram_source or 'given'}), "
+            f"{HOST_RAM_FRACTION:.0%} of it for the run")
 
 
 def _sps(t: Tried) -> float:
@@ -418,6 +438,14 @@ def _partners(level: Level, ch: Choice, p: Planner) -> list[Level]:
     return out
 
 
+def risk_text(level: Level, ch: Choice, p: Planner) -> str:
+    """The variant's accuracy risk: its members' (the lower levels it combines first) and its class."""
+    cls = risk_of(ch.config)
+    texts = [f"high: {RISK['uncompensated-bf16'].summary}" if lv.name == names.PURE_BF16 and cls.id == "uncompensated-bf16"
+             else lv.risk for lv in _partners(level, ch, p) + [level]]
+    return "; ".join(texts) + f" (numerical risk: {cls.id})"
+
+
 def name_of(level: Level, ch: Choice, p: Planner) -> str:
     """``recommendation.compromise``: the level's name, with the lower levels it combines ("pure-bf16+adamw-8bit")."""
     return "+".join([lv.name for lv in _partners(level, ch, p)] + [level.name])
@@ -457,7 +485,9 @@ def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
     if level.accum1 and ch.global_batch != p.target_batch:  # the optimizer step in backward: accumulation 1
         return level_gives_up(level, ch.config) + "; and the " + _batch_text(ch, p)
     if level.name == names.CPU_OFFLOAD:
-        return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
+        checked = (f"; the node has {p.host_ram_gib:.0f} GiB ({p.host_ram_source})" if p.host_ram_gib else
+                   "; not checked against the node's RAM: give --host-ram")
+        return level.gives_up + f"; {host_text(ch.estimate)}{checked}"
     return level_gives_up(level, ch.config)
 
 

@@ -186,6 +186,10 @@ def tree(run: Run) -> None:
         if lvs:
             run.compromise = "+".join(lv.name for lv in lvs)
             run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
+            if choice.config.cpu_offload and choice.estimate.memory.host_node_gib:
+                from rules.compromise import host_text
+
+                run.gives_up += f"; {host_text(choice.estimate)}"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 
@@ -240,6 +244,7 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
         so = alts.scale_out(ctx, cmd)
         if so and (not run.fits or run.compromise or so.gpus != ch.gpus):
             alt_list.append(so)
+    alt_list += alts.host_ram_short(ctx, cmd)  # CPU offload beyond the node's RAM: more nodes, optimizer-only
     if not ctx.measures and run.final_facts.estimate.deadline_missed_h:
         deadline_measures(ctx, ch)
     alt_list += alts.from_measures(ctx, cmd)

@@ -208,7 +208,8 @@ class Planner:
         self.base_lr = base_lr
         self.base_batch = base_batch
         self._memo: dict[tuple, Estimate] = {}
-        self.host_ram_gib: float | None = None  # this machine's RAM when planning for it (CPU offload's check)
+        self.host_ram_gib: float | None = None  # RAM per node: --host-ram, or this machine's (CPU offload's check)
+        self.host_ram_source: str | None = None  # where host_ram_gib came from, in words
         self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
         self._search_memo: dict[tuple, Choice | Infeasible] = {}
