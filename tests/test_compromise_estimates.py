@@ -340,3 +340,17 @@ def test_the_deadline_needs_the_faster_one():
     assert pick.result.config.optimizer is Optimizer.adamw_8bit
     pick, rule = least_risk(rows, _req(deadline=9.0))  # 7.65 h: none meets it, the risk rule alone
     assert pick.result.config.optimizer is Optimizer.adamw_8bit and "less numerical risk" in rule
+
+
+def test_advise_rules_lists_the_numerical_risk_classes(capsys):
+    """The risk classes are data with a why and a source, shown by `advise rules fit.compromise`."""
+    import json
+
+    from cli.main import main
+
+    assert main(["rules", "fit.compromise", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)["defaults"]
+    assert [c["id"] for c in table["classes"]] == ["none", "quantized-states", "compensated-bf16", "no-global-clip",
+                                                   "uncompensated-bf16"]
+    assert all(c["why"] and c["source"] for c in table["classes"]) and table["risk_slack"] == 0.10
+    assert "adamw-8bit" in table["classes"][1]["compromises"]
