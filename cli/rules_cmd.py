@@ -101,8 +101,9 @@ def _lr_defaults() -> dict:
 
 
 def _risk_classes() -> dict:
-    """Node H's numerical-risk classes (rules.compromise.RISK_CLASSES), least risk first, and the rule over them."""
-    from rules.compromise import LEVELS, RISK_CLASSES, RISK_SLACK
+    """Node H's numerical-risk classes (rules.risk.RISK_CLASSES), least risk first, and the rule over them."""
+    from rules.compromise import LEVELS
+    from rules.risk import RISK_CLASSES, RISK_SLACK
 
     return {"risk_slack": RISK_SLACK,
             "classes": [{"id": c.id, "rank": c.rank, "summary": c.summary, "why": c.why, "source": c.source,
@@ -114,7 +115,7 @@ def _render_risk(d: dict) -> None:
     from rich.markup import escape
 
     console = Console(width=max(100, Console().width))
-    console.print(escape(f"numerical risk within a tier (rules.compromise.RISK_CLASSES): the least wins unless more than "
+    console.print(escape(f"numerical risk within a tier (rules.risk.RISK_CLASSES): the least wins unless more than "
                          f"{d['risk_slack']:.0%} slower than the tier's fastest, or the deadline needs the faster one"),
                   style="bold")
     for c in d["classes"]:

@@ -12,7 +12,7 @@ Three tiers:
 
 The policy (docs/design.md "Memory compromises at launch"): the fastest exact compromise that fits,
 unless it is more than ``EXACT_SLOWDOWN_LIMIT`` times slower than the fastest fitting compromise of
-the best lossy tier; then that tier. Within a tier, less numerical risk wins (``RISK_CLASSES``: fp32
+the best lossy tier; then that tier. Within a tier, less numerical risk wins (``rules.risk.RISK_CLASSES``: fp32
 master weights with 8-bit states, then compensated pure-bf16, then uncompensated) unless it is more
 than ``RISK_SLACK`` slower than the tier's fastest or the deadline (less the margin) needs the faster
 one (DESIGN.md node H). Every level is evaluated with checkpointing off/on and the micro-batch the
@@ -30,61 +30,20 @@ from advisor import compromise_names as names
 from advisor.compromise_names import EIGHT_BIT_FSDP, setting
 from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
+from rules.host_ram import host_short, host_text
 from rules.planner import Choice, Infeasible, Planner
+from rules.risk import RISK, RISK_SLACK, RiskClass, least_risk
 
 GIB = float(2**30)
 # Rank of LoRA adapters the ladder offers (Hu et al. 2021 report r = 4-64 matching full fine-tuning
 # on GPT-3 adaptation; 16 is peft's documented common choice).
 LORA_RANK = 16
-# Share of host RAM CPU offload may take (the OS, dataloader workers and pinned buffers need the rest;
-# a rule of thumb, not measured).
-HOST_RAM_FRACTION = 0.8
 # An exact compromise is preferred to a lossy one unless it is more than this many times slower
 # (issue 27's policy: keep the user's arithmetic when it costs at most 2x in speed).
 EXACT_SLOWDOWN_LIMIT = 2.0
 # A change of the global batch by more than this factor is a different training (ranked last).
 BATCH_CHANGE_LIMIT = 2.0
 TIERS = ("exact", "close", "different", "batch")  # "batch": the global batch changed > 2x (last)
-# Within a tier a lower numerical risk is taken unless it is more than this much slower than the tier's
-# fastest (DESIGN.md node H: "unless it is more than ~10% slower"): a run 10% longer costs less than a
-# run whose updates round away and must be repeated.
-RISK_SLACK = 0.10
-
-
-@dataclass(frozen=True)
-class RiskClass:
-    """How far a way of training's arithmetic departs from the standard setup's (fp32 master weights,
-    fp32 AdamW states, clipping by the global gradient norm); ``rank`` orders them, 0 = none."""
-
-    id: str
-    rank: int
-    summary: str
-    why: str
-    source: str
-
-
-RISK_CLASSES: tuple[RiskClass, ...] = (
-    RiskClass("none", 0, "the standard arithmetic: fp32 master weights and states, global-norm clipping",
-              "Every update lands on fp32 weights; offload, a smaller batch or adapters change where or what is "
-              "trained, not how an update is rounded.", "Micikevicius et al. 2018 (Mixed Precision Training)"),
-    RiskClass("quantized-states", 1, "fp32 master weights; AdamW's moments (or a frozen base) block-quantized",
-              "The update still lands on fp32 weights; only the moments are stored in 8 bits, block-wise with "
-              "dynamic quantization, which Dettmers et al. report at parity with 32-bit Adam on their benchmarks "
-              "(QLoRA's NF4 base: 16-bit LoRA quality).",
-              "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization), Table 1; Dettmers et al. 2023 (QLoRA)"),
-    RiskClass("compensated-bf16", 2, "bf16 weights, the update Kahan-compensated",
-              "The weights are bf16, but a compensation buffer carries what rounding dropped into the next "
-              "step; Zamirai et al. find bf16 with Kahan summation close to fp32, not identical.",
-              "Zamirai et al. 2020 (Revisiting BFloat16 Training)"),
-    RiskClass("no-global-clip", 3, "no clipping by the global gradient norm (the step in backward)",
-              "Each parameter steps as its gradient is ready, before the global norm is known: a loss spike "
-              "reaches the weights unclipped.", "PyTorch tutorial: optimizer step in backward"),
-    RiskClass("uncompensated-bf16", 4, "bf16 weights stepped without compensation",
-              "An update below 1/256 of a weight rounds away in bf16 (8 mantissa bits): at fine-tuning learning "
-              "rates most updates do, and the run stalls or drifts.",
-              "Zamirai et al. 2020 (Revisiting BFloat16 Training); Micikevicius et al. 2018"),
-)
-RISK = {c.id: c for c in RISK_CLASSES}
 
 
 @dataclass(frozen=True)
@@ -98,7 +57,7 @@ class Level:
     single_only: bool = False  # one process only
     with_lower: tuple[str, ...] = ()  # lower-risk levels it may be combined with (same risk level then)
     tier: str = "close"  # exact | close | different (TIERS)
-    numerical_risk: str = "none"  # RISK_CLASSES id (pure-bf16 stepped by an 8-bit or plain update: uncompensated)
+    numerical_risk: str = "none"  # rules.risk.RISK_CLASSES id (pure-bf16 stepped by an 8-bit or plain update: uncompensated)
 
 
 _PURE_BF16_KAHAN = ("fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated "
@@ -163,6 +122,11 @@ class Tried:
     @property
     def name(self) -> str:
         return self.label or self.level.name
+
+    @property
+    def risk(self) -> RiskClass:
+        """The numerical-risk class of the configuration it fits with (rules.risk)."""
+        return risk_of(self.result.config)
 
 
 @dataclass
@@ -319,62 +283,8 @@ def try_level(p: Planner, level: Level, n: int, update: dict | None = None, labe
     return Tried(level, closest, closest.reason if closest else "does not fit", label)
 
 
-def host_text(e: Estimate) -> str:
-    """The host RAM an offloaded run needs, per node first (every rank of a node offloads its shard)."""
-    m = e.memory
-    ranks = round(m.host_node_gib / m.host_gib) if m.host_gib else 1
-    return (f"~{m.host_node_gib:.0f} GiB of host RAM per node" +
-            (f", {ranks} ranks x ~{m.host_gib:.0f} GiB" if ranks > 1 else ""))
-
-
-def host_short(e: Estimate, p: Planner) -> str:
-    """Why the node's RAM cannot hold what ``e`` offloads ('' when it can, or when its RAM is unknown)."""
-    ram = p.host_ram_gib
-    if not ram or not e.memory.host_node_gib or e.memory.host_node_gib <= ram * HOST_RAM_FRACTION:
-        return ""
-    return (f"needs {host_text(e)}; {ram:.0f} GiB per node ({p.host_ram_source or 'given'}), "
-            f"{HOST_RAM_FRACTION:.0%} of it for the run")
-
-
 def _sps(t: Tried) -> float:
     return t.result.estimate.throughput.samples_per_s
-
-
-def _risk(t: Tried) -> RiskClass:
-    return risk_of(t.result.config)
-
-
-def least_risk(rows: list[Tried], p: Planner) -> tuple[Tried, str]:
-    """Within one tier (``rows`` fitting, fastest first): the least numerical risk unless it is more than
-    RISK_SLACK slower than the fastest, or the deadline less the margin needs a faster one; the rule that
-    applied, with its numbers."""
-    from rules.policy import _h, deadline_hours, effective_deadline
-
-    fastest, top = rows[0], _sps(rows[0])
-    order = lambda t: (_risk(t).rank, -_sps(t))  # noqa: E731 - the rule's order: risk, then speed
-    near = [t for t in rows if _sps(t) >= (1 - RISK_SLACK) * top]
-    pick = min(near, key=order)
-    slower = lambda t: f"{1 - _sps(t) / top:.1%} slower than {fastest.name}"  # noqa: E731
-    said = lambda t: f"{t.name} ({_risk(t).id})"  # noqa: E731
-    req = p.req
-    if req.deadline_h is not None:
-        limit = effective_deadline(req.deadline_h, req.margin)
-        meets = lambda t: (h := deadline_hours(t.result.estimate)) is not None and h <= limit  # noqa: E731
-        if not meets(pick) and any(meets(t) for t in rows):
-            faster = min((t for t in rows if meets(t)), key=order)
-            return faster, (f"the deadline needs the faster one: {said(pick)} takes "
-                            f"{_h(deadline_hours(pick.result.estimate))}, over the deadline less the {req.margin:.0%} "
-                            f"margin ({_h(limit)}); {said(faster)} finishes in {_h(deadline_hours(faster.result.estimate))}")
-    safest = min(rows, key=order)
-    if _risk(safest).rank < _risk(pick).rank:
-        return pick, (f"speed before risk: {said(safest)} is {slower(safest)}, more than {RISK_SLACK:.0%}; "
-                      f"{said(pick)} is the least risk within {RISK_SLACK:.0%}")
-    if pick is not fastest:
-        return pick, (f"less numerical risk before speed: {said(pick)} is {slower(pick)} ({_risk(fastest).id}), "
-                      f"within {RISK_SLACK:.0%}")
-    if len(rows) == 1:
-        return pick, f"{said(pick)}: the only one of its tier that fits"
-    return pick, f"{said(pick)}: the fastest of its tier and the least numerical risk within {RISK_SLACK:.0%}"
 
 
 def find(p: Planner, n: int) -> Outcome:

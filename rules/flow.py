@@ -187,7 +187,7 @@ def tree(run: Run) -> None:
             run.compromise = "+".join(lv.name for lv in lvs)
             run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
             if choice.config.cpu_offload and choice.estimate.memory.host_node_gib:
-                from rules.compromise import host_text
+                from rules.host_ram import host_text
 
                 run.gives_up += f"; {host_text(choice.estimate)}"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
@@ -293,7 +293,7 @@ def _core(run: Run, command: str) -> RecommendationCore:
 
 
 def _numerical_risk(compromise: str | None, cfg: TrainConfig) -> str | None:
-    """The compromise's numerical-risk class (rules.compromise.RISK_CLASSES); None for the standard setup."""
+    """The compromise's numerical-risk class (rules.risk.RISK_CLASSES); None for the standard setup."""
     if not compromise:
         return None
     from rules.compromise import risk_of

@@ -109,7 +109,7 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
 
 def _host_ram(p: Planner, ch: Choice) -> dict:
     """What the plan keeps in each node's RAM (CPU offload, paged states) against the node's RAM, if known."""
-    from rules.compromise import host_short, host_text
+    from rules.host_ram import host_short, host_text
 
     m = ch.estimate.memory
     return dict(host_node_gib=m.host_node_gib, host_ram_gib=p.host_ram_gib,

@@ -307,7 +307,8 @@ EIGHT_BIT = {"optimizer": Optimizer.adamw_8bit}
 def test_within_a_tier_less_numerical_risk_wins_unless_more_than_10_percent_slower():
     """Issue 38 / DESIGN.md node H: fp32 master + 8-bit states, then compensated pure-bf16, then
     uncompensated; a lower risk is passed over only when it is more than ~10% slower."""
-    from rules.compromise import least_risk, risk_of
+    from rules.compromise import risk_of
+    from rules.risk import least_risk
 
     assert [risk_of(TrainConfig(micro_batch=1, **u)).id for u in (EIGHT_BIT, KAHAN, UNCOMPENSATED)] == \
         ["quantized-states", "compensated-bf16", "uncompensated-bf16"]
@@ -329,7 +330,7 @@ def test_within_a_tier_less_numerical_risk_wins_unless_more_than_10_percent_slow
 
 
 def test_the_deadline_needs_the_faster_one():
-    from rules.compromise import least_risk
+    from rules.risk import least_risk
 
     rows = _risk_rows(("pure-bf16", UNCOMPENSATED, 10.0, 8.16), ("pure-bf16", KAHAN, 9.9, 8.25),
                       ("adamw-8bit", EIGHT_BIT, 9.4, 8.68))
