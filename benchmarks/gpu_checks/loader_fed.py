@@ -107,6 +107,7 @@ def main() -> int:
             row_[f"{key}_error"] = (est / measured - 1) if est and measured else None
         rows.append(row_)
         log.write(json.dumps(row_) + "\n")
+        (out / "loader-fed.json").write_text(json.dumps({"probe": probe, "rows": rows}, indent=1) + "\n")  # so far
     log.write(f"done in {time.time() - t0:.1f} s\n")
     result = {"probe": probe, "rows": rows, "host": json.loads(row.stdout) if row.stdout.strip().startswith("{") else None,
               "files": a.files, "steps": a.steps, "seconds": round(time.time() - t0, 1)}
