@@ -177,6 +177,10 @@ def render_report(rec, console=None) -> None:
     if t.loader is not None and (t.loader.data in ("jpeg", "decoded") or t.loader_bound):  # text never waits on it
         head.add_row("input", f"{t.loader.data} via {t.loader.loader}, {t.loader.cpus_per_gpu:g} CPU cores per GPU "
                      f"({t.loader.cpus_source})" + (f": LIMITS samples/s to {t.samples_per_s:,.0f}" if t.loader_bound else ""))
+        if t.loader_bound:
+            from advisor.loader import per_core_words
+
+            head.add_row("", f"loader rate: {per_core_words(t.loader)}")
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
                  f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
                  + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))
