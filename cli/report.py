@@ -60,6 +60,11 @@ def _row_compromise_rule(rec):
     return ("why this one", r.compromise_rule) if r.compromise and r.compromise_rule else None
 
 
+def _row_risk(rec):
+    r = rec.recommendation
+    return ("numerical risk", f"{r.numerical_risk}: {r.risk_rule}") if r.compromise and r.risk_rule else None
+
+
 def _row_batch(rec):
     r = rec.recommendation
     return "batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}"
@@ -108,7 +113,7 @@ def _row_time(rec):
 
 # The recommendation panel, in order: each a function of the Recommendation -> (label, value) or None.
 RECOMMENDATION_ROWS: list[Callable[[Any], tuple[str, Any] | None]] = [
-    _row_strategy, _row_policy, _row_standard, _row_compromise, _row_compromise_rule, _row_batch, _row_training,
+    _row_strategy, _row_policy, _row_standard, _row_compromise, _row_compromise_rule, _row_risk, _row_batch, _row_training,
     _row_lr, _row_loading, _row_speed, _row_time,
 ]
 
@@ -138,9 +143,14 @@ def _header(rec, ctx):
         head.add_row("network", hw.network)
     t = e.throughput
     if t.loader is not None and (t.loader.data in ("jpeg", "decoded") or t.loader_bound):  # text never waits on it
-        # the rate itself is stated once, in the input-bound warning (issue 40: three figures disagreed)
+        # the rate itself is stated once, in the input-bound warning with its basis (issue 40: three figures
+        # disagreed); a loader that keeps up says its per-core rate here (advisor.loader.per_core_words)
+        from advisor.loader import per_core_words
+
+        words = per_core_words(t.loader) if t.loader.data in ("jpeg", "decoded") and not t.loader_bound else None
         head.add_row("input", f"{t.loader.data} via {t.loader.loader}, {t.loader.cpus_per_gpu:g} CPU cores per GPU "
-                     f"({t.loader.cpus_source})" + ("; the loader sets samples/s (see warnings)" if t.loader_bound else ""))
+                     f"({t.loader.cpus_source})" + ("; the loader sets samples/s (see warnings)" if t.loader_bound
+                                                    else f"; {words}" if words else ""))
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
                  f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
                  + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else "")
@@ -253,6 +263,8 @@ def _path(rec, ctx):
     g.add_column(style="bold green", no_wrap=True)
     g.add_column()
     for s in rec.decision_path:
+        if s.node == "A":  # the start: what is trained on what, which the header says
+            continue
         g.add_row(s.node, Text.assemble((s.question, "bold"), "\n", (s.answer, "green")))
     return Panel(g, title="decision path (--show tree: the whole tree)", title_align="left")
 
@@ -302,13 +314,22 @@ def _alternatives(rec, ctx):
     commands = Table.grid(padding=(0, 2))
     commands.add_column(justify="right", style="bold", no_wrap=True)
     commands.add_column(style="dim")
-    for i, a in enumerate(rec.alternatives, 1):
-        rate = "no fit" if a.fits is False else f"{a.samples_per_s:,.2f}" if a.samples_per_s else "-"
-        t.add_row(str(i) if a.command else "", a.name, f"{a.device_gib:.1f}" if a.device_gib else "-",
-                  Text(rate, style="red") if a.fits is False else rate, _short_risk(a))
+    # the ones that do not fit either, on one line under the table (their long form: --show alternatives)
+    unfit = [a for a in rec.alternatives if a.fits is False]
+    i = 0
+    for a in rec.alternatives:
+        if a.fits is False:
+            continue
+        i += 1
+        rate = f"{a.samples_per_s:,.2f}" if a.samples_per_s else "-"
+        t.add_row(str(i) if a.command else "", a.name, f"{a.device_gib:.1f}" if a.device_gib else "-", rate,
+                  _short_risk(a))
         if a.command:
             commands.add_row(str(i), a.command)
-    out: list[Any] = [t]
+    out: list[Any] = [t] if t.row_count else []
+    if unfit:
+        out.append(Text("do not fit: " + ", ".join(
+            f"{a.name} ({a.device_gib:.1f} GiB)" if a.device_gib else a.name for a in unfit), style="dim"))
     if commands.row_count:
         out += [Text("their commands:", style="bold"), commands]
     return Group(*out, Text(""))
@@ -464,7 +485,9 @@ def memory_bar(memory, width: int = 56):
     if memory.other_moment:
         out.append(f"\n  {memory.other_moment}", style="dim")
     if memory.host_gib:
-        out.append(f"\n  host RAM: ~{memory.host_gib:.0f} GiB (CPU offload)", style="dim")
+        per_node = (f" per node ({memory.host_node_gib / memory.host_gib:.0f} ranks x ~{memory.host_gib:.0f} GiB)"
+                    if memory.host_node_gib > memory.host_gib * 1.01 else " per node")
+        out.append(f"\n  host RAM: ~{memory.host_node_gib:.0f} GiB{per_node}", style="dim")
     return out
 
 
