@@ -29,12 +29,17 @@ MEASURED = RESULTS / "h100-i39.jsonl"
 PREDICTED = RESULTS / "h100-i39-predicted.json"
 REPORT = RESULTS / "h100-i39.md"
 GPU = "H100-SXM"  # nvidia-smi: "NVIDIA H100 80GB HBM3", the SXM5 part
+# The GPU kind by the measured file's header (device name): the call asks for an H100, and may get an H200.
+KIND_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200"}
 CLASSES = (("compiled", lambda r: r["compile"]), ("checkpointed", lambda r: r["grad_ckpt"]),
            ("small batch (eager)", lambda r: not r["compile"] and not r["grad_ckpt"]))
 
 
-def hardware() -> HardwareSpec:
-    return HardwareSpec(gpu=get_gpu(GPU), gpus_per_node=1)
+def hardware(gpu: str | None = None) -> HardwareSpec:
+    """The measured GPU (by the results file's header), else ``gpu`` or the H100 the set was meant for."""
+    if gpu is None and MEASURED.exists():
+        gpu = KIND_OF_DEVICE.get(fc.load(MEASURED)[0].get("device", ""))
+    return HardwareSpec(gpu=get_gpu(gpu or GPU), gpus_per_node=1)
 
 
 def declared() -> list[dict]:
@@ -43,14 +48,18 @@ def declared() -> list[dict]:
 
 
 def predict_before(path: Path = PREDICTED) -> None:
-    """The packaged estimator's prediction of every row, for the reference host, before any ran."""
-    cal, hw = default_calibration(), hardware()
+    """The packaged estimator's prediction of every row, for the reference host, before any ran: for the H100
+    the set was meant for and for the H200 a call may get instead (keyed by the GPU kind)."""
+    cal = default_calibration()
     out = {}
-    for r in declared():
-        est = fc.predict(r, cal, hw)
-        out[r["id"]] = {"samples_per_s": round(est.throughput.samples_per_s, 3), "peak_gib": round(est.memory.peak_gib, 4)}
+    for gpu in sorted(set(KIND_OF_DEVICE.values())):
+        hw = hardware(gpu)
+        for r in declared():
+            est = fc.predict(r, cal, hw)
+            out.setdefault(gpu, {})[r["id"]] = {"samples_per_s": round(est.throughput.samples_per_s, 3),
+                                                "peak_gib": round(est.memory.peak_gib, 4)}
     path.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
-    print(f"wrote {path} ({len(out)} rows)")
+    print(f"wrote {path} ({len(I39)} rows for {', '.join(out)})")
 
 
 def measured_rows(path: Path = MEASURED) -> list[dict]:
@@ -82,7 +91,7 @@ def stats(errs: list[float]) -> str:
 
 def report() -> str:
     rows = judged()
-    before = json.loads(PREDICTED.read_text()) if PREDICTED.exists() else {}
+    before = json.loads(PREDICTED.read_text()).get(hardware().gpu.name, {}) if PREDICTED.exists() else {}
     head = fc.load(MEASURED)[0] if MEASURED.exists() else {}
     lines = ["# Issue 39's H100 set: compiled runs, small micro-batches, activation checkpointing", "",
              f"Measured on {head.get('device')} ({head.get('date')}), torch {head.get('torch')}; host dispatch "
