@@ -161,7 +161,8 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         # Unified memory (compromise_memory): not in torch's peak; resident as far as the GPU has room.
         paged, states = states, 0.0
 
-    prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
+    prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept,
+                                     cal.compile_loss_bytes)
     if lora and p.autocast and model.arch is not None:
         # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
         prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})
