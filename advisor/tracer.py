@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import sys
 import time
 import types
@@ -406,10 +407,15 @@ def user_code(where: str, doing: str, fix: str) -> Iterator[None]:
     on the meta device): whatever it does, even ``sys.exit(0)``, ``KeyboardInterrupt`` or a bare
     ``BaseException`` (issue 31: wrong exit codes and tracebacks), becomes a UserError saying what it
     did, so the CLI exits 2 with one line. ``doing`` names the step ("importing it", "tracing ...")."""
+    real_exit = os._exit
+    os._exit = _refuse_os_exit  # os._exit ends the process at once, past every guard: exit 0, nothing said
     try:
         yield
     except UserError:
         raise
+    except _OsExitCalled as exc:
+        raise UserError(f"{doing} called os._exit({exc.code!r})", where=where,
+                        fix="a factory returns a torch.nn.Module; keep the script's exits under `if __name__ == '__main__':`") from None
     except SystemExit as exc:
         raise UserError(f"{doing} called sys.exit({exc.code!r})", where=where,
                         fix="a factory returns a torch.nn.Module; keep the script's exits under `if __name__ == '__main__':`") from None
@@ -422,6 +428,20 @@ def user_code(where: str, doing: str, fix: str) -> Iterator[None]:
     except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything; we report it
         detail = f": {_one_line(exc)}" if str(exc).strip() else ""
         raise UserError(f"{doing} failed: {type(exc).__name__}{detail}", where=where, fix=fix) from None
+    finally:
+        os._exit = real_exit
+
+
+class _OsExitCalled(BaseException):
+    """What ``os._exit`` raises while the user's code runs (``user_code``)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse_os_exit(code=0):
+    raise _OsExitCalled(code)
 
 
 def load_factory(spec: str) -> Callable[[], nn.Module]:

@@ -78,7 +78,8 @@ def render(est, applied: list[str], console=None) -> None:
     if m.other_moment:
         tab.add_row(f"[dim]{m.other_moment}[/dim]", "")
     if m.host_gib:
-        tab.add_row("host RAM (CPU offload)", f"{m.host_gib:.2f}")
+        tab.add_row("host RAM per rank (CPU offload)", f"{m.host_gib:.2f}")
+        tab.add_row("host RAM per node (all its ranks)", f"{m.host_node_gib:.2f}")
     tab.add_row("nvidia-smi (allocator + context)", f"{m.device_gib:.2f}")
     tab.add_row("GPU memory", f"{m.gpu_memory_gib:.2f}")
     console.print(tab)

@@ -106,7 +106,9 @@ def memory_bar(memory, width: int = 56):
     if memory.other_moment:
         out.append(f"\n  {memory.other_moment}", style="dim")
     if memory.host_gib:
-        out.append(f"\n  host RAM: ~{memory.host_gib:.0f} GiB (CPU offload)", style="dim")
+        per_node = (f" per node ({memory.host_node_gib / memory.host_gib:.0f} ranks x ~{memory.host_gib:.0f} GiB)"
+                    if memory.host_node_gib > memory.host_gib * 1.01 else " per node")
+        out.append(f"\n  host RAM: ~{memory.host_node_gib:.0f} GiB{per_node}", style="dim")
     return out
 
 
@@ -243,6 +245,8 @@ def render_report(rec, console=None) -> None:
         kv.add_row("compromise", Text.assemble((r.compromise, "bold yellow"), f": gives up {r.gives_up}"))
         if r.compromise_rule:
             kv.add_row("policy", r.compromise_rule)
+        if r.risk_rule:
+            kv.add_row("numerical risk", f"{r.numerical_risk}: {r.risk_rule}")
     kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {'on' if r.grad_ckpt else 'off'}"]
