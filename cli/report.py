@@ -448,6 +448,8 @@ def memory_bar(memory, width: int = 56):
     """A bar of the peak moment's parts (their sum is the peak) against the GPU's memory (rich Text)."""
     from rich.text import Text
 
+    from advisor.allocator import fit_word
+
     width = max(20, width)
     total = memory.gpu_memory_gib
     scale = width / max(total, memory.device_gib)
@@ -481,7 +483,7 @@ def memory_bar(memory, width: int = 56):
     out.append_text(legend)
     out.append(f"\n  peak {memory.peak_gib:.1f} GiB allocated (torch.cuda.max_memory_allocated) at the "
                f"{memory.peak_at}: the parts above, which sum to it; ~{memory.device_gib:.1f} GiB in nvidia-smi; "
-               + ("fits" if memory.fits else "DOES NOT FIT"), style="dim")
+               + fit_word(memory), style="dim")
     if memory.other_moment:
         out.append(f"\n  {memory.other_moment}", style="dim")
     if memory.host_gib:
