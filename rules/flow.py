@@ -31,7 +31,7 @@ from rules.defaults import load_defaults
 from rules.engine import Engine, RuleTrace, get_rule
 from rules.facts import Facts
 from rules.nodes import deadline_measures, walk
-from rules.lr import recipe as lr_recipe
+from rules.lr import batch_range as lr_batch_range, recipe as lr_recipe
 from rules.planner import Choice, Infeasible, Planner
 from rules.practice import base_facts, with_plan
 from rules.recommend import (FiredRule, PathStep, PolicySummary, Recommendation, RecommendationCore, RuleSummary,
@@ -131,6 +131,8 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
     planner.start_recipe = rec
+    if not (req.batch_size or req.keep_global_batch or req.lora_rank or req.optimizer_in_backward):
+        planner.batch_span = lr_batch_range(defaults, spec, rec)
     check_pins(planner)
     return Run(req, planner, Engine(), lr_defaulted, f"{rec.task} recipe: {rec.source}", applied)
 
@@ -367,7 +369,7 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
             strategy, n = Strategy.single, 1
         cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
         e = p.est(cfg, n)
-    target = p.req.batch_size or p.base_batch
+    target = p.target_batch
     cfg = e.config
     share = max(1, target // n)
     if share % cfg.micro_batch == 0 and not cfg.optimizer_in_backward:
