@@ -362,7 +362,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
             continue
         alt = p.best(n, hypothetical=True)
         if isinstance(alt, Choice) and (ta := deadline_hours(alt.estimate)) is not None and ta <= dl:
-            ctx.needed_gpus = n
+            ctx.needed_gpus, ctx.needed_batch = n, alt.global_batch
             per_node = max(p.hw.gpus_per_node, 8)
             flags = ["--gpus", str(n)] if n <= per_node else ["--gpus", str(per_node), "--nodes", str(n // per_node)]
             meas(f"{n} GPUs", f"{alt.strategy.value.upper()} on {n}x {p.hw.gpu.name}: {format_hours(alt.time_h)}",
