@@ -374,7 +374,11 @@ class Planner:
         skipped). The first batch whose plan fits is kept when none is faster, else why none fits."""
         got: Choice | Infeasible | None = None
         for b in self.batch_ladder():
-            r = self.search(n, strategy, hypothetical=hypothetical, ckpt=ckpt, batch=b)
+            prev = got if isinstance(got, Choice) else None
+            key = (n, strategy, hypothetical, None, ckpt, b, "grown") + _config_key(self.base)
+            r = self._search_memo.get(key)
+            if r is None:
+                r = self._search_memo[key] = self._search(n, strategy, self.base, hypothetical, None, ckpt, b, prev)
             if isinstance(r, Infeasible):
                 if got is None or (isinstance(got, Infeasible) and r.kind == "memory"):
                     got = r
@@ -387,7 +391,10 @@ class Planner:
         return got
 
     def _search(self, n: int, strategy: Strategy, base: TrainConfig, hypothetical: bool, model: ModelSpec | None,
-                ckpt: bool | None, target: int) -> Choice | Infeasible:
+                ckpt: bool | None, target: int, prev: Choice | None = None) -> Choice | Infeasible:
+        """``prev``: the plan at half this batch (``_grow``): only its checkpointing and its micro-batch,
+        doubled, or the whole per-GPU batch at once are scored (memory does not change with accumulation;
+        this bounds the batch dimension: tests/test_bounded_search.py)."""
         req = self.req
         if base.cpu_offload and strategy is Strategy.single:
             strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
@@ -400,6 +407,8 @@ class Planner:
             if why:
                 return Infeasible(n, strategy, "strategy", why)
         ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
+        if prev is not None:
+            ckpts = [prev.config.grad_ckpt]
         if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
             r: Choice | Infeasible | None = None
             for ck in ckpts:
@@ -413,6 +422,9 @@ class Planner:
         micros = self._micros(share)
         if isinstance(micros, str):
             return Infeasible(n, strategy, "batch", micros)
+        if prev is not None:
+            keep = {prev.config.micro_batch, 2 * prev.config.micro_batch, share}
+            micros = [m for m in micros if m in keep] or micros
         if strategy is Strategy.fsdp_keep:
             micros = [m for m in micros if share // m > 1]  # the weights are kept across accumulation only
             if not micros:
