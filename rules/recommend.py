@@ -263,7 +263,7 @@ def render_text(rec: Recommendation) -> str:
                  + (f" (planned for pretraining, within the family's limit {r.batch_limit:,})" if r.batch_planned
                     and r.batch_limit else ""))
     if r.task_rule:
-        lines.append(f"  task {r.task}: {r.task_rule} ({r.task_flag} overrides)")
+        lines.append(f"  task {r.task}: {r.task_rule}" + (f" ({r.task_flag} overrides)" if r.task_flag != r.task_rule else ""))
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
                  + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))
