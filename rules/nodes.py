@@ -240,7 +240,8 @@ def _faster_at_hand(ctx: TreeContext) -> str:
     if not isinstance(multi, Choice):
         return ""
     x = multi.samples_per_s / ctx.one.samples_per_s
-    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}, "
+    at = f" at global batch {multi.global_batch:,}" if multi.global_batch != ctx.one.global_batch else ""
+    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}{at}, "
             f"{x / p.available:.0%} of linear scaling): give --deadline with "
             f"--dataset-size/--epochs, or --strategy {multi.strategy.value}, to use them")
 
