@@ -95,7 +95,9 @@ def node_B(ctx: TreeContext) -> Answer:
                 "checkpointing on: a larger micro-batch with it is faster" if ch.config.grad_ckpt
                 else "no checkpointing")
         return Answer("fits", f"yes: {describe(ch)}; {_mem_text(ch.estimate)}",
-                      f"Standard setup ({ckpt}); the global batch {p.target_batch} kept exactly; every micro-batch "
+                      f"Standard setup ({ckpt}); the global batch {p.target_batch} "
+                      + ("(where a planned pretraining batch starts; more GPUs may grow it)" if p.batch_free else "kept exactly")
+                      + "; every micro-batch "
                       "(powers of two) with and without checkpointing scored, the fastest that fits taken.",
                       {"peak_gib": ch.estimate.memory.peak_gib, "device_gib": ch.estimate.memory.device_gib})
     e = ch.closest
@@ -144,10 +146,12 @@ def _policy(ctx: TreeContext, rows: list[Choice | Infeasible]) -> tuple[Choice, 
 def _rows_text(rows: list[Choice | Infeasible], eff: dict[int, float]) -> str:
     out = []
     base = min(eff) if eff else None  # the smallest count that fits: efficiency's reference (rules.policy)
+    batches = {r.global_batch for r in rows if isinstance(r, Choice)}
     for r in rows:
         if isinstance(r, Choice):
             t = r.time_h
-            out.append(f"{r.gpus}: {r.strategy.value} {format_hours(t) if t is not None else f'{r.samples_per_s:,.1f}/s'}"
+            at = f" at batch {r.global_batch:,}" if len(batches) > 1 else ""  # a planned batch (issue 37)
+            out.append(f"{r.gpus}: {r.strategy.value}{at} {format_hours(t) if t is not None else f'{r.samples_per_s:,.1f}/s'}"
                        f" ({'baseline' if r.gpus == base else format_efficiency(eff[r.gpus]) + ' eff.'})")
         else:
             out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split' if r.kind == 'batch' else 'n/a'}")
