@@ -333,7 +333,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
 
     if cfg.precision in (Precision.fp32, Precision.tf32):
         amp = Precision.bf16 if p.hw.gpu.supports_bf16 else Precision.fp16
-        alt = p.search(ch.gpus, ch.strategy, base=p.base.model_copy(update={"precision": amp}))
+        alt = p.search(ch.gpus, ch.strategy, base=p.base.model_copy(update={"precision": amp}), batch=ch.global_batch)
         if isinstance(alt, Choice):
             meas(f"AMP ({amp.value})", f"{amp.value} autocast: {format_hours(alt.time_h)} ({t0 / alt.time_h:.1f}x faster)",
                  ["--precision", amp.value], alt, "Micikevicius et al. 2018")
@@ -356,7 +356,8 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
             if m.family == p.model.family and m.params < p.model.params and m.name != p.model.name:
                 smaller.append(m)
         for m in sorted(smaller, key=lambda m: -m.params)[:2]:
-            alt = p.search(ch.gpus, ch.strategy, base=cfg.model_copy(update={"micro_batch": 1, "grad_accum": 1}), model=m)
+            alt = p.search(ch.gpus, ch.strategy, base=cfg.model_copy(update={"micro_batch": 1, "grad_accum": 1}), model=m,
+                           batch=ch.global_batch)
             if isinstance(alt, Choice):
                 meas(f"smaller model: {m.name}", f"{m.params / 1e6:,.0f}M parameters: {format_hours(alt.time_h)}",
                      ["--model", m.name], alt, model=m.name)
