@@ -2,11 +2,13 @@
 global batch, and the warmup that goes with it.
 
 ``recipe(...)`` picks the row of ``rules/data/defaults.toml [[lr]]`` for the model's family, the
-task (``--task pretrain|finetune``, else the family's default in ``[task]``), adapters or not
+task (``--task pretrain|finetune``, else ``infer_task``: adapters are a fine-tune, the workload's tokens
+per parameter or epochs decide where given, else the family's default in ``[task]``), adapters or not
 (``--lora-rank``), the optimizer and the model size (nearest in log scale; GPT-3's table for
 decoders). ``lr_plan`` scales it to a global batch (the recipe's own rule where it states one, else
 linear for SGD and square root for Adam-family optimizers: ``advisor.schedule.scaling_for``) and
-sizes the warmup (``advisor.schedule``). One ``LrPlan`` per ``Choice``, so the recommendation,
+sizes the warmup (``advisor.schedule``); ``batch_range`` is how far a pretraining run's global batch may
+grow (``[batch_range]``, used by ``rules.planner``). One ``LrPlan`` per ``Choice``, so the recommendation,
 node J's answer, the plan rules' facts and the launch command all read the same numbers.
 """
 
