@@ -29,6 +29,7 @@ Every ``Choice`` carries its learning-rate plan (``rules.lr``), computed once wh
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -233,17 +234,27 @@ class Planner:
     def batch_free(self) -> bool:
         return self.batch_span is not None
 
-    def batch_ladder(self) -> list[int]:
-        """The global batches a free batch may take: the start, doubled up to the family's limit (and the limit)."""
+    def batch_ladder(self, n: int = 1) -> list[int]:
+        """The global batches a free batch may take on ``n`` GPUs: the start, doubled up to the family's
+        limit (and the limit); a rung ``n`` does not divide becomes ``n`` x the next power of two per GPU
+        (a node of 6 GPUs runs 384 = 6 x 64, not 256), never past the limit."""
         if self.batch_span is None:
             return [self.target_batch]
         start, top = self.batch_span
-        out = [start]
-        while out[-1] * 2 <= top:
-            out.append(out[-1] * 2)
-        if out[-1] != top:
-            out.append(top)
-        return out
+        rungs = [start]
+        while rungs[-1] * 2 <= top:
+            rungs.append(rungs[-1] * 2)
+        if rungs[-1] != top:
+            rungs.append(top)
+        out: list[int] = []
+        for b in rungs:
+            if b % n:
+                b = n * (1 << max(0, math.ceil(math.log2(b / n))))
+                if b > top and top >= n:
+                    b = n * (1 << int(math.log2(top / n)))
+            if b <= top and b not in out:
+                out.append(b)
+        return out or rungs
 
     def recipe(self, config: TrainConfig | None = None) -> LrRecipe:
         """The learning-rate recipe for ``config`` (adapters and the optimizer pick the row: rules.lr)."""
@@ -350,7 +361,7 @@ class Planner:
         key = (n, cfg.strategy) + _config_key(cfg)
         if key not in self._scored:
             gb = global_batch or self.target_batch
-            held = gb == self.target_batch or (self.batch_free and gb in self.batch_ladder())
+            held = gb == self.target_batch or (self.batch_free and self.batch_span[0] <= gb <= self.batch_span[1])
             self._scored[key] = Candidate(n, cfg.strategy, cfg, e, gb, rejected, standard and held)
 
     def search(self, n: int, strategy: Strategy, *, base: TrainConfig | None = None, hypothetical: bool = False,
@@ -373,7 +384,7 @@ class Planner:
         batch's plan is more than ``BATCH_GAIN`` faster (a batch that does not split over ``n`` is
         skipped). The first batch whose plan fits is kept when none is faster, else why none fits."""
         got: Choice | Infeasible | None = None
-        for b in self.batch_ladder():
+        for b in self.batch_ladder(n):
             prev = got if isinstance(got, Choice) else None
             key = (n, strategy, hypothetical, None, ckpt, b, "grown") + _config_key(self.base)
             r = self._search_memo.get(key)
