@@ -72,8 +72,13 @@ def cap_note(ctx: TreeContext, b: BatchFacts) -> str | None:
         return None
     n = p.available
     if pick.kind == "efficiency" and pick.choice.gpus < n:
-        top = p.defaults.batch_range.get(p.model.family)
-        limit = top.max_batch if top is not None and top.max_batch and p.recipe().task == "pretrain" else None
+        # pretraining: only inside the family's published range (none: no larger batch is published as
+        # safe, as for decoders past GPT-3's table); a fine-tune: up to CAP_DOUBLINGS doublings
+        rec = p.recipe()
+        rng = p.defaults.batch_range.get(p.model.family)
+        if rec.task == "pretrain" and rng is None:
+            return None
+        limit = (rng.max_batch or rec.base_batch) if rec.task == "pretrain" else None
         base = min(ctx.rows, key=lambda c: c.gpus) if ctx.rows else None
         if not isinstance(base, Choice):
             return None
@@ -89,7 +94,8 @@ def cap_note(ctx: TreeContext, b: BatchFacts) -> str | None:
                 return None
             ch = p.best(n, batch=batch)
             if isinstance(ch, Choice) and (eff := ch.samples_per_s / n / per_gpu) >= floor:
-                fix = "drop --batch-size" if p.req.batch_size and limit else f"--batch-size {batch}"
+                fix = f"--batch-size {batch}" + (", or drop --batch-size to let cardwise plan it"
+                                                 if p.req.batch_size and limit else "")
                 return (f"scaling is capped by the per-GPU batch: {b.held // n:,} per GPU at {n} GPUs keeps "
                         f"{format_efficiency(now.samples_per_s / n / per_gpu)}; at global batch {batch:,} "
                         f"(lr {ch.lr.lr:.3g}, {ch.lr.lr_scaling} from {ch.lr.base_lr:g} at {ch.lr.base_batch:,}) "
