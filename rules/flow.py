@@ -411,7 +411,7 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
             e = ch.estimate
             rows.append(ScalingRow(
                 gpus=n, strategy=ch.strategy.value, fits=True, micro_batch=ch.config.micro_batch,
-                grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
+                grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, lr=ch.lr.lr, peak_gib=e.memory.peak_gib,
                 device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
                 time_to_train_h=e.time_to_train_h, scaling_efficiency=eff[n],
                 speedup=ch.samples_per_s / base.samples_per_s, baseline=n == base_n, measured=e.throughput.calibrated,

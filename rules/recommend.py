@@ -132,6 +132,8 @@ class ScalingRow(BaseModel):
     micro_batch: int | None = None
     grad_accum: int | None = None
     global_batch: int | None = None
+    lr: float | None = Field(None, description="the learning rate at this row's global batch (a planned batch "
+                             "differs by count: issue 37)")
     peak_gib: float | None = None
     device_gib: float | None = None
     samples_per_s: float | None = None

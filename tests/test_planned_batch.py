@@ -56,6 +56,8 @@ def test_each_count_takes_the_batch_its_doublings_paid_for(kw):
         b = row.global_batch
         assert start <= b <= top, f"{row.gpus} GPUs at {b}: outside [{start}, {top}]"
         assert b % row.gpus == 0
+        assert row.lr == pytest.approx(r.base_lr * (b / r.base_batch if r.lr_scaling == "linear" else
+                                                    (b / r.base_batch) ** 0.5), rel=1e-9), "each row's lr follows its batch"
         here = _fastest(cands, row.gpus, row.strategy, b)
         assert here is not None and row.samples_per_s <= here * (1 + 1e-9)
         ladder = sorted({c.global_batch for c in cands if c.gpus == row.gpus and c.strategy.value == row.strategy})
