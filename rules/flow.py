@@ -456,7 +456,8 @@ def _policy_summary(run: Run) -> PolicySummary:
         if ctx.needed_gpus:
             rule += f"; at global batch {ctx.needed_batch or ch.global_batch:,}, {ctx.needed_gpus} GPUs of this kind would meet it"
         elif pick.kind == "deadline-missed":
-            rule += f"; at global batch {b.held:,} no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
+            at = f"at batches planned up to the family's limit {b.limit:,}" if b.planned else f"at global batch {b.held:,}"
+            rule += f"; {at} no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
         if pick.kind == "deadline-missed" and not ctx.needed_gpus:
             more = batch_plan.at_limit(ctx, b, HYPOTHETICAL_MAX_GPUS)
             if more:
