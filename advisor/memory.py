@@ -112,7 +112,9 @@ class MemoryEstimate(BaseModel):
                                        "(part of activations_gib)")
     peak_parts: list[MemoryPart] = Field(default_factory=list, description="the parts of the peak moment; they sum to peak_gib")
     other_moment: str = Field("", description="the other moment's total and any part that is larger there")
-    host_gib: float = Field(0.0, description="host RAM the run keeps (CPU offload: weights, gradients, optimizer states)")
+    host_gib: float = Field(0.0, description="host RAM the run keeps per GPU rank (CPU offload: weights, gradients, "
+                            "optimizer states)")
+    host_node_gib: float = Field(0.0, description="host RAM one node needs: host_gib x the ranks on a node")
     detail: dict[str, float] = Field(default_factory=dict, description="finer terms, GiB")
     notes: list[str] = Field(default_factory=list)
 
@@ -276,7 +278,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         activations_gib=acts / GIB, other_gib=(temps + buckets + gathered + dequantized) / GIB + WORKSPACE_GIB,
         peak_gib=peak, device_gib=device, gpu_memory_gib=hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
         trainable_params=nt, autocast_copies_gib=copies / GIB, peak_parts=parts, other_moment=other_moment,
-        host_gib=host / GIB,
+        host_gib=host / GIB, host_node_gib=host / GIB * (min(world, hw.gpus_per_node) if world > 1 else 1),
         detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
                 "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
                 "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB,

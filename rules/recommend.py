@@ -69,6 +69,11 @@ class RecommendationCore(BaseModel):
     gives_up: str | None = Field(None, description="what the compromise gives up")
     compromise_rule: str | None = Field(None, description="which part of node H's policy chose the compromise "
                                                           "(exact before lossy unless > 2x slower; batch changes last)")
+    risk_rule: str | None = Field(None, description="which part of node H's risk rule chose the compromise within its "
+                                  "tier (less numerical risk unless > 10% slower or the deadline needs the faster one)")
+    numerical_risk: str | None = Field(None, description="the compromise's numerical-risk class (rules.compromise."
+                                       "RISK_CLASSES: none, quantized-states, compensated-bf16, no-global-clip, "
+                                       "uncompensated-bf16); None for the standard setup")
     standard_verdict: str | None = Field(None, description="why the standard setup does not fit, when it does not")
     optimizer_in_backward: bool = False
     cpu_offload: bool = False
@@ -172,6 +177,9 @@ class PolicySummary(BaseModel):
                                                "planned global batch: pretraining) or fixed (one global batch)")
     batch_note: str | None = Field(None, description="when a small per-GPU batch caps scaling: the batch that lifts the "
                                    "cap, with its lr; or a missed deadline at the family's batch limit")
+    strategy_rule: str | None = Field(None, description="why this strategy at the count picked (rules.planner."
+                                      "Planner.best: DDP whenever a replica fits; sharding when memory needs it or a "
+                                      "measurement on this machine says it wins)")
 
 
 class RuleSummary(BaseModel):
@@ -259,6 +267,8 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"  policy: {rec.policy.rule}")
     if r.compromise_rule:
         lines.append(f"  compromise policy: {r.compromise_rule}")
+    if r.risk_rule:
+        lines.append(f"  numerical risk: {r.numerical_risk}; {r.risk_rule}")
     if rec.policy is not None and rec.policy.batch_note:
         lines.append(f"  batch: {rec.policy.batch_note}")
     lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}"
