@@ -123,6 +123,31 @@ def at_limit(ctx: TreeContext, b: BatchFacts, hypothetical_max: int) -> str | No
     return None
 
 
+def for_deadline(p: Planner, n: int, limit_h: float, hypothetical: bool = False):
+    """The best plan on ``n`` GPUs for a deadline: at its planned batch, or, when that misses the deadline
+    less the margin (``limit_h``), at the smallest larger batch of the family's range that meets it (the
+    fewest GPUs that meet a deadline may need a larger batch than throughput alone asks for)."""
+    from rules.policy import deadline_hours
+
+    ch = p.best(n, hypothetical)
+    if not p.batch_free or not isinstance(ch, Choice):
+        return ch
+    t = deadline_hours(ch.estimate)
+    if t is None or t <= limit_h:
+        return ch
+    def meets(b: int) -> Choice | None:
+        alt = p.best(n, hypothetical, batch=b)
+        ok = isinstance(alt, Choice) and (ta := deadline_hours(alt.estimate)) is not None and ta <= limit_h
+        return alt if ok else None
+
+    larger = [b for b in p.batch_ladder(n) if b > ch.global_batch]
+    # the family's limit first: where even it misses, no batch in the range meets it (a larger batch is
+    # not slower), and one search says so (the bound on the estimator's calls: tests/test_bounded_search.py)
+    if not larger or meets(larger[-1]) is None:
+        return ch
+    return next(a for a in (meets(b) for b in larger) if a is not None)
+
+
 def held_rows(ctx: TreeContext) -> list[Choice]:
     """The best plan per GPU count at hand with the batch held where the planner grew it."""
     p = ctx.planner

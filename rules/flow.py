@@ -419,6 +419,8 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
     p = ctx.planner
     results = {n: (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best(n)
                for n in p.counts()}
+    # the rows the policy compared (a deadline may have taken a count at a larger batch: rules.batch_plan)
+    results.update({r.gpus: r for r in ctx.rows if isinstance(r, Choice) and r.gpus in results})
     fitting = [r for r in results.values() if isinstance(r, Choice)]
     base_n, eff = efficiencies(fitting) if fitting else (None, {})
     base = results.get(base_n)

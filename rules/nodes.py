@@ -160,10 +160,21 @@ def _rows_text(rows: list[Choice | Infeasible], eff: dict[int, float]) -> str:
     return "; ".join(out)
 
 
+def _best_for(ctx: TreeContext, n: int, hypothetical: bool = False) -> Choice | Infeasible:
+    """The best plan on ``n`` GPUs the policy compares: with a deadline and a planned batch, at the
+    smallest batch of the family's range that meets it when the planned one does not (rules.batch_plan)."""
+    p = ctx.planner
+    if ctx.deadline is None:
+        return p.best(n, hypothetical)
+    from rules.batch_plan import for_deadline
+
+    return for_deadline(p, n, ctx.deadline * (1 - ctx.req.margin), hypothetical)
+
+
 def node_I(ctx: TreeContext) -> Answer:
     p = ctx.planner
     counts = [n for n in p.counts() if n >= 2]
-    rows = [p.best(n) for n in counts]
+    rows = [_best_for(ctx, n) for n in counts]
     ctx.rows = rows
     feasible = [r for r in rows if isinstance(r, Choice)]
     if not feasible:
@@ -267,7 +278,7 @@ def node_F(ctx: TreeContext) -> Answer:
 def node_G(ctx: TreeContext) -> Answer:
     p = ctx.planner
     counts = [n for n in p.counts() if n >= 2]
-    rows = [ctx.one] + [p.best(n) for n in counts]
+    rows = [ctx.one] + [_best_for(ctx, n) for n in counts]
     ctx.rows = rows
     ch, rule = _policy(ctx, rows)
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
@@ -365,7 +376,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
     for n in p.counts(hypothetical_max=HYPOTHETICAL_MAX_GPUS):
         if n <= ch.gpus:
             continue
-        alt = p.best(n, hypothetical=True)
+        alt = _best_for(ctx, n, hypothetical=True)
         if isinstance(alt, Choice) and (ta := deadline_hours(alt.estimate)) is not None and ta <= dl:
             ctx.needed_gpus, ctx.needed_batch = n, alt.global_batch
             per_node = max(p.hw.gpus_per_node, 8)

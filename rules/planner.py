@@ -404,6 +404,10 @@ class Planner:
             if isinstance(got, Choice) and r.samples_per_s <= (1 + BATCH_GAIN) * got.samples_per_s:
                 break
             got = r
+        if isinstance(got, Choice) and got.global_batch != self.batch_ladder(n)[0]:
+            # the batch decided, its plan is the full search at it: what `--batch-size` that batch scores
+            # (the printed command reproduces the plan)
+            got = self.search(n, strategy, hypothetical=hypothetical, ckpt=ckpt, batch=got.global_batch)
         return got
 
     def _search(self, n: int, strategy: Strategy, base: TrainConfig, hypothetical: bool, model: ModelSpec | None,
