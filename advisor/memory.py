@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.activations import backward_bytes, shared_activation_profile
+from advisor.allocator import fit_margin
 from advisor.calibration import Calibration
 from advisor.compromise_memory import (NF4_BYTES, largest_tensor_params, lora_params, lora_shapes, quantized_base_params,
                                        state_bytes)
@@ -106,6 +107,11 @@ class MemoryEstimate(BaseModel):
     device_gib: float = Field(description="what nvidia-smi would show: allocator reserve + CUDA context")
     gpu_memory_gib: float
     fits: bool
+    tight: bool = Field(False, description="fits, but leaves less room than the allocator's measured reserve "
+                        "(advisor.allocator): it may run out of memory; `advise launch` retries with half the micro-batch")
+    fit_margin_gib: float = Field(0.0, description="the GPU's memory less the CUDA context, the allocated peak and "
+                                  "the measured reserve (negative: tight or does not fit)")
+    reserve_gib: float = Field(0.0, description="the caching allocator's measured reserve over the allocated peak")
     peak_at: Literal["backward", "optimizer-step"]
     trainable_params: int
     autocast_copies_gib: float = Field(0.0, description="bf16 copies of the matmul weights autocast keeps for the step "
@@ -157,7 +163,8 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         # Unified memory (compromise_memory): not in torch's peak; resident as far as the GPU has room.
         paged, states = states, 0.0
 
-    prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
+    prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept,
+                                     cal.compile_loss_bytes)
     if lora and p.autocast and model.arch is not None:
         # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
         prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})
@@ -277,6 +284,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
         weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=states / GIB,
         activations_gib=acts / GIB, other_gib=(temps + buckets + gathered + dequantized) / GIB + WORKSPACE_GIB,
         peak_gib=peak, device_gib=device, gpu_memory_gib=hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
+        **fit_margin(peak, hw.gpu.memory_gib, cal.cuda_context_gib, fits).as_memory_fields(),
         trainable_params=nt, autocast_copies_gib=copies / GIB, peak_parts=parts, other_moment=other_moment,
         host_gib=host / GIB, host_node_gib=host / GIB * (min(world, hw.gpus_per_node) if world > 1 else 1),
         detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
