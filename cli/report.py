@@ -67,7 +67,22 @@ def _row_risk(rec):
 
 def _row_batch(rec):
     r = rec.recommendation
-    return "batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}"
+    return "batch", (f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch "
+                     f"{r.global_batch}" + (f" (planned for pretraining, within the family's limit {r.batch_limit:,})"
+                                            if r.batch_planned and r.batch_limit else ""))
+
+
+def _row_batch_note(rec):
+    from rich.text import Text
+
+    return ("", Text(rec.policy.batch_note, style="yellow")) if rec.policy is not None and rec.policy.batch_note else None
+
+
+def _row_task(rec):
+    r = rec.recommendation
+    if not r.task_rule:
+        return None
+    return "task", f"{r.task}: {r.task_rule}" + (f" ({r.task_flag} overrides)" if r.task_flag != r.task_rule else "")
 
 
 def _row_training(rec):
@@ -113,8 +128,8 @@ def _row_time(rec):
 
 # The recommendation panel, in order: each a function of the Recommendation -> (label, value) or None.
 RECOMMENDATION_ROWS: list[Callable[[Any], tuple[str, Any] | None]] = [
-    _row_strategy, _row_policy, _row_standard, _row_compromise, _row_compromise_rule, _row_risk, _row_batch, _row_training,
-    _row_lr, _row_loading, _row_speed, _row_time,
+    _row_strategy, _row_policy, _row_standard, _row_compromise, _row_compromise_rule, _row_risk, _row_batch,
+    _row_batch_note, _row_training, _row_lr, _row_task, _row_loading, _row_speed, _row_time,
 ]
 
 
