@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from advisor.compromise_names import NO_ACCUMULATION
+from advisor.setup import NO_ACCUMULATION
 from advisor.units import format_hours
 from rules.compromise import find, gives_up, name_of
 from rules.recommend import Alternative, Cost

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor import compromise_names as names
-from advisor.compromise_names import EIGHT_BIT_FSDP, setting
+from advisor import setup as names
+from advisor.setup import setting
+from advisor.setup.constraints import EIGHT_BIT_FSDP
 from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
 from rules.planner import Choice, Infeasible, Planner

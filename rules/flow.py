@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.calibration import Calibration
-from advisor.compromise_names import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
+from advisor.setup import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine
@@ -77,7 +77,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
                         "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
                         "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
     if req.optimizer is not None and req.optimizer.eight_bit and ((req.strategy and req.strategy.full_shard) or req.cpu_offload):
-        from advisor.compromise_names import EIGHT_BIT_FSDP
+        from advisor.setup.constraints import EIGHT_BIT_FSDP
 
         raise UserError(f"--optimizer {req.optimizer.value} with "
                         f"{'--cpu-offload' if req.cpu_offload else '--strategy ' + req.strategy.value}: "
@@ -161,7 +161,7 @@ def tree(run: Run) -> None:
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
     if isinstance(choice, Choice) and choice.strategy.full_shard and (choice.config.optimizer.eight_bit
                                                                              or choice.config.quantize_base):
-        from advisor.compromise_names import EIGHT_BIT_FSDP
+        from advisor.setup.constraints import EIGHT_BIT_FSDP
 
         what = (f"--optimizer {choice.config.optimizer.value}" if choice.config.optimizer.eight_bit
                 else "--quantize-base 4bit")
@@ -461,7 +461,7 @@ def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
         out.append(f"micro-batch {cfg.micro_batch} (baseline: {one.micro_batch})")
     if cfg.compile != one.compile:
         out.append("compile " + ("on" if cfg.compile else "off"))
-    for k in COMPROMISE_FIELDS:  # node H's settings (advisor.compromise_names, rules.compromise.LEVELS)
+    for k in COMPROMISE_FIELDS:  # node H's settings (advisor.setup, rules.compromise.LEVELS)
         if getattr(cfg, k) != getattr(one, k):
             out.append(f"{k.replace('_', ' ')} {getattr(cfg, k).value if hasattr(getattr(cfg, k), 'value') else getattr(cfg, k)}")
     return out

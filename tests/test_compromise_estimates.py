@@ -8,7 +8,8 @@ import shlex
 import pytest
 
 from advisor.catalog import catalog_model
-from advisor.compromise_memory import BNB_BLOCK, largest_tensor_params, lora_params, small_tensor_params
+from advisor.setup.adapters import lora_params
+from advisor.setup.optimizers import BNB_BLOCK, largest_tensor_params, small_tensor_params
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.estimate import estimate
@@ -240,7 +241,7 @@ def test_pins_and_compromises_never_crash_and_the_command_gives_the_plan_back(pi
 
 def test_qlora_alternative_launches_what_it_estimates():
     """The QLoRA alternative's command gives back a plan with the 4-bit base (not plain LoRA's), and
-    its estimate holds the 4-bit weights: 0.516 bytes per projection weight (compromise_memory)."""
+    its estimate holds the 4-bit weights: 0.516 bytes per projection weight (advisor.setup.adapters)."""
     from cli.flags import request_from_namespace
     from cli.main import build_parser
     from rules.api import plan

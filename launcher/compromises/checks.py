@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from advisor.compromise_names import EIGHT_BIT_FSDP
+from advisor.setup.constraints import EIGHT_BIT_FSDP
 from advisor.config import Optimizer, Precision, Strategy
 from advisor.errors import UserError
 from advisor.plan import Plan
