@@ -21,6 +21,7 @@ from typing import Any
 from advisor.config import Strategy
 from advisor.errors import UserError
 from advisor.plan import Plan
+from advisor.setup.constraints import ACCELERATE_ROWS, Combo, check
 
 # Environment a CPU plan needs on top of the config file (see module docstring).
 CPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "true"}
@@ -31,33 +32,18 @@ _ZOO_TRANSFORMER_LAYER = "Block"
 
 
 def distributed_type(plan: Plan) -> str:
-    """Accelerate's ``distributed_type`` for the plan (see the module docstring for CPU)."""
+    """Accelerate's ``distributed_type`` for the plan (see the module docstring for CPU); what Accelerate
+    cannot launch is refused by advisor.setup.constraints (DataParallel, FSDP on CPU ranks, one strategy
+    single over several ranks)."""
     strategy = plan.config.strategy
     if plan.config.cpu_offload and strategy is not Strategy.ddp:
         strategy = Strategy.fsdp  # CPU offload is FSDP's, on one process too (FSDP over world size 1)
-    if strategy is Strategy.dp:
-        raise UserError("DataParallel plans are for `advise bench` only: Accelerate launches one process per device",
-                        fix="use --strategy ddp (one process per GPU), or run `advise bench --modes dp,ddp` to compare")
+    check(Combo(strategy=strategy, ranks=plan.world_size, cpu=plan.cpu), only=ACCELERATE_ROWS, launch=True)
     if strategy.sharded:
-        if plan.cpu:
-            refuse_fsdp_on_cpu()
         return "FSDP"
     if plan.world_size == 1:
         return "NO"  # DDP over one rank is plain single-device training
-    if strategy is Strategy.single:
-        raise UserError(f"the plan says --strategy single but has {plan.world_size} ranks",
-                        fix="use --strategy ddp (or fsdp) for several processes, or --gpus 1 / --processes 1")
     return "MULTI_GPU"
-
-
-def refuse_fsdp_on_cpu() -> None:
-    """FSDP (fsdp, fsdp-keep, hsdp) on --cpu ranks: torch's fully_shard itself trains over gloo (the
-    fsdp-keep test runs it), but Accelerate (1.16) only sets up FSDP for GPU-like distributed types
-    (AcceleratorState: MULTI_GPU, MULTI_XPU, ...; not MULTI_CPU), so it silently runs DDP with
-    use_cpu, and a plain single process with FSDP and no GPU: refuse rather than report a run as FSDP
-    that was not."""
-    raise UserError("Accelerate cannot launch FSDP on CPU processes (it would silently run DDP instead)",
-                    fix="use --strategy ddp with --cpu, or drop --cpu and run on GPUs")
 
 
 def fsdp_section(plan: Plan) -> dict[str, Any]:

@@ -16,7 +16,7 @@ module imports them, and a validator sees one value at a time, not what the call
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.errors import UserError
@@ -35,6 +35,7 @@ class Combo:
     lora_rank: int | None = None
     quantize_base: str | None = None
     grad_accum: int | None = None
+    accum_pinned: bool = False  # grad_accum is the user's --grad-accum (not a default)
     ranks: int | None = None  # processes of the run (GPUs, or --cpu ranks)
     nodes: int | None = None
     cpu: bool = False  # --cpu ranks
@@ -52,14 +53,18 @@ class Combo:
     @classmethod
     def of_request(cls, req, **known) -> Combo:
         """A request's pins (advisor.request.Request)."""
-        names = {f.name for f in fields(cls)}
-        pins = {k: getattr(req, k) for k in names if hasattr(req, k) and k not in known}
-        pins["optimizer_in_backward"] = bool(pins.get("optimizer_in_backward"))
-        pins["cpu_offload"] = bool(pins.get("cpu_offload"))
-        return cls(**pins, **known)
+        pins = {k: getattr(req, k) for k in _PINS if k not in known}
+        for k in ("optimizer_in_backward", "cpu_offload"):
+            if k in pins:
+                pins[k] = bool(pins[k])
+        return cls(**pins, accum_pinned=req.grad_accum is not None, **known)
 
     def but(self, **change) -> Combo:
         return replace(self, **change)
+
+
+_PINS = ("strategy", "precision", "optimizer", "pure_bf16_update", "optimizer_in_backward", "cpu_offload", "lora_rank",
+         "quantize_base", "grad_accum", "nodes")
 
 
 @dataclass(frozen=True)
@@ -92,9 +97,9 @@ def _in_backward_what(c: Combo) -> str:
 
 
 def _single_what(c: Combo) -> str:
-    if (c.nodes or 1) > 1 and not c.cpu:
-        return "--strategy single with --nodes > 1"
-    return f"--strategy single with {c.ranks} {'ranks' if c.cpu else 'GPUs'}"
+    if (c.ranks or 1) > 1:
+        return f"--strategy single but has {c.ranks} {'ranks' if c.cpu else 'GPUs'}"
+    return "--strategy single with --nodes > 1"
 
 
 # bitsandbytes' 8-bit optimizers under FSDP: never measured here, and upstream reports illegal memory
@@ -117,9 +122,13 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint("fp16.needs-gpu", lambda c: c.cpu and c.precision is Precision.fp16,
                lambda c: "--precision fp16 with --cpu", "fp16 autocast needs a GPU",
                "use --precision bf16 (CPUs run bf16 autocast) or fp32"),
+    # FSDP (fsdp, fsdp-keep, hsdp) on --cpu ranks: torch's fully_shard itself trains over gloo (the
+    # fsdp-keep test runs it), but Accelerate (1.16) only sets up FSDP for GPU-like distributed types
+    # (AcceleratorState: MULTI_GPU, MULTI_XPU, ...; not MULTI_CPU), so it silently runs DDP with use_cpu,
+    # and a plain single process with FSDP and no GPU: refuse rather than report a run as FSDP that was not.
     Constraint("fsdp.not-on-cpu", lambda c: c.cpu and c.strategy is not None and c.strategy.sharded and not c.cpu_offload,
                lambda c: "Accelerate cannot launch FSDP on CPU processes",
-               "it would silently run DDP instead (Accelerate sets FSDP up for GPU-like distributed types only)",
+               "it would silently run DDP instead",
                "use --strategy ddp with --cpu, or drop --cpu and run on GPUs"),
     Constraint("hsdp.whole-nodes", lambda c: c.strategy is Strategy.hsdp and c.nodes is not None and c.nodes < 2,
                lambda c: "--strategy hsdp with one node", "HSDP shards inside each node and replicates across nodes",
@@ -137,9 +146,10 @@ CONSTRAINTS: tuple[Constraint, ...] = (
                "LoRA puts adapters on attention and MLP projections", "drop --lora-rank, or pick a transformer "
                "(see `advise models`)"),
     Constraint("fsdp-keep.needs-accumulation", lambda c: c.strategy is Strategy.fsdp_keep and c.grad_accum == 1,
-               lambda c: "--strategy fsdp-keep with --grad-accum 1",
-               "it keeps the gathered weights across the micro-batches of one optimizer step, and there is only one "
-               "(--grad-accum 1, or none given)", "add --grad-accum N (N >= 2), or use --strategy fsdp"),
+               lambda c: "--strategy fsdp-keep with " + ("--grad-accum 1" if c.accum_pinned else
+                                                          "accumulation 1 (--grad-accum 1, or none given)"),
+               "it keeps the gathered weights across the micro-batches of one optimizer step, and there is only one",
+               "add --grad-accum N (N >= 2), or use --strategy fsdp"),
     Constraint("fsdp-keep.several-gpus",
                lambda c: c.strategy is Strategy.fsdp_keep and c.ranks is not None and c.ranks < 2 and not c.cpu,
                lambda c: "--strategy fsdp-keep with one GPU",
@@ -187,6 +197,19 @@ CONSTRAINTS: tuple[Constraint, ...] = (
                "drop --precision (or use --precision bf16) with --lora-rank"),
 )
 BY_ID: dict[str, Constraint] = {c.id: c for c in CONSTRAINTS}
+# The rows a request's pins decide alone, whatever the planner chooses next (advisor.starting_config) ...
+REQUEST_ROWS = ("dp.bench-only", "pure-bf16-update.needs-pure-bf16", "fp16.needs-gpu", "hsdp.whole-nodes",
+                "single.one-rank", "qlora.needs-lora", "fsdp-keep.needs-accumulation")
+# ... and with the step in backward, what one exact configuration must hold (advisor.exact: `advise estimate`
+# answers what-ifs the planner would not choose, an 8-bit optimizer under FSDP among them).
+ESTIMATE_ROWS = REQUEST_ROWS + ("in-backward.no-accumulation", "in-backward.one-process")
+# The planner's candidate filter: a strategy and a GPU count the base configuration cannot run with.
+PLANNER_ROWS = ("in-backward.one-process", "fsdp-keep.several-gpus", "offload.not-fsdp-keep",
+                "fsdp-keep.needs-accumulation")
+# What Accelerate cannot launch (launcher.accelerate_config.distributed_type).
+ACCELERATE_ROWS = ("dp.bench-only", "fsdp.not-on-cpu", "single.one-rank")
+# What FSDP cannot shard: the planner's FSDP candidates and the ladder's strategies leave these out.
+SHARDING_ROWS = ("8bit.not-fsdp", "qlora.not-fsdp")
 # Rows the launcher alone checks: what the runtime cannot run, where the estimate can still answer
 # (an fp32 LoRA's estimate is a fair question; its launch is not built).
 LAUNCH_ONLY = frozenset({"lora.autocast"})
