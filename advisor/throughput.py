@@ -369,10 +369,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         step_s = samples / sps
         step.notes.append("calibrated on this machine (advise bench)")
     model_flops = model_flops_per_sample(model, config) * sps  # PaLM's: no recompute, LoRA's work only
-    tokens = None
-    if model.is_text or model.family == "vit":
-        tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) if model.arch else \
-            (config.seq_len or model.default_seq_len)
+    tokens = tokens_per_sample(model, config)
     return ThroughputEstimate(
         samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
         mfu=model_flops / (peak_flops(model, config, hw) * step.world), tflops_per_gpu=model_flops / step.world / 1e12,
@@ -382,3 +379,11 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         sync_s=sync, comm=step.breakdown, gpu_samples_per_s=gpu_sps if loader is not None else None, loader=loader,
         loader_bound=bool(loader and loader.bound),
     )
+
+
+def tokens_per_sample(model: ModelSpec, config: TrainConfig) -> int | None:
+    """Tokens a sample carries (text and ViT; None for others)."""
+    if model.is_text or model.family == "vit":
+        return model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) if model.arch else \
+            (config.seq_len or model.default_seq_len)
+    return None

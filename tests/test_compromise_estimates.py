@@ -54,10 +54,12 @@ def test_optimizer_in_backward_keeps_one_gradient_alive():
     assert one == 128256 * 4096  # the embedding (and the untied LM head)
     assert oib.gradients_gib == pytest.approx(4 * one / GIB)
     assert oib.peak_gib < std.peak_gib - 5 and oib.peak_at == "backward"  # the optimizer-step moment is gone
-    with pytest.raises(UserError):
-        TrainConfig(optimizer_in_backward=True, grad_accum=2)
-    with pytest.raises(UserError):
-        TrainConfig(optimizer_in_backward=True, strategy=Strategy.ddp)
+    from advisor.setup.constraints import Combo, check
+
+    with pytest.raises(UserError, match="no gradient to accumulate"):  # the table of what combines
+        check(Combo.of_config(TrainConfig(optimizer_in_backward=True, grad_accum=2), ranks=1))
+    with pytest.raises(UserError, match="one process only"):
+        check(Combo.of_config(TrainConfig(optimizer_in_backward=True, strategy=Strategy.ddp), ranks=2))
 
 
 def test_cpu_offload_keeps_states_in_host_ram():
