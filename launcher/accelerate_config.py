@@ -22,6 +22,7 @@ from advisor.config import Strategy
 from advisor.errors import UserError
 from advisor.plan import Plan
 from advisor.setup.constraints import ACCELERATE_ROWS, Combo, check
+from launcher.setup_launch import CONFIG, FSDP_SECTION, apply
 
 # Environment a CPU plan needs on top of the config file (see module docstring).
 CPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "true"}
@@ -56,12 +57,9 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     """
     sec: dict[str, Any] = {
         "fsdp_version": 2,
-        # ZeRO-3: free gathered weights after each unit's forward; fsdp-keep keeps them through the backward
-        # and, with launcher.keep_gathered's per-micro-batch switch, across the accumulation steps
-        "fsdp_reshard_after_forward": plan.config.strategy is not Strategy.fsdp_keep,
-        # --cpu-offload: FSDP2's CPUOffloadPolicy (Accelerate maps fsdp_offload_params to it): sharded
-        # parameters, gradients and optimizer states live in host memory, the optimizer steps on the CPU.
-        "fsdp_offload_params": bool(plan.config.cpu_offload),
+        # ZeRO-3: free gathered weights after each unit's forward (fsdp-keep keeps them: launcher.setup_launch)
+        "fsdp_reshard_after_forward": True,
+        "fsdp_offload_params": False,  # CPU offload's: launcher.setup_launch
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",  # each rank saves its shard: no rank-0 gather
         "fsdp_cpu_ram_efficient_loading": False,
         "fsdp_activation_checkpointing": bool(plan.config.grad_ckpt),
@@ -78,6 +76,7 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     else:
         sec["fsdp_auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
         sec["fsdp_transformer_layer_cls_to_wrap"] = layers
+    apply(FSDP_SECTION, plan, sec)  # the active setups' own settings
     return sec
 
 
@@ -136,11 +135,7 @@ def accelerate_config(plan: Plan, *, machine_rank: int = 0, main_address: str | 
                                 "dynamo_use_dynamic": False, "dynamo_use_fullgraph": False}
     if dtype == "FSDP":
         cfg["fsdp_config"] = fsdp_section(plan)
-    if plan.config.strategy is Strategy.hsdp:
-        # FSDP2 hybrid sharding through Accelerate's ParallelismConfig (accelerate >= 1.10): shard over
-        # the GPUs of a node, replicate across nodes (accelerate/commands/launch.py, ParallelismConfig args).
-        cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": plan.nodes,
-                                     "parallelism_config_dp_shard_size": plan.processes_per_node}
+    apply(CONFIG, plan, cfg)  # the active setups' own sections (HSDP's ParallelismConfig)
     return cfg
 
 
