@@ -9,6 +9,10 @@
 # Accounting: without slurmdbd, `sacct` answers "accounting storage is disabled", so the cluster
 # keeps finished jobs in slurmctld's memory for an hour (MinJobAge) and cardwise reads their final
 # state with `scontrol show job` (launcher/slurm_jobs.py, docs/service.md "Slurm").
+#
+# What it changes is listed in $state/started (one item a line: the daemons it started, the config and
+# the /etc/hosts line it wrote), and .ci/slurm-down.sh undoes exactly those; the packages stay installed.
+# Only `.ci/run` calls these two; the tests use the cluster only with CARDWISE_SLURM_TESTS=1.
 set -uo pipefail
 
 say() { echo "slurm-up: $*" >&2; }
@@ -39,12 +43,15 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1
 fi
 
 host=$(hostname -s)
+state=${CARDWISE_SLURM_STATE:-/var/lib/cardwise-slurm}  # CARDWISE_SLURM_STATE: another place (slurm-down.sh reads the same)
+started=$state/started
+mkdir -p "$state"
 # slurmctld, slurmd and the jobs' rendezvous (`scontrol show hostnames`) all resolve this name
 if ! getent hosts "$host" >/dev/null 2>&1; then
-  echo "127.0.0.1 $host" >> /etc/hosts
+  echo "127.0.0.1 $host # cardwise test cluster" >> /etc/hosts
+  echo "hosts" >> "$started"
 fi
 conf=/etc/slurm/slurm.conf
-state=/var/lib/cardwise-slurm
 mkdir -p /etc/slurm "$state/ctld" "$state/d" /var/log/cardwise-slurm
 if [ -f "$conf" ] && ! grep -q '^# cardwise test cluster' "$conf"; then
   say "$conf exists and is not the test cluster's: not touching it (the Slurm tests skip unless it answers)"
@@ -52,6 +59,7 @@ if [ -f "$conf" ] && ! grep -q '^# cardwise test cluster' "$conf"; then
 fi
 cpus=$(slurmd -C 2>/dev/null | sed -n 's/.* CPUs=\([0-9]*\).*/\1/p')
 cpus=${cpus:-$(nproc)}
+[ -f "$conf" ] || echo "conf" >> "$started"
 cat > "$conf" <<EOF
 # cardwise test cluster (.ci/slurm-up.sh): one CPU-only node, no accounting database
 ClusterName=cardwise
@@ -89,9 +97,16 @@ if ! pgrep -x munged >/dev/null; then
   mkdir -p /run/munge && chown munge:munge /run/munge 2>/dev/null
   runuser -u munge -- /usr/sbin/munged 2>/dev/null || /usr/sbin/munged --force 2>/dev/null \
     || { say "munged did not start (the Slurm tests skip)"; exit 0; }
+  echo "munged" >> "$started"
 fi
-pgrep -x slurmctld >/dev/null || slurmctld || { say "slurmctld did not start: /var/log/cardwise-slurm/slurmctld.log"; exit 0; }
-pgrep -x slurmd >/dev/null || slurmd || { say "slurmd did not start: /var/log/cardwise-slurm/slurmd.log"; exit 0; }
+if ! pgrep -x slurmctld >/dev/null; then
+  slurmctld || { say "slurmctld did not start: /var/log/cardwise-slurm/slurmctld.log"; exit 0; }
+  echo "slurmctld" >> "$started"
+fi
+if ! pgrep -x slurmd >/dev/null; then
+  slurmd || { say "slurmd did not start: /var/log/cardwise-slurm/slurmd.log"; exit 0; }
+  echo "slurmd" >> "$started"
+fi
 for _ in $(seq 60); do
   st=$(sinfo -h -n "$host" -o '%t' 2>/dev/null | head -n 1)
   case "$st" in

@@ -248,7 +248,10 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
         layers, layer = t.layers, t.layer_saved_bytes[key] * scale * compiled
         # checkpointing keeps each layer's input: the residual stream, fp32 under autocast
         boundary = (2 if p is Precision.pure_bf16 else 4) * model.arch.d_model * tokens
-    return ActivationProfile(per_sample_bytes=per, fixed_bytes=t.fixed_saved_bytes.get(key, 0.0), layer_bytes=layer,
+    fixed = t.fixed_saved_bytes.get(key, 0.0)
+    if t.fixed_saved_bytes_quadratic and t.scales_with == "tokens":  # [heads, q, k] position biases (hf_seq2seq_trace)
+        fixed += t.fixed_saved_bytes_quadratic.get(key, 0.0) * (tokens * tokens - t.ref_input[0] ** 2)
+    return ActivationProfile(per_sample_bytes=per, fixed_bytes=fixed, layer_bytes=layer,
                              boundary_bytes=boundary, layers=layers, loss_temp_bytes=temp, tokens=tokens,
                              grad_moment_fixed=t.grad_moment_fixed.get(key, 0.0),
                              grad_moment_per_sample=t.grad_moment_per_sample.get(key, 0.0) * scale)

@@ -1,6 +1,8 @@
 """``--hf-config PATH``: a ModelSpec from a Hugging Face ``config.json``, offline, without transformers.
 
-Supported families (``model_type``): llama, mistral, qwen2, gpt2, bert, vit. The head follows
+Supported families (``model_type``): llama, mistral, qwen2, gpt2, bert, vit; and the encoder-decoders t5, mt5,
+bart (``advisor.hf_seq2seq``: checked and counted here, estimated from a trace of the transformers class only,
+since no closed form describes two stacks and cross-attention). The head follows
 ``architectures`` exactly as transformers would build it, and the parameter count is the one
 ``AutoModel...from_config`` instantiates:
 
@@ -30,6 +32,8 @@ from typing import Any
 
 from advisor import units
 from advisor.errors import UserError, close_names
+from advisor.hf_seq2seq import ARCHITECTURES as _SEQ2SEQ
+from advisor.hf_seq2seq import seq2seq_shape
 from advisor.models import ModelSpec, TransformerArch
 
 # model_type -> {architecture class (lowercase key) -> (canonical class name, head)}
@@ -44,7 +48,7 @@ _ARCHITECTURES: dict[str, dict[str, tuple[str, str]]] = {
                  ("BertForQuestionAnswering", "qa"), ("BertModel", "none")),
         "vit": (("ViTForImageClassification", "image-cls"), ("ViTModel", "none")),
     }.items()
-}
+} | _SEQ2SEQ
 SUPPORTED_MODEL_TYPES = tuple(_ARCHITECTURES)
 
 # transformers' defaults where the field is absent (configuration_<family>.py)
@@ -328,6 +332,8 @@ def spec_from_config_dict(data: dict[str, Any], where: str, path: Path | None = 
                 "--module FILE.py:FACTORY (traced on the meta device)",
         )
     model_type = model_type.lower()
+    if model_type in _SEQ2SEQ:
+        return _seq2seq_spec(cfg, model_type, data, p)
     if model_type in ("llama", "mistral", "qwen2"):
         kw, cls, note = _llama_like(cfg, model_type)
         family = "decoder"
@@ -348,4 +354,18 @@ def spec_from_config_dict(data: dict[str, Any], where: str, path: Path | None = 
         loss="none" if arch.head == "none" else "model",
         default_seq_len=None if arch.patch_size else min(arch.max_seq, 2048),
         default_image_size=arch.image_size or None,
+    )
+
+
+def _seq2seq_spec(cfg: _Config, model_type: str, data: dict[str, Any], path: Path) -> ModelSpec:
+    """An encoder-decoder's spec without its trace: the fields checked, the parameters counted; the
+    estimate needs ``advisor.hf_trace`` to trace it (the spec says so in ``implementation``)."""
+    cls, head, note = _architecture(cfg, model_type, next(iter(_SEQ2SEQ[model_type].values()))[0])
+    shape = seq2seq_shape(cfg, model_type, head)
+    description = f"{cls} from {cfg.where}" + (f" ({note})" if note else "")
+    return ModelSpec(
+        name=_name(data, path), family="encoder-decoder", params=shape.params, source=f"hf-config {cfg.where}",
+        description=description, task="sequence-to-sequence LM" if head == "lm" else "backbone (no head)",
+        implementation="closed form (parameters only: an encoder-decoder is estimated from its transformers trace)",
+        loss="model" if head == "lm" else "none", default_seq_len=min(shape.max_seq, 2048),
     )

@@ -46,8 +46,11 @@ def resolve_hf_config(path: str | Path, trace: bool | None = None) -> ModelSpec:
     if trace is False:
         return closed
     if not transformers_available():
-        if trace:
-            raise UserError("transformers is not installed", fix="pip install 'cardwise[hf]'")
+        if trace or closed.family == "encoder-decoder":
+            why = (f"{closed.description.split(' from ', 1)[0]} (an encoder-decoder) is estimated by tracing its "
+                   "transformers class, and transformers is not installed" if closed.family == "encoder-decoder"
+                   else "transformers is not installed")
+            raise UserError(why, fix="pip install 'cardwise[hf]'")
         return closed.model_copy(update={"implementation": "closed form (transformers not installed)"})
     p = Path(path).expanduser()
     data = json.loads((p / "config.json" if p.is_dir() else p).read_text(encoding="utf-8"))
@@ -57,7 +60,7 @@ def resolve_hf_config(path: str | Path, trace: bool | None = None) -> ModelSpec:
 def catalog_hf_spec(name: str) -> ModelSpec | None:
     """The catalog model ``name`` as its transformers class would run it (``catalog.hf_equivalent``),
     traced; None when it has no such class or transformers is not installed. Imports torch."""
-    from advisor.catalog import catalog_model, hf_equivalent
+    from advisor.catalog import ENCODER_DECODERS, catalog_model, hf_equivalent
     from advisor.hf_config import spec_from_config_dict
 
     data = hf_equivalent(name)
@@ -65,6 +68,11 @@ def catalog_hf_spec(name: str) -> ModelSpec | None:
         return None
     closed = spec_from_config_dict(data, f"catalog {name}")
     spec = trace_hf(data, closed)
+    key = name.lower().strip()
+    if key in ENCODER_DECODERS:  # no catalog spec but this one: the table's words, the config's default length
+        _, desc, task = ENCODER_DECODERS[key]
+        return spec.model_copy(update={"name": key, "source": "catalog", "task": task,
+                                       "description": f"{desc}; {spec.implementation}"})
     cat = catalog_model(name)
     return spec.model_copy(update={"name": cat.name, "source": "catalog", "task": cat.task,
                                    "default_seq_len": cat.default_seq_len})
@@ -86,6 +94,10 @@ def trace_hf(data: dict, closed: ModelSpec) -> ModelSpec:
 
     from advisor.tracer import profile_module
 
+    if closed.family == "encoder-decoder":
+        from advisor.hf_seq2seq_trace import trace_seq2seq
+
+        return trace_seq2seq(data, closed)
     start = time.perf_counter()
     cls_name = _class_name(closed)
     cls = getattr(transformers, cls_name)

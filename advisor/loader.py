@@ -2,9 +2,13 @@
 
 samples/s = min(what the GPUs do, what the loader delivers) (DESIGN.md). The loader's rate is the CPU
 cores each GPU's workers get (one left for the training process) x the per-core rate of the data kind:
-  jpeg       decode + RandomResizedCrop + flip + normalise at the model's resolution: measured on a CPU by
-             ``python -m benchmarks.calibration.loader_rate`` (Pillow; torchvision's transforms are the
-             same Pillow calls), stored in advisor/data/loader_rates.json with the CPU model
+  jpeg       decode + RandomResizedCrop + flip + normalise at the model's resolution: measured on several
+             hosts by ``python -m benchmarks.calibration.loader_rate`` (Pillow; torchvision's transforms are the
+             same Pillow calls); advisor/data/loader_rates.json holds the lowest host's rate (CPUs differ by 2x
+             on this chain), the conservative default for named GPUs, with every host's table for the range
+             the report states. This host's own rate on the user's files (``advise probe --data DIR``, and
+             ``advise launch --recipe image-classification --data DIR`` before it plans) replaces it: cached
+             in the home per host and data kind (``LoaderProbe``, ``probe_path``).
   decoded    pre-decoded uint8 tensors: crop, flip, normalise only (same script)
   tokenized  pre-tokenized text: indexing and collation (same script); never the limit in practice
   synthetic  data made on the device: no limit
@@ -47,15 +51,33 @@ class InputPipeline(BaseModel):
     measured_source: str | None = None
 
 
+class HostRate(BaseModel):
+    """One host's JPEG rates, as ``benchmarks/calibration/loader_rate.py --record`` measured them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: str
+    jpeg_per_core: dict[str, float]
+    note: str = ""
+
+
 class LoaderRates(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    cpu: str = Field(description="the CPU the rates were measured on")
+    cpu: str = Field(description="the CPU the rates were measured on (the lowest of several hosts)")
     jpeg_per_core: dict[str, float] = Field(description="output resolution (px) -> images/s per core")
     decoded_per_core: dict[str, float]
     tokenized_per_core: float
     source_image: str = ""
     source: str = "python -m benchmarks.calibration.loader_rate"
+    hosts: list[HostRate] = Field(default_factory=list, description="every host measured, for the stated range")
+
+    def jpeg_range(self, px: int) -> tuple[float, float] | None:
+        """(lowest, highest) JPEG images/s per core at ``px`` over the hosts measured."""
+        if not self.hosts:
+            return None
+        rates = [_at_resolution(h.jpeg_per_core, px) for h in self.hosts]
+        return min(rates), max(rates)
 
 
 class LoaderEstimate(BaseModel):
@@ -70,9 +92,30 @@ class LoaderEstimate(BaseModel):
     workers: float = Field(description="cores decoding per GPU (one left for the training process)")
     per_core_samples_per_s: float | None = Field(None, description="None: not limited by the CPU")
     rate_source: str
+    rate_basis: Literal["measured here", "stated", "default", "none"] = Field(
+        "none", description="measured here: this host's rate on the user's files (advise probe --data, advise launch "
+                            "--data); stated: --loader/measured_per_core given; default: the lowest host measured "
+                            "(per_core_range says how far hosts differ); none: not limited by the CPU")
+    per_core_range: tuple[float, float] | None = Field(
+        None, description="JPEG images/s per core at this resolution over the hosts measured (lowest, highest): how "
+                          "far the default may be from this host; `advise probe --data DIR` measures it")
     samples_per_s_per_gpu: float | None = Field(None, description="None: not limited")
     bound: bool = Field(False, description="the loader, not the GPUs, sets samples/s")
     fixes: list[str] = Field(default_factory=list, description="what would lift the limit, with its effect")
+
+
+def per_core_words(le: LoaderEstimate) -> str | None:
+    """One line for a report: the per-core rate assumed, whose it is, and how far hosts differ."""
+    if le.per_core_samples_per_s is None:
+        return None
+    rate = f"{le.per_core_samples_per_s:,.0f} samples/s per core"
+    if le.rate_basis == "measured here":
+        return f"{rate}, measured on this host"
+    if le.rate_basis == "default" and le.per_core_range:
+        lo, hi = le.per_core_range
+        return (f"{rate}, the slowest host measured (hosts: {lo:,.0f}-{hi:,.0f}); "
+                "`advise probe --data DIR` measures this one")
+    return f"{rate} ({le.rate_basis})"
 
 
 @lru_cache(maxsize=1)
@@ -118,23 +161,28 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
     if kind == "synthetic" or (pipe.loader == "dali" and kind == "jpeg"):
         why = "data made on the device" if kind == "synthetic" else "decoded on the GPU (DALI, nvJPEG): no CPU limit"
         return LoaderEstimate(**base, rate_source=why)
+    basis, spread = "stated", None
     if pipe.measured_per_core:
         per_core, src = pipe.measured_per_core, pipe.measured_source or "advise probe --data"
-    elif probe is not None and kind == "jpeg" and pipe.loader == "pytorch":
-        per_core, src = probe.rate_at(px), probe.summary()
+    elif probe is not None and kind == probe.data and pipe.loader == "pytorch":
+        per_core, src, basis = probe.rate_at(px), probe.summary(), "measured here"
     elif kind == "jpeg" and pipe.loader == "dali-cpu":
         per_core = dali_cpu_per_core
         src = "DALI on the CPU, fit on NVIDIA's DALI-CPU rows (advisor/data/multi_gpu.json)"
     elif rates is None:
         return LoaderEstimate(**base, rate_source="no loader rates packaged")
     elif kind == "jpeg":
-        per_core = _at_resolution(rates.jpeg_per_core, px)
-        src = f"Pillow decode + RandomResizedCrop + flip + normalise at {px} px, measured on {rates.cpu} ({rates.source})"
+        per_core, basis, spread = _at_resolution(rates.jpeg_per_core, px), "default", rates.jpeg_range(px)
+        measured = (f"; {len(rates.hosts)} hosts measured {spread[0]:,.0f}-{spread[1]:,.0f} images/s per core "
+                    f"({', '.join(h.cpu for h in rates.hosts)}): the lowest assumed, `advise probe --data DIR` "
+                    "measures this host's" if spread else "")
+        src = (f"Pillow decode + RandomResizedCrop + flip + normalise at {px} px, measured on {rates.cpu} "
+               f"({rates.source}){measured}")
     elif kind == "decoded":
-        per_core = _at_resolution(rates.decoded_per_core, px)
+        per_core, basis = _at_resolution(rates.decoded_per_core, px), "default"
         src = f"pre-decoded uint8 tensors: crop + flip + normalise at {px} px, measured on {rates.cpu} ({rates.source})"
     else:
-        per_core = rates.tokenized_per_core
+        per_core, basis = rates.tokenized_per_core, "default"
         src = f"pre-tokenized text: indexing + collation, measured on {rates.cpu} ({rates.source})"
     rate = per_core * workers
     bound = rate < gpu_rate_per_gpu
@@ -149,8 +197,11 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
                              f"{min(dec, gpu_rate_per_gpu):,.0f} images/s per GPU (x{min(dec, gpu_rate_per_gpu) / rate:.2f})")
             fixes.append(f"decoding on the GPU (NVIDIA DALI, --loader dali): {gpu_rate_per_gpu:,.0f} images/s per GPU "
                          f"(x{gpu_rate_per_gpu / rate:.2f}), no CPU decode")
-    return LoaderEstimate(**base, per_core_samples_per_s=per_core, rate_source=src, samples_per_s_per_gpu=rate,
-                          bound=bound, fixes=fixes)
+    if bound and basis == "default":
+        fixes.append("the rate assumed is the slowest host measured: `advise probe --data DIR` measures this host's "
+                     "on your files")
+    return LoaderEstimate(**base, per_core_samples_per_s=per_core, rate_source=src, rate_basis=basis,
+                          per_core_range=spread, samples_per_s_per_gpu=rate, bound=bound, fixes=fixes)
 
 
 def detected_cpus(gpus_on_node: int) -> tuple[float, str]:
@@ -181,12 +232,15 @@ def _cgroup_quota(path: str = "/sys/fs/cgroup/cpu.max") -> float | None:
 
 
 # ---------------------------------------------------------------- a measured rate (`advise probe --data DIR`)
-PROBE_FILE = "loader-rate.json"
+# One file per host and data kind: a home on a shared file system serves several machines, and their CPUs differ
+# (loader-rate-HOST-jpeg.json). LEGACY_FILE: what an older cardwise stored, without its host (read as this host's).
+LEGACY_FILE = "loader-rate.json"
 
 
 class LoaderProbe(BaseModel):
-    """This machine's loader rate on the user's own files, measured by ``advise probe --data DIR``
-    (launcher.loader_probe): one core's samples/s through the same chain the packaged rates time."""
+    """This machine's loader rate on the user's own files, measured by ``advise probe --data DIR`` or by
+    ``advise launch --data DIR`` before it plans (launcher.loader_probe): one core's samples/s through the same
+    chain the packaged rates time."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -196,6 +250,7 @@ class LoaderProbe(BaseModel):
     files: int = Field(description="files timed")
     directory: str
     cpu: str
+    host: str = Field("", description="the host name it was measured on ('' in files an older cardwise wrote)")
     when: float
     source: str = "advise probe --data"
 
@@ -210,23 +265,41 @@ class LoaderProbe(BaseModel):
     def summary(self) -> str:
         import datetime as _dt
 
-        return (f"measured by advise probe --data {self.directory} on {self.cpu} "
+        return (f"measured here by {self.source} {self.directory} on {self.cpu} "
                 f"({_dt.date.fromtimestamp(self.when).isoformat()}, {self.files} files)")
 
 
-def read_loader_probe(home: Path | None) -> LoaderProbe | None:
+def this_host() -> str:
+    import socket
+
+    return socket.gethostname() or "localhost"
+
+
+def probe_path(home: Path, host: str, data: str = "jpeg") -> Path:
+    """Where the measurement of ``host`` for ``data`` lives under ``home``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)[:120] or "localhost"
+    return Path(home) / f"loader-rate-{safe}-{data}.json"
+
+
+def read_loader_probe(home: Path | None, host: str | None = None, data: str = "jpeg") -> LoaderProbe | None:
+    """This host's (or ``host``'s) stored measurement for ``data``; an older home's unkeyed file as a fallback."""
     if home is None:
         return None
-    try:
-        return LoaderProbe.model_validate_json((Path(home) / PROBE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    for path in (probe_path(home, host or this_host(), data), Path(home) / LEGACY_FILE):
+        try:
+            probe = LoaderProbe.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if probe.data == data:
+            return probe
+    return None
 
 
 def save_loader_probe(home: Path, probe: LoaderProbe) -> Path:
-    """Replace the stored measurement; atomic, mode 0600 like the other probe files."""
+    """Replace the stored measurement of its host and data kind; atomic, mode 0600 like the other probe files."""
     from advisor.paths import write_private_atomic
 
     home = Path(home)
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return write_private_atomic(home / PROBE_FILE, probe.model_dump_json(indent=2) + "\n")
+    return write_private_atomic(probe_path(home, probe.host or this_host(), probe.data),
+                                probe.model_dump_json(indent=2) + "\n")

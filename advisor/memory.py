@@ -118,7 +118,9 @@ class MemoryEstimate(BaseModel):
                                        "(part of activations_gib)")
     peak_parts: list[MemoryPart] = Field(default_factory=list, description="the parts of the peak moment; they sum to peak_gib")
     other_moment: str = Field("", description="the other moment's total and any part that is larger there")
-    host_gib: float = Field(0.0, description="host RAM the run keeps (CPU offload: weights, gradients, optimizer states)")
+    host_gib: float = Field(0.0, description="host RAM the run keeps per GPU rank (CPU offload: weights, gradients, "
+                            "optimizer states)")
+    host_node_gib: float = Field(0.0, description="host RAM one node needs: host_gib x the ranks on a node")
     detail: dict[str, float] = Field(default_factory=dict, description="finer terms, GiB")
     notes: list[str] = Field(default_factory=list)
 
@@ -163,7 +165,9 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     out = _moments(led)
     led.each("after_fit")
     led.each("describe", reverse=True)
-    return MemoryEstimate(**out, device_gib=led.device_gib, host_gib=led.host / GIB, detail=_detail(led), notes=led.notes)
+    per_node = min(led.world, hw.gpus_per_node) if led.world > 1 else 1  # host RAM: every rank of a node keeps its own
+    return MemoryEstimate(**out, device_gib=led.device_gib, host_gib=led.host / GIB, host_node_gib=led.host / GIB * per_node,
+                          detail=_detail(led), notes=led.notes)
 
 
 def _moments(led: MemoryLedger) -> dict:

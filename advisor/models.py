@@ -11,7 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Family = Literal["decoder", "encoder", "vit", "cnn", "custom"]
+# "encoder-decoder": T5/BART-style, both stacks and cross-attention; no closed form, always a trace
+# (transformers' class from --hf-config or the catalog's precomputed one, or a --module).
+Family = Literal["decoder", "encoder", "encoder-decoder", "vit", "cnn", "custom"]
 Head = Literal["lm", "mlm", "cls", "qa", "image-cls", "none"]
 # "qa": extractive question answering, a Linear(d_model, num_labels=2) on every token giving the span's start
 # and end logits, its loss the mean of two cross-entropies over the positions (transformers'
@@ -182,6 +184,11 @@ class TraceProfile(BaseModel):
         default_factory=dict, description="per sample, by precision: c in saved = a*tokens + c*tokens^2, where "
                                           "attention falls back to the math path (s x s probabilities kept)"
     )
+    fixed_saved_bytes_quadratic: dict[str, float] = Field(
+        default_factory=dict, exclude_if=lambda v: not v,
+        description="by precision: c in fixed_saved_bytes + c*(tokens^2 - ref^2), what does not grow with the batch "
+                    "but with the square of the sequence: an encoder-decoder's [heads, q, k] position bias, which each "
+                    "layer's attention keeps (its own copy under autocast); left out of dumps when empty")
     output_bytes: dict[str, float] = Field(
         default_factory=dict, description="per sample (or token), by precision: the output (logits) itself, alive "
                                           "through backward when the training loop keeps it referenced (not assumed)"
@@ -232,7 +239,7 @@ class ModelSpec(BaseModel):
 
     @property
     def is_text(self) -> bool:
-        return self.family in ("decoder", "encoder")
+        return self.family in ("decoder", "encoder", "encoder-decoder")
 
     @property
     def is_vision(self) -> bool:

@@ -43,6 +43,7 @@ CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision"
 FLAGS: dict[str, tuple[str, str]] = {
     "gpu": ("--gpu", "value"), "gpus": ("--gpus", "value"), "nodes": ("--nodes", "value"),
     "interconnect": ("--interconnect", "value"), "network": ("--network", "value"),
+    "host_ram_gib": ("--host-ram", "gib"),
     "cpus_per_gpu": ("--cpus-per-gpu", "value"), "data_format": ("--data-format", "value"), "loader": ("--loader", "value"),
     "strategy": ("--strategy", "value"), "micro_batch": ("--micro-batch", "value"),
     "batch_size": ("--batch-size", "value"), "grad_accum": ("--grad-accum", "value"),
@@ -74,6 +75,9 @@ class Request(BaseModel):
     nodes: int = Field(1, ge=1, le=MAX_GPUS)
     interconnect: Literal["nvlink", "pcie", "pcie-nop2p"] | None = None
     network: NetworkLink | None = Field(None, description="between nodes, with its unit: '100GbE', '400G-IB', '25GB/s'")
+    host_ram_gib: float | None = Field(None, gt=0, le=units.MAX_HOST_RAM_GIB,
+                                       description="RAM of each node, GiB (--host-ram with a unit: '512GiB', '1TiB'); "
+                                       "None: detected when planning for this machine, else unknown (not checked)")
     cpus_per_gpu: float | None = Field(None, gt=0, le=4096, description="CPU cores each GPU's data loader gets; None: detected, "
                                        "or the default for named GPUs (advisor.loader.DEFAULT_CPUS_PER_GPU)")
     data_format: Literal["auto", "jpeg", "decoded", "tokenized", "synthetic"] | None = Field(
@@ -113,6 +117,17 @@ class Request(BaseModel):
         None, description="picks the learning-rate recipe (rules/data/defaults.toml); None = the family's default")
     # output
     alternatives: bool = Field(False, description="list the memory compromises even when the standard setup fits")
+
+    @field_validator("host_ram_gib", mode="before")
+    @classmethod
+    def _host_ram_text(cls, v):
+        """'512GiB', '1TiB', '768GB' (advisor.units.host_ram_gib); a number without a unit is refused."""
+        if isinstance(v, str):
+            try:
+                return units.host_ram_gib(v)
+            except ValueError as exc:
+                raise UserError(str(exc).split("; ")[0], fix=_HOST_RAM_FIX) from None
+        return v
 
     @field_validator("network", mode="before")
     @classmethod
@@ -169,11 +184,14 @@ class Request(BaseModel):
                 argv.append(flag)
             elif kind == "hours":
                 argv += [flag, f"{value:g}h"]
+            elif kind == "gib":
+                argv += [flag, f"{value:g}GiB"]
             else:
                 argv += [flag, _text(value)]
         return argv
 
 
+_HOST_RAM_FIX = "give a unit: --host-ram 512GiB, --host-ram 1TiB or --host-ram 768GB"
 _NETWORK_FIX = "give a unit: --network 100GbE, --network 400G-IB (InfiniBand), --network 25Gb/s or --network 12.5GB/s"
 
 

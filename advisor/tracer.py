@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import sys
 import time
 import types
@@ -265,6 +266,8 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
         moment = {"grads": 0, "peak": -float("inf")}
 
         def accumulated(prm):
+            if prm.grad is None:  # an undefined gradient reached it (a kernel that returns none): nothing held
+                return
             moment["grads"] += prm.grad.numel() * prm.grad.element_size()
             # a weight autocast cast (the trace's cast cache has it) gets its gradient in the cast's
             # dtype from the GEMM and cast back (ToCopyBackward): that one is alive as this one accumulates
@@ -355,6 +358,45 @@ def _units(m: nn.Module) -> list[nn.Module]:
     return [m]
 
 
+def is_encoder_decoder(model: nn.Module) -> bool:
+    """A transformers encoder-decoder (T5, BART, mT5: ``config.is_encoder_decoder``): its forward needs
+    decoder inputs (or labels, from which it makes them), so a plain ``model(input_ids)`` cannot train it."""
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def seq2seq_step(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor | None = None):
+    """One training forward of a transformers encoder-decoder as a seq2seq script runs it: the source ids, the
+    decoder's inputs (the labels shifted right, which the model makes itself from ``decoder_start_token_id``;
+    given here, as a config written by hand may lack that id) and the labels, for its own cross-entropy; the
+    loop holds the logits through backward. ``labels`` default: as long as the source."""
+    labels = ids if labels is None else labels
+    with _all_ones_masks_on_meta():
+        out = model(input_ids=ids, decoder_input_ids=labels, labels=labels)
+    return out.loss, out.logits
+
+
+@contextlib.contextmanager
+def _all_ones_masks_on_meta() -> Iterator[None]:
+    """BART's decoder makes an all-ones padding mask when none is given, and transformers' mask code asks
+    whether it is all ones (``masking_utils.fast_all``: a ``.item()``) to run SDPA with ``is_causal``
+    instead of a mask, as it does on a GPU. A meta tensor has no values: the trace passes no padding, so
+    every mask the model made itself is all ones, and the answer is yes."""
+    try:
+        from transformers import masking_utils
+    except ImportError:  # not a transformers model, or an older transformers without the helper
+        yield
+        return
+    original = getattr(masking_utils, "fast_all", None)
+    if original is None:
+        yield
+        return
+    masking_utils.fast_all = lambda t: True if t.device.type == "meta" else original(t)
+    try:
+        yield
+    finally:
+        masking_utils.fast_all = original
+
+
 # ------------------------------------------------------------------ --module FILE.py:FACTORY
 def _one_line(exc: BaseException, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
@@ -367,10 +409,15 @@ def user_code(where: str, doing: str, fix: str) -> Iterator[None]:
     on the meta device): whatever it does, even ``sys.exit(0)``, ``KeyboardInterrupt`` or a bare
     ``BaseException`` (issue 31: wrong exit codes and tracebacks), becomes a UserError saying what it
     did, so the CLI exits 2 with one line. ``doing`` names the step ("importing it", "tracing ...")."""
+    real_exit = os._exit
+    os._exit = _refuse_os_exit  # os._exit ends the process at once, past every guard: exit 0, nothing said
     try:
         yield
     except UserError:
         raise
+    except _OsExitCalled as exc:
+        raise UserError(f"{doing} called os._exit({exc.code!r})", where=where,
+                        fix="a factory returns a torch.nn.Module; keep the script's exits under `if __name__ == '__main__':`") from None
     except SystemExit as exc:
         raise UserError(f"{doing} called sys.exit({exc.code!r})", where=where,
                         fix="a factory returns a torch.nn.Module; keep the script's exits under `if __name__ == '__main__':`") from None
@@ -383,6 +430,20 @@ def user_code(where: str, doing: str, fix: str) -> Iterator[None]:
     except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything; we report it
         detail = f": {_one_line(exc)}" if str(exc).strip() else ""
         raise UserError(f"{doing} failed: {type(exc).__name__}{detail}", where=where, fix=fix) from None
+    finally:
+        os._exit = real_exit
+
+
+class _OsExitCalled(BaseException):
+    """What ``os._exit`` raises while the user's code runs (``user_code``)."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse_os_exit(code=0):
+    raise _OsExitCalled(code)
 
 
 def load_factory(spec: str) -> Callable[[], nn.Module]:
@@ -439,14 +500,28 @@ def trace_module_spec(spec: str, input_shape: tuple[int, ...] | None, input_dtyp
 
     # Token ids [batch, seq]: with fused attention everything saved is linear in seq (sdpa.py).
     scales = "tokens" if len(input_shape) == 1 and not dtype.is_floating_point else "fixed"
+    seq2seq = []  # set by the step when the factory built a transformers encoder-decoder
+
+    def step(model, inputs):
+        if scales == "tokens" and is_encoder_decoder(model):
+            seq2seq[:] = [True]
+            return seq2seq_step(model, inputs[0])
+        out = model(*inputs)
+        return (out, out if out.dim() > 0 and loss in ("ce", "mse") else None) if isinstance(out, torch.Tensor) else out
+
     start = time.perf_counter()
     with user_code(spec, "building and tracing it on the meta device",
                    "check --input-shape matches what forward() expects (per sample, no batch dim)"):
-        profile, n_params = profile_module(build, make_inputs, tuple(input_shape), scales_with=scales, loss=loss)
-    family = "cnn" if profile.has_batchnorm and len(input_shape) == 3 else "custom"
+        profile, n_params = profile_module(build, make_inputs, tuple(input_shape), scales_with=scales, loss=loss,
+                                           loss_fn=step)
+    loss_used = "model" if seq2seq else loss
+    profile = profile.model_copy(update={"loss": loss_used})
+    family = "encoder-decoder" if seq2seq else "cnn" if profile.has_batchnorm and len(input_shape) == 3 else "custom"
+    how = ("; a transformers encoder-decoder: trained as model(input_ids=x, labels=x), its own loss, the target "
+           "as long as the source" if seq2seq else "")
     return ModelSpec(name=spec.rsplit(":", 1)[-1], family=family, params=n_params, source=f"module {spec}",
-                     description=f"traced in {time.perf_counter() - start:.1f}s on the meta device",
-                     implementation=f"traced module {spec}", loss=loss,
+                     description=f"traced in {time.perf_counter() - start:.1f}s on the meta device{how}",
+                     implementation=f"traced module {spec}", loss=loss_used,
                      trace=profile, input_shape=tuple(input_shape), input_dtype=input_dtype,
                      default_image_size=input_shape[-1] if len(input_shape) == 3 else None,
                      default_seq_len=input_shape[0] if scales == "tokens" else None)

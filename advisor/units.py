@@ -284,3 +284,27 @@ def network(text: str):
     gbit = value * 8 if bytes_unit else value
     return NetworkLink(kind="infiniband" if gbit >= 100 else "ethernet", gbit_s=gbit, text=raw,
                        source=f"--network {raw} (kind assumed from the rate: InfiniBand at 100 Gb/s and up, else Ethernet)")
+
+
+_HOST_RAM_HELP = "give a unit: --host-ram 512GiB, --host-ram 1TiB or --host-ram 768GB (GB and GiB differ by 7%)"
+# bytes per unit, binary and decimal (IEC 80000-13); one node's RAM up to 1 PiB
+_RAM_UNITS = {"mib": 2**20, "gib": 2**30, "tib": 2**40, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+MAX_HOST_RAM_GIB = 2.0**20
+
+
+def host_ram_gib(text: str) -> float:
+    """One node's RAM: '512GiB', '1TiB', '768GB', '1.5 TB' -> GiB; a bare number is refused (GB and GiB
+    differ by 7%, MiB and GiB by 1024x), as --network refuses one."""
+    t = str(text).strip().lower().replace(" ", "")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-z]*)", t)
+    if m is None:
+        raise ValueError(f"cannot read the host RAM '{text}'; {_HOST_RAM_HELP}")
+    value, unit = float(m.group(1)), m.group(2)
+    if not unit:
+        raise ValueError(f"the host RAM '{text}' has no unit; {_HOST_RAM_HELP}")
+    if unit not in _RAM_UNITS:
+        raise ValueError(f"the host RAM '{text}' has an unknown unit '{m.group(2)}'; {_HOST_RAM_HELP}")
+    gib = value * _RAM_UNITS[unit] / 2**30
+    if not 0 < gib <= MAX_HOST_RAM_GIB:
+        raise ValueError(f"the host RAM must be more than 0 and at most 1 PiB per node, got '{text}'")
+    return gib

@@ -78,7 +78,8 @@ def render(est, applied: list[str], console=None) -> None:
     if m.other_moment:
         tab.add_row(f"[dim]{m.other_moment}[/dim]", "")
     if m.host_gib:
-        tab.add_row("host RAM (CPU offload)", f"{m.host_gib:.2f}")
+        tab.add_row("host RAM per rank (CPU offload)", f"{m.host_gib:.2f}")
+        tab.add_row("host RAM per node (all its ranks)", f"{m.host_node_gib:.2f}")
     tab.add_row("nvidia-smi (allocator + context)", f"{m.device_gib:.2f}")
     tab.add_row("GPU memory", f"{m.gpu_memory_gib:.2f}")
     console.print(tab)
@@ -108,6 +109,10 @@ def render(est, applied: list[str], console=None) -> None:
         rate = "not limited" if ld.samples_per_s_per_gpu is None else f"{ld.samples_per_s_per_gpu:,.0f} samples/s per GPU"
         thr.add_row("input pipeline", f"{ld.data} via {ld.loader}: {rate}" + (" (LIMITS samples/s)" if t.loader_bound else ""))
         thr.add_row("  cores per GPU", f"{ld.cpus_per_gpu:g} ({ld.cpus_source})")
+        from advisor.loader import per_core_words
+
+        if per_core_words(ld) and ld.data in ("jpeg", "decoded"):
+            thr.add_row("  per core", per_core_words(ld))
         if t.loader_bound:
             thr.add_row("  GPUs alone", f"{t.gpu_samples_per_s:,.2f} samples/s")
     if t.transferred:

@@ -126,6 +126,9 @@ def add_hardware_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--network", type=network, metavar="LINK",
                    help="network between nodes, with its unit: 100GbE, 400G-IB, NDR, 25Gb/s, 12.5GB/s "
                         "(default with --nodes > 1: one 200 Gb/s InfiniBand port per node, stated in the report)")
+    g.add_argument("--host-ram", type=_argparse_type(units.host_ram_gib), metavar="SIZE",
+                   help="RAM of each node, with its unit: 512GiB, 1TiB, 768GB (CPU offload's check; default: "
+                        "detected when planning for this machine, else not checked)")
     g.add_argument("--network-gbps", type=_network_gbps_refused, help=argparse.SUPPRESS)
     g.add_argument("--cpus-per-gpu", type=request_number("cpus_per_gpu"), metavar="N",
                    help="CPU cores each GPU's data loader gets (default: detected; 8 for named GPUs)")

@@ -81,6 +81,7 @@ def plan_from_flags(args: argparse.Namespace):
     if args.script and not args.recipe:  # a user's script: plan for the code it most likely loads
         ref, note = as_script_runs_it(req.model)
         req, notes = req.model_copy(update={"model": ref}), [note] if note else []
+    _measure_loader(args)
     calibration = load_calibration(flags.home_dir(args))
     if not getattr(args, "force", False):
         return plan(req, calibration=calibration), notes  # refuses what the estimate says will not fit
@@ -97,6 +98,22 @@ def plan_from_flags(args: argparse.Namespace):
     return forced(rec.plan, why, runs_here=not (args.dry_run or args.emit)), notes
 
 
+def _measure_loader(args: argparse.Namespace) -> None:
+    """The image recipe's loader rate on this host, before it plans: its images under ``--data``, one core, a few
+    seconds, once per host (cached in the home; ``advise probe --data DIR`` measures again)."""
+    if args.recipe != "image-classification" or args.data is None or not Path(args.data).expanduser().is_dir():
+        return
+    import sys
+
+    from launcher.loader_probe import cached_or_measured
+
+    probe, now = cached_or_measured(flags.home_dir(args), Path(args.data).expanduser(), args.image_size or 224,
+                                    progress=lambda text: print(f"advise: loader: {text}", file=sys.stderr, flush=True))
+    if now:
+        print(f"advise: note: loader rate on this host {probe.per_core:,.0f} images/s per core at {probe.image_size} px "
+              f"({probe.files} files under {probe.directory}); stored for later plans here", file=sys.stderr)
+
+
 def forced(plan, why: str, *, runs_here: bool = True):
     """``plan`` marked as launched against the estimate (recorded in the run's plan), and said so once
     (``runs_here`` False: --dry-run/--emit, which only show or write it)."""
@@ -111,9 +128,15 @@ def forced(plan, why: str, *, runs_here: bool = True):
 def check_here(plan, *, force: bool = False, runs_here: bool = True):
     """``launcher.preflight.check_here`` for the commands: ``plan``, or the plan marked forced (``--force``;
     ``runs_here`` False for --dry-run, which checks the same but starts nothing)."""
+    import sys
+
     from launcher.preflight import check_here as check
+    from launcher.shm_check import check_shm, shm_space
 
     why = check(plan, force=force)
+    note = check_shm(plan, shm_space())  # refused above when it cannot fit; said here when it is close
+    if note:
+        print(f"advise: warning: {note}", file=sys.stderr)
     return forced(plan, why, runs_here=runs_here) if why else plan
 
 

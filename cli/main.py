@@ -12,6 +12,7 @@ import argparse
 import gc
 import importlib
 import os
+import signal
 import sys
 import types
 
@@ -105,7 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     from cli.errors import run_guarded
 
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # the command handles Ctrl-C itself
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return run_guarded(module.run, args)
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C before the command runs (imports, parsing: the first ~0.3 s): nothing was started or written
+    yet, so say so in one line and exit 130 as ``run_guarded`` does, instead of a KeyboardInterrupt
+    traceback from whatever import it landed in."""
+    os.write(2, b"advise: interrupted\n")
+    os._exit(130)
+
+
+def _interrupt_ends_the_start() -> None:
+    """The console script owns the process: until ``main`` hands over to the command, Ctrl-C exits at once."""
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 
 def _command_name(argv: list[str]) -> str | None:
@@ -157,6 +173,7 @@ def console() -> None:
       (cProfile, coverage), which write their results at exit, the exit is the normal one.
     ``main(argv)`` itself (tests, the wizard) changes none of this.
     """
+    _interrupt_ends_the_start()
     argv = sys.argv[1:]
     one_shot = _command_name(argv) in ONE_SHOT
     if one_shot:
@@ -165,6 +182,7 @@ def console() -> None:
         if os.environ["PYDANTIC_DISABLE_PLUGINS"] in _PluginsOff.OFF and _PluginsOff.NAME not in sys.modules:
             sys.modules[_PluginsOff.NAME] = _PluginsOff(_PluginsOff.NAME)
     rc = main(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command is done: a late Ctrl-C changes nothing now
     if one_shot and sys.getprofile() is None and sys.gettrace() is None:
         sys.stdout.flush()
         sys.stderr.flush()

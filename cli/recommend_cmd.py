@@ -106,7 +106,9 @@ def memory_bar(memory, width: int = 56):
     if memory.other_moment:
         out.append(f"\n  {memory.other_moment}", style="dim")
     if memory.host_gib:
-        out.append(f"\n  host RAM: ~{memory.host_gib:.0f} GiB (CPU offload)", style="dim")
+        per_node = (f" per node ({memory.host_node_gib / memory.host_gib:.0f} ranks x ~{memory.host_gib:.0f} GiB)"
+                    if memory.host_node_gib > memory.host_gib * 1.01 else " per node")
+        out.append(f"\n  host RAM: ~{memory.host_node_gib:.0f} GiB{per_node}", style="dim")
     return out
 
 
@@ -175,6 +177,10 @@ def render_report(rec, console=None) -> None:
     if t.loader is not None and (t.loader.data in ("jpeg", "decoded") or t.loader_bound):  # text never waits on it
         head.add_row("input", f"{t.loader.data} via {t.loader.loader}, {t.loader.cpus_per_gpu:g} CPU cores per GPU "
                      f"({t.loader.cpus_source})" + (f": LIMITS samples/s to {t.samples_per_s:,.0f}" if t.loader_bound else ""))
+        if t.loader_bound:
+            from advisor.loader import per_core_words
+
+            head.add_row("", f"loader rate: {per_core_words(t.loader)}")
     head.add_row("model", f"{m.name}: {m.params:,} parameters ({m.family}, {m.source}); estimated as "
                  f"{m.implementation or 'unnamed code'}" + (f", loss {m.loss}" if m.loss else "")
                  + (f", trainable {m.trainable_params:,}" if m.trainable_params != m.params else ""))
@@ -239,6 +245,8 @@ def render_report(rec, console=None) -> None:
         kv.add_row("compromise", Text.assemble((r.compromise, "bold yellow"), f": gives up {r.gives_up}"))
         if r.compromise_rule:
             kv.add_row("policy", r.compromise_rule)
+        if r.risk_rule:
+            kv.add_row("numerical risk", f"{r.numerical_risk}: {r.risk_rule}")
     kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {'on' if r.grad_ckpt else 'off'}"]

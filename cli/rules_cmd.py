@@ -99,13 +99,13 @@ def run(args: argparse.Namespace) -> int:
         near = close_names(key, [r.id for r in rules] + list(CONSTRAINT_IDS))
         raise UserError(f"unknown rule '{key}'", fix=(f"did you mean {', '.join(near)}? " if near else "")
                         + "`advise rules` lists every rule")
-    table = _DEFAULT_TABLES.get(rule.id)
+    table, render = _DEFAULT_TABLES.get(rule.id, (None, None))
     if args.json:
         sys.stdout.write(json.dumps({**_rule_dict(rule), **({"defaults": table()} if table else {})}, indent=2) + "\n")
         return 0
     _render_rule(rule)
     if table:
-        _render_defaults(table())
+        render(table())
     return 0
 
 
@@ -119,8 +119,32 @@ def _lr_defaults() -> dict:
             "models": {k: v.model_dump(exclude_none=True) for k, v in d.model.items()}}
 
 
-# Rules whose defaults live in a table of rules/data/defaults.toml: `advise rules ID` shows it.
-_DEFAULT_TABLES = {"defaults.lr": _lr_defaults}
+def _risk_classes() -> dict:
+    """Node H's numerical-risk classes (rules.risk.RISK_CLASSES), least risk first, and the rule over them."""
+    from rules.compromise import LEVELS
+    from rules.risk import RISK_CLASSES, RISK_SLACK
+
+    return {"risk_slack": RISK_SLACK,
+            "classes": [{"id": c.id, "rank": c.rank, "summary": c.summary, "why": c.why, "source": c.source,
+                         "compromises": [lv.name for lv in LEVELS if lv.numerical_risk == c.id]} for c in RISK_CLASSES]}
+
+
+def _render_risk(d: dict) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(width=max(100, Console().width))
+    console.print(escape(f"numerical risk within a tier (rules.risk.RISK_CLASSES): the least wins unless more than "
+                         f"{d['risk_slack']:.0%} slower than the tier's fastest, or the deadline needs the faster one"),
+                  style="bold")
+    for c in d["classes"]:
+        levels = f" [{', '.join(c['compromises'])}]" if c["compromises"] else ""
+        console.print(escape(f"  {c['rank']} {c['id']}{levels}: {c['summary']}. {c['why']} -- {c['source']}"))
+
+
+# Rules whose defaults live in a table: `advise rules ID` shows it (data, how to render it).
+_DEFAULT_TABLES = {"defaults.lr": (_lr_defaults, lambda d: _render_defaults(d)),
+                   "fit.compromise": (_risk_classes, _render_risk)}
 
 
 def _render_defaults(d: dict) -> None:

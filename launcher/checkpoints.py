@@ -39,6 +39,11 @@ KEEP = 2  # cardwise's choice: the newest complete checkpoint and one before it 
 # DIGEST_MAX_PARAMS note), so at most ~2 s per save. Larger checkpoints record sizes only, which still
 # catch the usual damage (a write cut short by a full disk or a kill).
 HASH_MAX_BYTES = 4 << 30
+# cardwise.json is a few fields and one size (and hash) per state file; a file larger than this was not
+# written by cardwise (cardwise's choice: ~100k files' entries). Nor is a step above MAX_STEP: 10**12
+# optimizer steps are 1,000 a second for 31 years (a "step 10**30" resumed as a run already past its end).
+META_MAX_BYTES = 16 << 20
+MAX_STEP = 10**12
 
 
 def checkpoints_of(rt) -> "Checkpoints":
@@ -155,9 +160,9 @@ def damage(path: Path) -> str | None:
     """Why the checkpoint at ``path`` cannot be resumed from, or None when it checks out: complete
     (``cardwise.json``), and every file it recorded present with its size (and hash, when recorded).
     A checkpoint saved before cardwise recorded files is judged by ``cardwise.json`` alone."""
-    meta = read_meta(path)
+    meta, why = _load_meta(path)
     if meta is None:
-        return f"no complete {META_NAME}"
+        return why
     files = meta.get("files")
     if not isinstance(files, dict) or not isinstance(files.get("sizes"), dict):
         return None
@@ -179,9 +184,16 @@ def newest_usable(run_dir: str | Path | None) -> tuple[Path | None, list[str]]:
     newer one passed over: a damaged newest checkpoint falls back to the one kept before it."""
     if not run_dir:
         return None, []
-    found = sorted(((m["step"], p) for p in (Path(run_dir) / CHECKPOINTS_DIR).glob("step-*")
-                    if not p.is_symlink() and (m := read_meta(p)) is not None), reverse=True)
-    skipped = []
+    found, skipped = [], []
+    for p in sorted((Path(run_dir) / CHECKPOINTS_DIR).glob("step-*"), reverse=True):
+        if p.is_symlink():
+            continue
+        meta, why = _load_meta(p)
+        if meta is not None:
+            found.append((meta["step"], p))
+        elif (p / META_NAME).exists():  # saved, then damaged or edited: said, not silently passed over
+            skipped.append(f"{p.name} is damaged ({why})")
+    found.sort(reverse=True)
     for _, p in found:
         why = damage(p)
         if why is None:
@@ -226,14 +238,38 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
 
 def read_meta(path: Path) -> dict | None:
     """A checkpoint's ``cardwise.json`` if it is complete and well formed (we wrote it, but the
-    directory is the user's to edit: a bad one reads as no checkpoint)."""
-    try:
-        meta = json.loads((Path(path) / META_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or type(meta.get("step")) is not int or meta["step"] < 1:
-        return None
+    directory is the user's to edit: a bad one reads as no checkpoint; ``meta_problem`` says why)."""
+    meta, _ = _load_meta(path)
     return meta
+
+
+def meta_problem(path: Path) -> str | None:
+    """Why the checkpoint's ``cardwise.json`` cannot be trusted (missing, not JSON, a field out of range),
+    or None when it can."""
+    return _load_meta(path)[1]
+
+
+def _load_meta(path: Path) -> tuple[dict | None, str | None]:
+    file = Path(path) / META_NAME
+    try:
+        if file.stat().st_size > META_MAX_BYTES:
+            return None, f"{META_NAME} has {file.stat().st_size} bytes, more than a checkpoint's ever takes"
+        meta = json.loads(file.read_text())
+    except FileNotFoundError:
+        return None, f"no {META_NAME}"
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
+        return None, f"{META_NAME} is not readable JSON ({type(exc).__name__})"
+    if not isinstance(meta, dict):
+        return None, f"{META_NAME} is not an object"
+    step = meta.get("step")
+    if type(step) is not int or not 1 <= step <= MAX_STEP:
+        return None, f"{META_NAME} says step {str(step)[:24]}, not a step from 1 to {MAX_STEP:,}"
+    for key in ("world_size", "micro_batch", "grad_accum"):
+        if key in meta and (type(meta[key]) is not int or not 1 <= meta[key] <= MAX_STEP):
+            return None, f"{META_NAME} says {key} {str(meta[key])[:24]}, not a count from 1"
+    if not isinstance(meta.get("stop", False), bool) or not isinstance(meta.get("files", {}), dict):
+        return None, f"{META_NAME}'s stop or files field has the wrong type"
+    return meta, None
 
 
 class Checkpoints:
@@ -259,9 +295,9 @@ class Checkpoints:
         """Load the resume checkpoint (all ranks) and put the step counter and LR schedule at its step."""
         if self.resume_from is None or self.restored_step:
             return self.restored_step
-        meta = read_meta(self.resume_from)
+        meta, why = _load_meta(self.resume_from)
         if meta is None:
-            raise SystemExit(f"cardwise: {self.resume_from} is not a complete checkpoint (no {META_NAME})")
+            raise SystemExit(f"cardwise: {self.resume_from} is not a checkpoint to resume from ({why})")
         rt = self.rt
         rt.accelerator.load_state(str(self.resume_from))
         rt.step = meta["step"]

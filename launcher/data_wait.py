@@ -164,7 +164,7 @@ def read_util(path: Path) -> list[dict]:
             for line in f:
                 try:
                     row = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # a line cut short, or nested thousands deep
                     continue
                 if isinstance(row, dict):
                     out.append(row)

@@ -21,6 +21,31 @@ from advisor.paths import ENV_HOME, resolve_home  # noqa: F401 - re-exported for
 STORE_NAME = "runs.sqlite"
 RUNS_DIR = "runs"
 
+# Where a home never goes (cardwise's choice, from the Filesystem Hierarchy Standard 3.0): nowhere inside
+# the trees of the system's programs, libraries, boot files and configuration, nor of the kernel's
+# pseudo-filesystems (proc, sys, dev), which are not storage; as root nothing stops a write there, and a
+# `--home /etc` put the store and run folders among the system's configuration.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin",
+                "/sys", "/usr")
+# ...nor any of these itself, though a folder of cardwise's own inside them is its place (FHS: a service's
+# state in /var/lib/cardwise, an add-on package in /opt/cardwise, a user's in /home/NAME/...).
+SYSTEM_DIRS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var", "/var/cache",
+               "/var/lib", "/var/log", "/var/spool", "/var/tmp")
+
+
+def refuse_system_home(home: Path) -> None:
+    """A UserError for a home that is, or (for ``SYSTEM_TREES``) is inside, a system directory; the
+    path as given and as resolved (``/lib`` links to ``/usr/lib`` on a merged-/usr system) are both checked."""
+    for path in {Path(os.path.abspath(home)), Path(os.path.realpath(home))}:
+        text = str(path)
+        tree = next((t for t in SYSTEM_TREES if text == t or text.startswith(t + "/")), None)
+        if tree is not None or text in SYSTEM_DIRS:
+            where = f"inside {tree}" if tree is not None and text != tree else "a system directory"
+            raise UserError(f"the cardwise home would be {where}: it holds a run store and run folders, "
+                            "not the system's files", where=str(home),
+                            fix="pass a folder of its own, e.g. --home /var/lib/cardwise (a service) or leave "
+                                "--home out (~/.local/share/cardwise)")
+
 
 def _mkdir_private(path: Path) -> None:
     """Create ``path`` (and parents) with mode 0700; leave an existing directory's mode alone."""
@@ -58,13 +83,26 @@ def ensure_home(home: Path) -> Path:
     """Create the home and its ``runs/`` folder if needed, check them (``check_home``); return the home."""
     from launcher.store_safety import check_ancestors
 
+    refuse_system_home(home)
     if home.exists() and not home.is_dir():
         raise UserError("the cardwise home is not a directory", where=str(home),
                         fix="pass a directory with --home DIR or set CARDWISE_HOME")
     check_ancestors(home)  # before creating anything under them
     _mkdir_private(home)
     _mkdir_private(home / RUNS_DIR)
-    return check_home(home)
+    check_home(home)
+    for path, what in ((home, "the cardwise home"), (home / RUNS_DIR, "the home's runs/ folder")):
+        _check_writable(path, what)
+    return home
+
+
+def _check_writable(path: Path, what: str) -> None:
+    """A writer's home and runs/ must take new files (the store's, the lock's, run folders): a 0555 one
+    failed with a traceback at the first file. ``os.access`` asks the kernel, so root passes as it writes."""
+    if not os.access(path, os.W_OK | os.X_OK):
+        mode = oct(os.stat(path).st_mode & 0o777)[2:]
+        raise UserError(f"{what} is not writable (mode {mode})", where=str(path),
+                        fix=f"chmod u+w {path}, or pass another home with --home DIR")
 
 
 def store_path(home: Path) -> Path:

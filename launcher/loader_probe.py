@@ -85,7 +85,8 @@ def image_files(directory: Path, limit: int = MAX_FILES) -> list[Path]:
     return out
 
 
-def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: Callable[[str], None] | None = None):
+def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: Callable[[str], None] | None = None,
+                    source: str = "advise probe --data"):
     """advisor.loader.LoaderProbe of this machine on the files under ``directory`` (read into memory first,
     so the disk's speed is not timed: a warm page cache, as an epoch after the first)."""
     from advisor.loader import LoaderProbe
@@ -119,8 +120,10 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
         i[0] += 1
 
     rate = calls_per_cpu_second(one, seconds)
+    from advisor.loader import this_host
+
     return LoaderProbe(per_core=rate, image_size=size, files=len(good), directory=str(directory), cpu=cpu_model(),
-                       when=time.time())
+                       host=this_host(), when=time.time(), source=source)
 
 
 def cpu_model() -> str:
@@ -134,3 +137,17 @@ def cpu_model() -> str:
     import platform
 
     return platform.processor() or "unknown CPU"
+
+
+def cached_or_measured(home: Path, directory: Path, size: int, progress: Callable[[str], None] | None = None):
+    """(probe, measured now): this host's stored JPEG rate if there is one (cached per host and data kind:
+    advisor.loader.probe_path), else a measurement on the files under ``directory``, stored. What ``advise launch
+    --recipe image-classification --data DIR`` does before it plans, so that its loader cap is this host's."""
+    from advisor.loader import read_loader_probe, save_loader_probe
+
+    stored = read_loader_probe(home)
+    if stored is not None:
+        return stored, False
+    probe = probe_directory(directory, size, progress=progress, source="advise launch --data")
+    save_loader_probe(home, probe)
+    return probe, True

@@ -119,7 +119,7 @@ def _valid_row(line: str) -> dict | None:
     """The row if it is a JSON object whose step/rank/attempt are integers and measures finite numbers."""
     try:
         row = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a row nested thousands deep (a script's own rows)
         return None
     if not isinstance(row, dict):
         return None

@@ -44,6 +44,8 @@ from launcher.records import EXIT_NAME, Outcome, launch_outcome, read_json
 from launcher.run_logs import rank_logs
 
 _PR_SET_CHILD_SUBREAPER = 36
+# The error of a run whose start met a full disk before any process of it ran (launcher.service requeues it).
+START_NO_SPACE = "no space on the disk to start it"
 _SHIM_MARGIN_S = 8.0  # the shim's own sweep after its grace: wait this much longer before SIGKILL
 
 
@@ -397,9 +399,19 @@ def execute(store, run_id: str, plan, target, run_dir: Path, options: RunOptions
                 continue
             break
     except BaseException as exc:  # recorded as failed (or cancelled on Ctrl-C), then re-raised
+        from launcher.store import out_of_space
+
         interrupted = isinstance(exc, KeyboardInterrupt)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
         final = {"status": "cancelled" if interrupted else "failed", "exit_code": None,
-                 "error": None if interrupted else (str(exc).splitlines() or [type(exc).__name__])[0]}
+                 "error": None if interrupted else first}
+        space = None if interrupted else out_of_space(exc, run_dir)
+        if space is not None and (launch is None or launch.proc is None):
+            # Nothing ran: a full disk is transient, so the run is not over. The service's run goes back
+            # to the queue (the service holds its starts until space is freed); a foreground run ends
+            # failed and says how to start it again.
+            final = ({"status": "queued", "exit_code": None, "error": f"{START_NO_SPACE}: {space}"} if claimed else
+                     {**final, "error": f"{START_NO_SPACE}: {space}; nothing ran (free space, then launch it again)"})
         raise
     finally:
         if launch is not None and launch.proc is not None and launch.proc.poll() is None:

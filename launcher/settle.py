@@ -47,6 +47,7 @@ def record_end(store, run_id: str, run_dir: Path, adir: Path | None, attempt_no:
         with contextlib.suppress(OSError):
             write_json_atomic(Path(adir) / OUTCOME_NAME, {**final, "ended": time.time()})
     try:
+        _end_open_attempts(store, run_id, final)
         done = store.transition(run_id, final["status"], expect=["running"], metrics=metrics,
                                 exit_code=final["exit_code"], error=final["error"])
         if done is None:  # moved by someone else (advise cancel): keep their status, add what we know
@@ -58,6 +59,19 @@ def record_end(store, run_id: str, run_dir: Path, adir: Path | None, attempt_no:
               file=sys.stderr)
         return RunRecord(id=run_id, status=final["status"], created=time.time(), run_dir=str(run_dir),
                          exit_code=final["exit_code"], error=final["error"], metrics=metrics)
+
+
+def _end_open_attempts(store, run_id: str, final: dict) -> None:
+    """An attempt still ``running`` when its run ends (a fault between recording the attempt and its
+    launch: nothing of it ran) ends with the run, so the record never shows a running attempt of a run
+    that is not running. A requeued run's attempt failed: the run starts again as a new attempt."""
+    rec = store.get(run_id)
+    status = final["status"] if final["status"] in ("succeeded", "failed", "cancelled") else "failed"
+    for att in rec.attempts:
+        if att.status == "running":
+            store.record_attempt(run_id, att.model_copy(update={"status": status, "ended": time.time(),
+                                                                "exit_code": final["exit_code"],
+                                                                "error": final["error"]}))
 
 
 def _is_service_run(rec: RunRecord) -> bool:

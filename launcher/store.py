@@ -98,9 +98,17 @@ def store_wait_s() -> float:
     return value
 
 
+RUN_ID_CHARS = 8
+# cardwise's choice: a prefix names one run only when it says enough to be meant; 4 hex digits are
+# 65,536 values, so two runs of a store of a few hundred rarely share one (and then both are named).
+MIN_ID_PREFIX = 4
+# Ids are RUN_ID_CHARS long; a few times that leaves room for ids other tools give (tui.demo's labels).
+MAX_ID_CHARS = 64
+
+
 def new_run_id() -> str:
-    """8 hex digits: short enough to type (`advise show 3fa9c2d1`, prefixes work), random enough."""
-    return secrets.token_hex(4)
+    """8 hex digits: short enough to type (`advise show 3fa9c2d1`, prefixes of 4 or more work), random enough."""
+    return secrets.token_hex(RUN_ID_CHARS // 2)
 
 
 class RunStore:
@@ -147,6 +155,7 @@ class RunStore:
                                     where=str(self.path),
                                     fix="upgrade cardwise (pip install -U cardwise) or use another --home")
                 if not self.readonly:
+                    _refuse_read_only(self.path)
                     _migrate(db)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
@@ -187,6 +196,9 @@ class RunStore:
                     db.execute("ROLLBACK")
             if store_safety.is_corruption(exc):
                 raise store_safety.corrupt(self.path, str(exc)) from None
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == 8:  # SQLITE_READONLY: made read-only while in use
+                raise UserError(f"the run store became read-only: {exc}", where=str(self.path),
+                                fix=f"chmod u+w {self.path} (0600) and check its disk is mounted read-write") from None
             raise
         except BaseException:
             if db.in_transaction:
@@ -272,12 +284,24 @@ class RunStore:
         raise RuntimeError("could not pick a unique run id")
 
     def get(self, run_id: str) -> RunRecord:
-        """The run with this id or unique id prefix; a UserError naming close ids otherwise."""
+        """The run with this id, or the one run whose id starts with ``run_id`` when that is at least
+        ``MIN_ID_PREFIX`` characters; a one-line UserError otherwise (naming close ids where several match).
+
+        An empty or 1-character prefix would name whichever run happens to be alone in the store (``advise
+        cancel ''`` cancelled it); an id longer than ``MAX_ID_CHARS`` is no id (one over 50,000 characters
+        crashed SQLite's LIKE, so prefixes are compared with ``substr`` and no pattern at all)."""
+        if len(run_id) > MAX_ID_CHARS:
+            raise UserError(f"'{run_id[:16]}...' ({len(run_id)} characters) is not a run id: ids are "
+                            f"{RUN_ID_CHARS} hex characters", fix="`advise runs` lists the runs' ids")
         with self._conn() as db:
             rec = self._get(db, run_id)
             if rec is not None:
                 return rec
-            rows = db.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created", (_like_prefix(run_id),)).fetchall()
+            if len(run_id) < MIN_ID_PREFIX:
+                raise UserError(f"no run '{run_id}' in {self.path.parent}: give the whole id or at least "
+                                f"{MIN_ID_PREFIX} of its characters", fix="`advise runs` lists the runs' ids")
+            rows = db.execute("SELECT * FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created",
+                              (len(run_id), run_id)).fetchall()
         if len(rows) == 1:
             return self._record(rows[0])
         if len(rows) > 1:
@@ -422,6 +446,40 @@ def _run_script(db: sqlite3.Connection, sql: str) -> None:
 _FULL_BELOW_BYTES = 64 << 10
 
 
+def _refuse_read_only(path: Path) -> None:
+    """A writer of a store it cannot write (mode 0400, a read-only mount) is refused at open, before it
+    makes anything else (``advise submit`` made its run folder, then failed with SQLite's "attempt to
+    write a readonly database" traceback). ``os.access`` asks the kernel, so root passes as it writes."""
+    if not os.access(path, os.W_OK):
+        mode = oct(os.stat(path).st_mode & 0o777)[2:]
+        raise UserError(f"the run store is read-only (mode {mode}): this command records runs in it", where=str(path),
+                        fix=f"chmod u+w {path} (0600), or `advise runs`/`show` to read it as it is")
+
+
+def out_of_space(exc: BaseException, directory: Path) -> str | None:
+    """Why ``exc`` is a full disk (ENOSPC, EDQUOT, SQLite's "disk is full", or any error while the disk
+    holding ``directory`` has no room): a fault that passes once space is freed; None for any other."""
+    import errno
+
+    if isinstance(exc, ResourceShortage):
+        return exc.what
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc.strerror or "no space left on the device"
+    if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == 13:  # SQLITE_FULL
+        return str(exc)
+    if isinstance(exc, (OSError, sqlite3.Error)):
+        return _disk_full(directory)
+    return None
+
+
+def free_bytes(directory: Path) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def _disk_full(directory: Path) -> str | None:
     """"0 bytes free" when the filesystem holding ``directory`` has (almost) no space or inodes left."""
     try:
@@ -434,7 +492,3 @@ def _disk_full(directory: Path) -> str | None:
     if st.f_files and st.f_favail == 0:
         return "no free inode"
     return None
-
-
-def _like_prefix(prefix: str) -> str:
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

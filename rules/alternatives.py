@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from advisor.setup import NO_ACCUMULATION
+from advisor.setup import CPU_OFFLOAD, NO_ACCUMULATION
 from advisor.units import format_hours
-from rules.compromise import find, gives_up, name_of
+from rules.compromise import find, gives_up, name_of, risk_text
+from rules.host_ram import host_short, host_text
 from rules.recommend import Alternative, Cost
 from rules.planner import Choice, Infeasible
 from rules.tree import TreeContext
@@ -32,11 +33,10 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
     std = ctx.one
     std_dev = (std.estimate.memory.device_gib if isinstance(std, Choice)
                else std.closest.memory.device_gib if isinstance(std, Infeasible) and std.closest else None)
-    chosen = out_.chosen.level.name if out_.chosen else None
     out: list[Alternative] = []
     for t in out_.tried:
         lv, r = t.level, t.result
-        if lv.name == chosen or r is None:
+        if t is out_.chosen or r is None:
             continue
         kind = "offload" if lv.update.get("cpu_offload") else "compromise"
         if isinstance(r, Choice):
@@ -49,13 +49,75 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
                 name=label, kind=kind, summary=f"gives up {gives_up(lv, r, p)}; fits on {r.gpus}x {p.hw.gpu.name}: {mem}, {_speed(r)}",
                 fits=True, gpus=r.gpus, strategy=r.strategy.value, peak_gib=e.memory.peak_gib, device_gib=e.memory.device_gib,
                 samples_per_s=e.throughput.samples_per_s, time_to_train_h=r.time_h, meets_deadline=_meets(ctx, r.time_h),
-                cost=Cost(memory=mem, speed=_speed(r), accuracy_risk=lv.risk), source=lv.source, command=cmd(r, no_accumulation=NO_ACCUMULATION in name_of(lv, r, p).split("+"))))
+                cost=Cost(memory=mem, speed=_speed(r), accuracy_risk=risk_text(lv, r, p)), source=lv.source, command=cmd(r, no_accumulation=NO_ACCUMULATION in name_of(lv, r, p).split("+"))))
         else:
             dev = r.closest.memory.device_gib if r.closest else None
+            host = r.closest is not None and r.reason == host_short(r.closest, p)  # the GPUs hold it, the node's RAM not
             out.append(Alternative(
-                name=lv.name, kind=kind, summary=f"gives up {lv.gives_up}; still does not fit on {r.gpus}x {p.hw.gpu.name}"
-                + (f" (~{dev:.1f} GiB)" if dev else ""), fits=False, gpus=r.gpus, device_gib=dev,
-                cost=Cost(memory=f"~{dev:.1f} GiB per GPU" if dev else "", accuracy_risk=lv.risk), source=lv.source))
+                name=t.name, kind=kind, summary=f"gives up {lv.gives_up}; " + (
+                    f"on {r.gpus}x {p.hw.gpu.name} it {host_short(r.closest, p)}" if host else
+                    f"still does not fit on {r.gpus}x {p.hw.gpu.name}" + (f" (~{dev:.1f} GiB)" if dev else "")),
+                fits=False, gpus=r.gpus, device_gib=dev,
+                cost=Cost(memory=(host_text(r.closest) if host else f"~{dev:.1f} GiB per GPU" if dev else ""),
+                          accuracy_risk=lv.risk), source=lv.source))
+    return out
+
+
+# Optimizer-only offload as DeepSpeed runs it (ZeRO-Offload, `offload_optimizer`): the CPU holds the fp32
+# master weights and both AdamW moments (12 bytes a parameter) and the fp16/bf16 gradients it steps on
+# (2): Ren et al. 2021 (ZeRO-Offload), sec. 4.1. FSDP2's CPUOffloadPolicy (what cardwise launches) moves
+# parameters, gradients and optimizer states together, 16 bytes a parameter (advisor.memory).
+OPTIMIZER_ONLY_HOST_BYTES = 14
+
+
+def host_ram_short(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
+    """When the node's RAM cannot hold CPU offload (the ladder's cpu-offload, or a pinned --cpu-offload): the
+    offload over more nodes (each node holds its ranks' shards, so the per-node need falls with the count),
+    and optimizer-only offload with its own per-node need, which cardwise cannot launch."""
+    from advisor.config import Strategy
+    from rules.nodes import HYPOTHETICAL_MAX_GPUS
+
+    p = ctx.planner
+    e = None
+    tried = ctx.compromise.tried if ctx.compromise else []
+    short = next((t for t in tried if t.level.name == CPU_OFFLOAD and not t.label and isinstance(t.result, Infeasible)
+                  and t.result.closest is not None and host_short(t.result.closest, p)), None)
+    if short is not None:
+        e = short.result.closest
+    elif isinstance(ctx.choice, Choice) and ctx.choice.config.cpu_offload and host_short(ctx.choice.estimate, p):
+        e = ctx.choice.estimate
+    if e is None:
+        return []
+    out: list[Alternative] = []
+    base = p.base.model_copy(update={"cpu_offload": True})
+    for n in p.counts(hypothetical_max=HYPOTHETICAL_MAX_GPUS):
+        if n <= e.hardware.count:
+            continue
+        ch = p.search(n, Strategy.fsdp, base=base, hypothetical=True)
+        if isinstance(ch, Choice) and not host_short(ch.estimate, p):
+            nodes = ch.estimate.hardware.nodes
+            out.append(Alternative(
+                name=f"{nodes} nodes with cpu-offload", kind="scale-out",
+                summary=(f"the same offload over {n}x {p.hw.gpu.name} ({nodes} nodes): {host_text(ch.estimate)}, within "
+                         f"the {p.host_ram_gib:.0f} GiB of each node; {_speed(ch)}" +
+                         (f" (needs {n} GPUs; {p.available} at hand)" if n > p.available else "")),
+                fits=True, gpus=n, strategy=ch.strategy.value, peak_gib=ch.estimate.memory.peak_gib,
+                device_gib=ch.estimate.memory.device_gib, samples_per_s=ch.estimate.throughput.samples_per_s,
+                time_to_train_h=ch.time_h, meets_deadline=_meets(ctx, ch.time_h),
+                cost=Cost(memory=host_text(ch.estimate), speed=_speed(ch), accuracy_risk="none"),
+                source="Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", command=cmd(ch, hypothetical=n > p.available)))
+            break
+    ranks = round(e.memory.host_node_gib / e.memory.host_gib) if e.memory.host_gib else 1
+    need = OPTIMIZER_ONLY_HOST_BYTES * p.model.params / e.hardware.count * ranks / 2**30
+    out.append(Alternative(
+        name="optimizer-only offload", kind="offload",
+        summary=(f"only the optimizer on the CPU (DeepSpeed ZeRO-Offload's offload_optimizer: fp32 master weights, "
+                 f"AdamW moments and the gradients, {OPTIMIZER_ONLY_HOST_BYTES} bytes a parameter): ~{need:.0f} GiB of "
+                 f"host RAM per node against {e.memory.host_node_gib:.0f} for FSDP's offload of parameters too; cardwise "
+                 "cannot launch it: FSDP2's CPUOffloadPolicy offloads parameters, gradients and optimizer states together"),
+        fits=None, gpus=e.hardware.count, strategy="fsdp",
+        cost=Cost(memory=f"~{need:.0f} GiB of host RAM per node", accuracy_risk="none"),
+        source="Ren et al. 2021 (ZeRO-Offload, sec. 4.1); DeepSpeed offload_optimizer; PyTorch FSDP2 CPUOffloadPolicy"))
     return out
 
 

@@ -65,9 +65,13 @@ def recommend(req: Request, *, model: ModelSpec | None = None, hardware: Hardwar
             machine = Machine(cpu_cores=_cpu_cores()) if req.gpu else _hardware.detect_machine()
         hardware = resolve_hardware(machine, **req.hardware_args(), assume_if_none=assume_if_none)
     flow.check_request(req, spec, hardware)
-    # Host RAM is known only for this machine (CPU offload's check): not for a GPU named with --gpu.
-    ram = machine.ram_gib if machine is not None and hardware.detected and machine.ram_gib else None
+    # Host RAM per node (CPU offload's check): --host-ram, else this machine's when planning for it (detected
+    # GPUs); a GPU named with --gpu is someone else's machine, its RAM unknown.
+    ram, ram_source = req.host_ram_gib, f"--host-ram {req.host_ram_gib:g}GiB" if req.host_ram_gib else None
+    if ram is None and machine is not None and hardware.detected and machine.ram_gib:
+        ram, ram_source = machine.ram_gib, "detected on this machine"
     run = flow.start(req, spec, hardware, calibration or default_calibration(), host_ram_gib=ram)
+    run.planner.host_ram_source = ram_source
     flow.setup_rules(run)
     flow.tree(run)
     flow.plan_rules(run)

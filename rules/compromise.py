@@ -12,10 +12,14 @@ Three tiers:
 
 The policy (docs/design.md "Memory compromises at launch"): the fastest exact compromise that fits,
 unless it is more than ``EXACT_SLOWDOWN_LIMIT`` times slower than the fastest fitting compromise of
-the best lossy tier; then that one. Within a tier, the fastest variant (samples/s). Every level is
-evaluated with checkpointing off/on, the micro-batch the search picks and (``with_lower``) combined
-with lower levels (8-bit AdamW with pure-bf16). ``Outcome.rule`` says which part of the policy
-applied; the others are listed as alternatives with their numbers.
+the best lossy tier; then that tier. Within a tier, less numerical risk wins (``rules.risk.RISK_CLASSES``: fp32
+master weights with 8-bit states, then compensated pure-bf16, then uncompensated) unless it is more
+than ``RISK_SLACK`` slower than the tier's fastest or the deadline (less the margin) needs the faster
+one (DESIGN.md node H). Every level is evaluated with checkpointing off/on and the micro-batch the
+search picks; each combination with lower levels (``with_lower``: 8-bit AdamW alone, with fp32
+master weights, and with pure-bf16) is a variant of its own, ranked and listed. ``Outcome.rule``
+says which part of the tier policy applied, ``Outcome.risk_rule`` which part of the risk rule; the
+others are listed as alternatives with their numbers.
 """
 
 from __future__ import annotations
@@ -27,15 +31,14 @@ from advisor.setup import setting
 from advisor.setup.constraints import EIGHT_BIT_FSDP, SHARDING_ROWS, Combo, refusal
 from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
+from rules.host_ram import host_short, host_text
 from rules.planner import Choice, Infeasible, Planner
+from rules.risk import RISK, RISK_SLACK, RiskClass, least_risk
 
 GIB = float(2**30)
 # Rank of LoRA adapters the ladder offers (Hu et al. 2021 report r = 4-64 matching full fine-tuning
 # on GPT-3 adaptation; 16 is peft's documented common choice).
 LORA_RANK = 16
-# Share of host RAM CPU offload may take (the OS, dataloader workers and pinned buffers need the rest;
-# a rule of thumb, not measured).
-HOST_RAM_FRACTION = 0.8
 # An exact compromise is preferred to a lossy one unless it is more than this many times slower
 # (issue 27's policy: keep the user's arithmetic when it costs at most 2x in speed).
 EXACT_SLOWDOWN_LIMIT = 2.0
@@ -55,6 +58,7 @@ class Level:
     single_only: bool = False  # one process only
     with_lower: tuple[str, ...] = ()  # lower-risk levels it may be combined with (same risk level then)
     tier: str = "close"  # exact | close | different (TIERS)
+    numerical_risk: str = "none"  # rules.risk.RISK_CLASSES id (pure-bf16 stepped by an 8-bit or plain update: uncompensated)
 
 
 _PURE_BF16_KAHAN = ("fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated "
@@ -64,7 +68,10 @@ LEVELS: tuple[Level, ...] = (
           "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
           "and every step copies the weights over PCIe",
           "none (same arithmetic), but slower; needs the host RAM",
-          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", tier="exact"),
+          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", tier="exact",
+          # with pure-bf16 the offloaded weights, gradients and Kahan states are 10 bytes a parameter, not 16:
+          # the variant that fits a node whose RAM the plain offload exceeds (close arithmetic then: tier())
+          with_lower=(names.PURE_BF16,)),
     Level(names.NO_ACCUMULATION, {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
           "per GPU, and the learning rate follows it",
           "the same arithmetic on a smaller batch: close when the batch changes by 2x at most, else a different "
@@ -72,23 +79,25 @@ LEVELS: tuple[Level, ...] = (
           "Goyal et al. 2017 (linear scaling rule); Malladi et al. 2022 (sqrt rule for Adam)", accum1=True),
     Level(names.PURE_BF16, setting(names.PURE_BF16), _PURE_BF16_KAHAN,
           "low-medium: Kahan-compensated bf16 updates track fp32 closely; plain bf16 would round small updates away",
-          "Zamirai et al. 2020 (Revisiting BFloat16 Training)"),
+          "Zamirai et al. 2020 (Revisiting BFloat16 Training)", numerical_risk="compensated-bf16"),
     Level(names.ADAMW_8BIT, setting(names.ADAMW_8BIT),
           "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
           "bitsandbytes; one GPU or DDP, not FSDP)",
           "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes",
-          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=(names.PURE_BF16,)),
+          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=(names.PURE_BF16,),
+          numerical_risk="quantized-states"),
     Level(names.PAGED_ADAMW_8BIT, setting(names.PAGED_ADAMW_8BIT),
           "32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
           "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)",
           "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit",
-          "Dettmers et al. 2023 (QLoRA, sec. 3: paged optimizers)", with_lower=(names.PURE_BF16,)),
+          "Dettmers et al. 2023 (QLoRA, sec. 3: paged optimizers)", with_lower=(names.PURE_BF16,),
+          numerical_risk="quantized-states"),
     Level(names.OPTIMIZER_IN_BACKWARD, setting(names.OPTIMIZER_IN_BACKWARD),
           "gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
           "gradient hook as soon as its gradient is ready, and the gradient is freed",
           "medium: no global-norm clipping (per-parameter clipping only); same update otherwise",
           "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)",
-          accum1=True, single_only=True, with_lower=(names.PURE_BF16,)),
+          accum1=True, single_only=True, with_lower=(names.PURE_BF16,), numerical_risk="no-global-clip"),
     Level(names.LORA, setting(names.LORA, LORA_RANK),
           f"the full fine-tune: rank-{LORA_RANK} adapters on every attention and MLP projection are trained, "
           "the base (bf16) stays frozen",
@@ -99,7 +108,8 @@ LEVELS: tuple[Level, ...] = (
           "projections are quantized to 4-bit NF4 (bitsandbytes Linear4bit, double quantization) and dequantized "
           "for every GEMM",
           "a different training: adapters only, on a 4-bit base (Dettmers et al. 2023 report 16-bit LoRA quality)",
-          "Dettmers et al. 2023 (QLoRA: Efficient Finetuning of Quantized LLMs)", tier="different"),
+          "Dettmers et al. 2023 (QLoRA: Efficient Finetuning of Quantized LLMs)", tier="different",
+          numerical_risk="quantized-states"),
 )
 
 
@@ -108,6 +118,16 @@ class Tried:
     level: Level
     result: Choice | Infeasible | None  # None: not applicable here
     why_not: str = ""
+    label: str = ""  # the variant: the level's name with the lower levels it combines ("pure-bf16+adamw-8bit")
+
+    @property
+    def name(self) -> str:
+        return self.label or self.level.name
+
+    @property
+    def risk(self) -> RiskClass:
+        """The numerical-risk class of the configuration it fits with (rules.risk)."""
+        return risk_of(self.result.config)
 
 
 @dataclass
@@ -115,6 +135,17 @@ class Outcome:
     chosen: Tried | None
     tried: list[Tried] = field(default_factory=list)
     rule: str = ""  # which part of the policy chose it (exact vs lossy, tiers)
+    risk_rule: str = ""  # which part of the risk rule chose it within its tier
+
+
+def risk_of(config) -> RiskClass:
+    """The numerical-risk class of ``config``: its riskiest compromise's; pure-bf16 stepped by bitsandbytes'
+    8-bit AdamW or by --pure-bf16-update plain is uncompensated (what launcher.compromises builds)."""
+    classes = [RISK[lv.numerical_risk] for lv in LEVELS if lv.update and names.has(config, lv.name)]
+    if names.has(config, names.PURE_BF16) and (config.optimizer.eight_bit
+                                               or config.pure_bf16_update is PureBf16Update.plain):
+        classes.append(RISK["uncompensated-bf16"])
+    return max(classes, key=lambda c: c.rank, default=RISK["none"])
 
 
 def ranked() -> list[Level]:
@@ -145,6 +176,9 @@ def tier(t: Tried, p: Planner) -> str:
         return "batch"
     if change > 1 and t.level.tier == "exact":
         return "close"
+    if t.level.tier == "exact" and isinstance(ch, Choice) and ch.config is not None and \
+            set(names.in_config(ch.config)) - set(names.in_config(p.base)) - {t.level.name}:
+        return "close"  # offload combined with pure-bf16 (not the user's pin): the arithmetic changes
     return t.level.tier
 
 
@@ -201,73 +235,92 @@ def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
     return [s for s in out if pin is None or s is pin]
 
 
-def try_level(p: Planner, level: Level, n: int) -> Tried:
-    """The level's fastest fitting variant: checkpointing off/on, alone or combined with the
-    lower-risk levels of ``with_lower`` (a combination's risk is its riskiest member's)."""
+def variants(p: Planner, level: Level, n: int) -> list[Tried]:
+    """The level on ``n`` GPUs: one Tried per variant, alone and combined with each lower level of
+    ``with_lower`` that applies here (8-bit AdamW with fp32 master weights, and with pure-bf16): each is
+    ranked by its own numerical risk (``risk_of``) and listed, so the fp32-master variant is never hidden
+    behind a faster but riskier combination. Blocked: one Tried saying why."""
     why = _blocked(p, level, n)
     if why:
-        return Tried(level, None, why)
-    updates = [_update(p, level)]
+        return [Tried(level, None, why)]
+    updates = [([], _update(p, level))]
     for name in level.with_lower:
         partner = next(lv for lv in LEVELS if lv.name == name)
         if not _blocked(p, partner, n):
-            updates.append({**partner.update, **level.update})
+            updates.append(([partner.name], {**partner.update, **level.update}))
+    return [try_level(p, level, n, update, "+".join(partners + [level.name]) if partners else "")
+            for partners, update in updates]
+
+
+def try_level(p: Planner, level: Level, n: int, update: dict | None = None, label: str = "") -> Tried:
+    """The fastest fitting configuration of one variant of ``level`` (``update``: the level's own by
+    default): checkpointing off/on, DDP before FSDP, the micro-batch the search picks."""
+    if update is None:
+        why = _blocked(p, level, n)
+        if why:
+            return Tried(level, None, why)
+        update = _update(p, level)
     ckpts = [p.req.grad_ckpt] if p.req.grad_ckpt is not None else [False, True]
     fitting: list[Choice] = []
     closest: Infeasible | None = None
     for strategy in _strategies(p, level, n):
-        for update in updates:
-            base = p.base.model_copy(update=update)
-            for ck in ckpts:
-                if level.accum1:
-                    r = p.search_accum1(n, strategy, base, ck)
-                else:
-                    r = p.search(n, strategy, base=base, ckpt=ck)  # a pinned --grad-accum holds
-                if isinstance(r, Choice):
-                    fitting.append(r)
-                elif closest is None or (r.closest is not None and closest.closest is not None
-                                         and r.closest.memory.device_gib < closest.closest.memory.device_gib):
-                    closest = r
+        base = p.base.model_copy(update=update)
+        for ck in ckpts:
+            if level.accum1:
+                r = p.search_accum1(n, strategy, base, ck)
+            else:
+                r = p.search(n, strategy, base=base, ckpt=ck)  # a pinned --grad-accum holds
+            if isinstance(r, Choice):
+                fitting.append(r)
+            elif closest is None or (r.closest is not None and closest.closest is not None
+                                     and r.closest.memory.device_gib < closest.closest.memory.device_gib):
+                closest = r
         if fitting:  # DDP before FSDP: the first strategy that fits (node I's rule)
             break
     ram = p.host_ram_gib
     if fitting and ram and level.update.get("cpu_offload"):
-        # host RAM must hold what is offloaded, per node (HOST_RAM_FRACTION of it for the rest of the machine)
-        per_node = min(n, p.hw.gpus_per_node)
-        over = [c for c in fitting if c.estimate.memory.host_gib * per_node > ram * HOST_RAM_FRACTION]
+        # host RAM must hold what every rank of a node offloads (HOST_RAM_FRACTION of it: the rest of the machine)
+        over = [c for c in fitting if host_short(c.estimate, p)]
         if len(over) == len(fitting):
-            need = over[0].estimate.memory.host_gib * per_node
-            return Tried(level, Infeasible(n, over[0].strategy, "memory", f"needs ~{need:.0f} GiB of host RAM; "
-                                           f"{ram:.0f} GiB here", over[0].estimate), f"needs ~{need:.0f} GiB of host RAM")
+            why = host_short(over[0].estimate, p)
+            return Tried(level, Infeasible(n, over[0].strategy, "memory", why, over[0].estimate), why, label)
         fitting = [c for c in fitting if c not in over]
     if fitting:
-        return Tried(level, max(fitting, key=lambda c: c.estimate.throughput.samples_per_s))
-    return Tried(level, closest, closest.reason if closest else "does not fit")
+        return Tried(level, max(fitting, key=lambda c: c.estimate.throughput.samples_per_s), label=label)
+    return Tried(level, closest, closest.reason if closest else "does not fit", label)
+
+
+def _sps(t: Tried) -> float:
+    return t.result.estimate.throughput.samples_per_s
 
 
 def find(p: Planner, n: int) -> Outcome:
     """Every level on ``n`` GPUs, chosen by the policy: the fastest exact compromise unless it is more
-    than EXACT_SLOWDOWN_LIMIT x slower than the fastest of the best lossy tier that fits."""
-    tried = [try_level(p, lv, n) for lv in ranked()]
+    than EXACT_SLOWDOWN_LIMIT x slower than the fastest of the best lossy tier that fits; within the
+    chosen tier, the least numerical risk unless more than RISK_SLACK slower (``least_risk``)."""
+    tried = [t for lv in ranked() for t in variants(p, lv, n)]
     fitting = [t for t in tried if isinstance(t.result, Choice)]
-    by_tier = {name: sorted((t for t in fitting if tier(t, p) == name),
-                            key=lambda t: -t.result.estimate.throughput.samples_per_s) for name in TIERS}
+    by_tier = {name: sorted((t for t in fitting if tier(t, p) == name), key=lambda t: -_sps(t)) for name in TIERS}
     exact = by_tier["exact"][0] if by_tier["exact"] else None
     lossy_tier = next((name for name in TIERS[1:] if by_tier[name]), None)
     lossy = by_tier[lossy_tier][0] if lossy_tier else None
     if exact is None and lossy is None:
         return Outcome(None, tried, "nothing fits")
     if exact is not None and lossy is not None:
-        slow = lossy.result.estimate.throughput.samples_per_s / exact.result.estimate.throughput.samples_per_s
+        slow = _sps(lossy) / _sps(exact)
         fast = name_of(lossy.level, lossy.result, p)
         if slow <= EXACT_SLOWDOWN_LIMIT:
-            return Outcome(exact, tried, f"exact before lossy: {exact.level.name} keeps the arithmetic and is "
-                                         f"{slow:.2f}x slower than {fast}, within {EXACT_SLOWDOWN_LIMIT:g}x")
-        return Outcome(lossy, tried, f"{exact.level.name} (exact) is {slow:.2f}x slower than {fast}, more than "
-                                     f"{EXACT_SLOWDOWN_LIMIT:g}x: the fastest {_TIER_TEXT[lossy_tier]} instead")
-    if exact is not None:
-        return Outcome(exact, tried, f"exact: {exact.level.name} keeps the arithmetic; no lossy compromise fits")
-    return Outcome(lossy, tried, f"no exact compromise fits: the fastest {_TIER_TEXT[lossy_tier]}")
+            chosen, rule = exact, (f"exact before lossy: {exact.level.name} keeps the arithmetic and is "
+                                   f"{slow:.2f}x slower than {fast}, within {EXACT_SLOWDOWN_LIMIT:g}x")
+        else:
+            chosen, rule = lossy, (f"{exact.level.name} (exact) is {slow:.2f}x slower than {fast}, more than "
+                                   f"{EXACT_SLOWDOWN_LIMIT:g}x: the {_TIER_TEXT[lossy_tier]} with the least risk instead")
+    elif exact is not None:
+        chosen, rule = exact, f"exact: {exact.level.name} keeps the arithmetic; no lossy compromise fits"
+    else:
+        chosen, rule = lossy, f"no exact compromise fits: the {_TIER_TEXT[lossy_tier]} with the least risk"
+    pick, risk_rule = least_risk(by_tier[tier(chosen, p)], p)
+    return Outcome(pick, tried, rule, risk_rule)
 
 
 _TIER_TEXT = {"close": "close-arithmetic compromise", "different": "different training (adapters)",
@@ -300,6 +353,14 @@ def _partners(level: Level, ch: Choice, p: Planner) -> list[Level]:
         if all(getattr(ch.config, k) == v for k, v in lv.update.items()) and not _blocked(p, lv, ch.gpus):
             out.append(lv)
     return out
+
+
+def risk_text(level: Level, ch: Choice, p: Planner) -> str:
+    """The variant's accuracy risk: its members' (the lower levels it combines first) and its class."""
+    cls = risk_of(ch.config)
+    texts = [f"high: {RISK['uncompensated-bf16'].summary}" if lv.name == names.PURE_BF16 and cls.id == "uncompensated-bf16"
+             else lv.risk for lv in _partners(level, ch, p) + [level]]
+    return "; ".join(texts) + f" (numerical risk: {cls.id})"
 
 
 def name_of(level: Level, ch: Choice, p: Planner) -> str:
@@ -341,7 +402,9 @@ def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
     if level.accum1 and ch.global_batch != p.target_batch:  # the optimizer step in backward: accumulation 1
         return level_gives_up(level, ch.config) + "; and the " + _batch_text(ch, p)
     if level.name == names.CPU_OFFLOAD:
-        return level.gives_up + f" (~{ch.estimate.memory.host_gib:.0f} GiB of host RAM)"
+        checked = (f"; the node has {p.host_ram_gib:.0f} GiB ({p.host_ram_source})" if p.host_ram_gib else
+                   "; not checked against the node's RAM: give --host-ram")
+        return level.gives_up + f"; {host_text(ch.estimate)}{checked}"
     return level_gives_up(level, ch.config)
 
 
@@ -356,7 +419,7 @@ def answer_memory(ctx):
     out = ctx.compromise = find(p, n)
     if not ctx.verdict:
         ctx.verdict = "the standard setup does not fit"
-    ladder = "; ".join(f"{t.level.name}: " + ("fits" if isinstance(t.result, Choice) else
+    ladder = "; ".join(f"{t.name}: " + ("fits" if isinstance(t.result, Choice) else
                                                f"no ({t.why_not or (t.result.reason if t.result else 'n/a')})")
                        for t in out.tried)
     if out.chosen is None:
@@ -370,10 +433,12 @@ def answer_memory(ctx):
     ctx.compromise_name, ctx.gives_up = name_of(lv, ch, p), gives_up(lv, ch, p)
     return Answer("compromise", f"{ctx.verdict}. Compromise: {ctx.compromise_name} on {ch.gpus}x {p.hw.gpu.name}, giving up "
                   f"{gives_up(lv, ch, p)}; {describe(ch)}; {_mem_text(ch.estimate)}; {_time_text(ch.estimate)}",
-                  f"Policy: {out.rule}. Exact compromises before lossy ones unless more than {EXACT_SLOWDOWN_LIMIT:g}x "
-                  f"slower; a global batch changed by more than {BATCH_CHANGE_LIMIT:g}x last (tried: {ladder}). "
-                  f"Risk: {lv.risk}.",
-                  {"compromise": ctx.compromise_name, "gpus": ch.gpus, "rule": out.rule})
+                  f"Policy: {out.rule}; within the tier, {out.risk_rule}. Exact compromises before lossy ones unless "
+                  f"more than {EXACT_SLOWDOWN_LIMIT:g}x slower; a global batch changed by more than "
+                  f"{BATCH_CHANGE_LIMIT:g}x last; within a tier, less numerical risk unless more than "
+                  f"{RISK_SLACK:.0%} slower or the deadline needs the faster one (tried: {ladder}). "
+                  f"Risk: {risk_of(ch.config).id}: {lv.risk}.",
+                  {"compromise": ctx.compromise_name, "gpus": ch.gpus, "rule": out.rule, "risk_rule": out.risk_rule})
 
 
 def pinned(cfg, req) -> list[Level]:

@@ -136,6 +136,15 @@ class PlanFacts(_Section):
     gpus_at_hand: int
     min_gpus_to_fit: int | None
     strategy_overridden: bool = Field(description="a pinned --strategy replaced the tree's choice")
+    strategy_rule: str = Field("", description="why this strategy at this count (rules.planner.Planner.best: DDP "
+                               "whenever a replica fits, sharding when memory needs it or a measurement says so)")
+    sharded_gain_pct: float | None = Field(None, description="DDP kept although a sharded plan's unmeasured estimate "
+                                           "was this many percent faster (None: no such plan)")
+    host_node_gib: float = Field(0.0, description="host RAM the plan keeps per node (CPU offload: every rank's shard)")
+    host_ram_need: str = Field("", description="that need in words: per node, and per rank x ranks")
+    host_ram_gib: float | None = Field(None, description="RAM of each node: --host-ram, or detected on this machine")
+    host_ram_source: str = Field("", description="where host_ram_gib came from")
+    host_ram_short: bool = Field(False, description="CPU offload needs more than the usable share of the node's RAM")
     compromise: str | None = Field(None, description="node H's memory compromise, when the standard setup does not fit")
     gives_up: str | None = Field(None, description="what that compromise gives up")
 

@@ -57,6 +57,7 @@ class Run:
     fits: bool = False  # the configuration recommended fits (the standard one, or node H's compromise)
     compromise: str | None = None  # node H's compromise (rules.compromise), None for the standard setup
     compromise_rule: str | None = None  # which part of node H's policy chose it
+    risk_rule: str | None = None  # which part of node H's risk rule chose it within its tier
     gives_up: str | None = None
     tree_choice: Choice | None = None  # what the tree chose (or the closest attempt when nothing fits)
     path: str = ""
@@ -151,6 +152,7 @@ def tree(run: Run) -> None:
         run.compromise = name_of(out.chosen.level, choice, run.planner)
         run.gives_up = gives_up(out.chosen.level, choice, run.planner)
         run.compromise_rule = out.rule
+        run.risk_rule = out.risk_rule
     elif isinstance(choice, Choice):
         from rules.compromise import level_gives_up, pinned
 
@@ -158,6 +160,10 @@ def tree(run: Run) -> None:
         if lvs:
             run.compromise = "+".join(lv.name for lv in lvs)
             run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
+            if choice.config.cpu_offload and choice.estimate.memory.host_node_gib:
+                from rules.host_ram import host_text
+
+                run.gives_up += f"; {host_text(choice.estimate)}"
     run.tree_choice = choice if run.fits else _closest_as_choice(ctx, choice)
     run.path = ">".join(s.node for s in run.steps)
 
@@ -212,6 +218,7 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
         so = alts.scale_out(ctx, cmd)
         if so and (not run.fits or run.compromise or so.gpus != ch.gpus):
             alt_list.append(so)
+    alt_list += alts.host_ram_short(ctx, cmd)  # CPU offload beyond the node's RAM: more nodes, optimizer-only
     if not ctx.measures and run.final_facts.estimate.deadline_missed_h:
         deadline_measures(ctx, ch)
     alt_list += alts.from_measures(ctx, cmd)
@@ -252,10 +259,20 @@ def _core(run: Run, command: str) -> RecommendationCore:
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
         compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
+        risk_rule=run.risk_rule, numerical_risk=_numerical_risk(run.compromise, cfg),
         optimizer_in_backward=cfg.optimizer_in_backward,
         cpu_offload=cfg.cpu_offload,
         standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
+
+
+def _numerical_risk(compromise: str | None, cfg: TrainConfig) -> str | None:
+    """The compromise's numerical-risk class (rules.risk.RISK_CLASSES); None for the standard setup."""
+    if not compromise:
+        return None
+    from rules.compromise import risk_of
+
+    return risk_of(cfg).id
 
 
 def _plan(run: Run, core: RecommendationCore) -> Plan:
@@ -409,7 +426,8 @@ def _policy_summary(run: Run) -> PolicySummary:
             from rules.nodes import HYPOTHETICAL_MAX_GPUS
 
             rule += f"; no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
-        return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus, **common)
+        return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus,
+                             strategy_rule=(ch.strategy_rule or None) if ch.gpus > 1 else None, **common)
     if req.strategy is not None and run.tree_choice is not None and ctx.choice is not None and \
             getattr(ctx.choice, "gpus", None) != ch.gpus:
         return PolicySummary(rule=f"--strategy {req.strategy.value} pinned: it runs on the GPUs at hand ({ch.gpus})",

@@ -31,6 +31,8 @@ def _precision_text(cfg: TrainConfig) -> str:
         Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
         Precision.pure_bf16: ("pure bf16 (weights and states in bf16, "
                               + ("plain AdamW update)" if cfg.pure_bf16_update is PureBf16Update.plain
+                                 # bitsandbytes steps the bf16 weights itself: no compensation (rules.compromise.risk_of)
+                                 else "uncompensated 8-bit update)" if cfg.optimizer.eight_bit
                                  else "Kahan-compensated update)")),
         Precision.fp32: "fp32",
         Precision.tf32: "tf32 matmuls, fp32 storage",
@@ -169,14 +171,10 @@ def node_I(ctx: TreeContext) -> Answer:
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
     if ctx.deadline_missed:
         deadline_measures(ctx, ch)
-    ddp_fits = isinstance(p.search(ch.gpus, Strategy.ddp), Choice) if Strategy.ddp in p.strategies(ch.gpus) else False
-    lead = {Strategy.ddp: "yes: a full replica fits per GPU: DDP",
-            Strategy.fsdp: ("a replica fits, but FSDP is faster here" if ddp_fits
-                            else "no: a replica does not fit per GPU: FSDP (full sharding)"),
-            Strategy.hsdp: "HSDP: sharded inside each node, replicated across nodes",
-            Strategy.fsdp_keep: ("a replica fits, but FSDP with the weights kept gathered is faster here" if ddp_fits
-                                 else "no: a replica does not fit per GPU: FSDP, with the gathered weights kept "
-                                      "across accumulation (fsdp-keep)")}[ch.strategy]
+    # Planner.best's rule: DDP whenever a replica fits, sharding when memory needs it or a measurement says so
+    lead = ch.strategy_rule or {Strategy.ddp: "a full replica fits per GPU: DDP",
+                                Strategy.hsdp: "HSDP: sharded inside each node, replicated across nodes"}.get(
+        ch.strategy, f"{ch.strategy.value.upper()}")
     return Answer(ch.strategy.value, f"{lead} on {ch.gpus} GPUs ({rule}); {describe(ch)}; {_mem_text(ch.estimate)}; "
                   f"{_time_text(ch.estimate)}",
                   f"By GPU count (best plan each): {_rows_text(rows, ctx.pick.efficiency)}. " + load_tree()["I"].why,
@@ -271,7 +269,8 @@ def node_G(ctx: TreeContext) -> Answer:
     if ctx.deadline_missed:
         deadline_measures(ctx, ch)
     what = "one GPU" if ch.gpus == 1 else f"{ch.strategy.value.upper()} on {ch.gpus} GPUs"
-    return Answer(ch.strategy.value, f"{what}: {_time_text(ch.estimate)} ({rule})",
+    why_strategy = f"; {ch.strategy_rule}" if ch.gpus > 1 and ch.strategy_rule else ""
+    return Answer(ch.strategy.value, f"{what}: {_time_text(ch.estimate)} ({rule}){why_strategy}",
                   f"By GPU count (best plan each): {_rows_text(rows, ctx.pick.efficiency)}. " + load_tree()["G"].why,
                   {"gpus": ch.gpus})
 

@@ -40,10 +40,12 @@ from rules.defaults import Defaults
 from advisor.schedule import LrRecipe
 from rules.lr import LrPlan, lr_plan, recipe
 
-# DDP is kept when its plan is at most this much slower than the fastest configuration scored at the
-# count (any strategy): one all-reduce a step, no per-micro-batch all-gathers to hide, and the
-# strategy the estimate has measured most (docs/design.md "Decision policy"); below the policy's 5%
-# self-regret, which tests/test_policy_regret.py checks.
+# DDP whenever a replica fits (DESIGN.md node H, issue 38): a sharded strategy is taken over a DDP plan
+# that fits only when both are measured on this machine (`advise bench` factors for their modes:
+# throughput.calibrated) and the sharded one is more than this much faster. The multi-GPU model is fit on
+# published DDP rows only (benchmarks/calibration/multi_gpu/published.jsonl), so FSDP's estimated edge
+# over DDP (its gathers hidden under compute, the optimizer step sharded) is unmeasured; DDP is one
+# all-reduce a step, the simplest to debug, and what practitioners run when a replica fits.
 DDP_PREFERENCE = 0.045
 # FSDP with the weights kept gathered across accumulation (fsdp-keep) is taken over plain FSDP only when
 # it is at least this much faster: it holds a full unsharded copy of the weights and the gradients
@@ -67,6 +69,8 @@ class Choice:
     lr: LrPlan  # for global_batch: node J's answer, the plan and the launch command
     ckpt_needed: bool = False  # checkpointing on because nothing fits without it (not pinned)
     fastest_sps: float | None = None  # the fastest configuration scored in this search (the pick may be roomier)
+    strategy_rule: str = ""  # Planner.best: why this strategy at this count (DDP whenever a replica fits)
+    sharded_gain: float | None = None  # DDP kept: how much faster the fastest sharded estimate was (unmeasured)
 
     @property
     def fits(self) -> bool:
@@ -205,7 +209,8 @@ class Planner:
         self.base_lr = base_lr
         self.base_batch = base_batch
         self._memo: dict[tuple, Estimate] = {}
-        self.host_ram_gib: float | None = None  # this machine's RAM when planning for it (CPU offload's check)
+        self.host_ram_gib: float | None = None  # RAM per node: --host-ram, or this machine's (CPU offload's check)
+        self.host_ram_source: str | None = None  # where host_ram_gib came from, in words
         self._hw_memo: dict[tuple[int, bool], HardwareSpec] = {}
         self._one_memo: dict[tuple, ThroughputEstimate] = {}
         self._search_memo: dict[tuple, Choice | Infeasible] = {}
@@ -494,21 +499,52 @@ class Planner:
         results = [self.search(n, s, hypothetical=hypothetical, model=model) for s in self.strategies(n, hypothetical)]
         fitting = [r for r in results if isinstance(r, Choice)]
         if fitting:
-            fastest = max(fitting, key=lambda c: c.samples_per_s)
-            top = max(max(c.fastest_sps or 0.0, c.samples_per_s) for c in fitting)
-            ddp = next((c for c in fitting if c.strategy is Strategy.ddp), None)
-            if ddp is not None and ddp.samples_per_s >= (1 - DDP_PREFERENCE) * top:
-                return ddp
-            plain = next((c for c in fitting if c.strategy is Strategy.fsdp), None)
-            if (fastest.strategy is Strategy.fsdp_keep and plain is not None
-                    and plain.samples_per_s >= (1 - FSDP_KEEP_MIN_GAIN) * fastest.samples_per_s):
-                return plain
-            return fastest
+            return self._prefer(fitting, results)
         if not results:
             return Infeasible(n, self.req.strategy or Strategy.ddp, "strategy",
                               f"--strategy {self.req.strategy.value if self.req.strategy else '?'} does not run on {n} GPUs")
         order = {"memory": 0, "batch": 1, "strategy": 2}
         return min(results, key=lambda r: order[r.kind])
+
+    def _prefer(self, fitting: list[Choice], results: list[Choice | Infeasible]) -> Choice:
+        """The strategy at one count, with the rule that chose it (``Choice.strategy_rule``): DDP whenever a
+        replica fits, unless a sharded plan measured here (``advise bench``) is more than DDP_PREFERENCE
+        faster than DDP measured here; else the fastest sharded plan (fsdp-keep only when FSDP_KEEP_MIN_GAIN
+        faster than plain FSDP)."""
+        fastest = max(fitting, key=lambda c: c.samples_per_s)
+        if self.req.strategy is not None:  # the only one scored
+            return dataclasses.replace(fastest, strategy_rule=f"--strategy {self.req.strategy.value} is pinned")
+        ddp = next((c for c in fitting if c.strategy is Strategy.ddp), None)
+        if ddp is not None:
+            top = max(max(c.fastest_sps or 0.0, c.samples_per_s) for c in fitting)
+            gain = fastest.samples_per_s / ddp.samples_per_s - 1
+            if fastest is ddp or ddp.samples_per_s >= (1 - DDP_PREFERENCE) * top:
+                return dataclasses.replace(ddp, strategy_rule="a full replica fits per GPU: DDP (one all-reduce a step)")
+            measured = [c for c in fitting if c is not ddp and c.estimate.throughput.calibrated]
+            if measured and ddp.estimate.throughput.calibrated:
+                won = max(measured, key=lambda c: c.samples_per_s)
+                won_gain = won.samples_per_s / ddp.samples_per_s - 1
+                if won_gain > DDP_PREFERENCE:
+                    return dataclasses.replace(won, strategy_rule=(
+                        f"a replica fits, but {won.strategy.value.upper()} measured on this machine (advise bench) is "
+                        f"{won_gain:.0%} faster than DDP measured here, more than {DDP_PREFERENCE:.1%}"))
+            name = fastest.strategy.value.upper()
+            return dataclasses.replace(ddp, sharded_gain=gain, strategy_rule=(
+                f"a full replica fits per GPU: DDP; {name}'s estimate is {gain:.0%} faster, but sharding's "
+                f"communication model is not measured (fit on published DDP rows only)"
+                + ("; `advise bench --modes ddp,fsdp` on these GPUs measures both" if fastest.strategy is Strategy.fsdp
+                   else "")))
+        no_ddp = next((r for r in results if r.strategy is Strategy.ddp), None)
+        why = f"{fastest.strategy.value.upper()} is what runs here"
+        if isinstance(no_ddp, Infeasible) and no_ddp.kind == "memory":
+            why = "a replica does not fit per GPU" + (
+                f" (DDP needs ~{no_ddp.closest.memory.device_gib:.0f} GiB of {self.hw.gpu.memory_gib:.0f})"
+                if no_ddp.closest is not None else "")
+        plain = next((c for c in fitting if c.strategy is Strategy.fsdp), None)
+        if (fastest.strategy is Strategy.fsdp_keep and plain is not None
+                and plain.samples_per_s >= (1 - FSDP_KEEP_MIN_GAIN) * fastest.samples_per_s):
+            return dataclasses.replace(plain, strategy_rule=f"{why}: FSDP")
+        return dataclasses.replace(fastest, strategy_rule=f"{why}: {fastest.strategy.value.upper()}")
 
     def min_gpus(self, strategy: Strategy | None = None, limit: int = 256) -> Choice | None:
         """The fewest GPUs of this kind (hypothetically up to ``limit``) on which the standard setup

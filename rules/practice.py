@@ -101,8 +101,20 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
         batches_per_epoch=p.req.dataset_size / ch.global_batch if p.req.dataset_size else None,
         min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),
         strategy_overridden=strategy.value != ctx.tree_strategy,
-        compromise=ctx.compromise_name, gives_up=ctx.gives_up,
+        compromise=ctx.compromise_name, gives_up=ctx.gives_up, strategy_rule=ch.strategy_rule,
+        sharded_gain_pct=100 * ch.sharded_gain if ch.sharded_gain is not None and strategy is ch.strategy else None,
+        **_host_ram(p, ch),
     )
+
+
+def _host_ram(p: Planner, ch: Choice) -> dict:
+    """What the plan keeps in each node's RAM (CPU offload, paged states) against the node's RAM, if known."""
+    from rules.host_ram import host_short, host_text
+
+    m = ch.estimate.memory
+    return dict(host_node_gib=m.host_node_gib, host_ram_gib=p.host_ram_gib,
+                host_ram_source=p.host_ram_source or "", host_ram_need=host_text(ch.estimate) if m.host_node_gib else "",
+                host_ram_short=bool(ch.config.cpu_offload and host_short(ch.estimate, p)))
 
 
 def estimate_facts(p: Planner, est: Estimate, ch: Choice) -> EstimateFacts:

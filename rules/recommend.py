@@ -60,6 +60,11 @@ class RecommendationCore(BaseModel):
     gives_up: str | None = Field(None, description="what the compromise gives up")
     compromise_rule: str | None = Field(None, description="which part of node H's policy chose the compromise "
                                                           "(exact before lossy unless > 2x slower; batch changes last)")
+    risk_rule: str | None = Field(None, description="which part of node H's risk rule chose the compromise within its "
+                                  "tier (less numerical risk unless > 10% slower or the deadline needs the faster one)")
+    numerical_risk: str | None = Field(None, description="the compromise's numerical-risk class (rules.compromise."
+                                       "RISK_CLASSES: none, quantized-states, compensated-bf16, no-global-clip, "
+                                       "uncompensated-bf16); None for the standard setup")
     standard_verdict: str | None = Field(None, description="why the standard setup does not fit, when it does not")
     optimizer_in_backward: bool = False
     cpu_offload: bool = False
@@ -157,6 +162,9 @@ class PolicySummary(BaseModel):
     candidates_scored: int = Field(0, description="configurations the planner scored at hand (Recommendation.candidates)")
     deadline_rate: str | None = Field(None, description="with a deadline: the samples/s the deadline test counts on "
                                       "(rules.policy.DEADLINE_RATE: without gains measured only on another GPU kind)")
+    strategy_rule: str | None = Field(None, description="why this strategy at the count picked (rules.planner."
+                                      "Planner.best: DDP whenever a replica fits; sharding when memory needs it or a "
+                                      "measurement on this machine says it wins)")
 
 
 class RuleSummary(BaseModel):
@@ -244,6 +252,8 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"  policy: {rec.policy.rule}")
     if r.compromise_rule:
         lines.append(f"  compromise policy: {r.compromise_rule}")
+    if r.risk_rule:
+        lines.append(f"  numerical risk: {r.numerical_risk}; {r.risk_rule}")
     lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")

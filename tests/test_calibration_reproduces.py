@@ -22,8 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "advisor" / "data"
 # One of each kind the catalog traces: a ResNet of basic blocks and one of bottlenecks, and every
-# transformers class (GPT-2, Llama, Mistral, Qwen2, BERT). The rest differ from these in sizes only.
-TRACE_SUBSET = {"resnet18", "resnet50", "hf:gpt2", "hf:llama3.2-1b", "hf:mistral-7b", "hf:qwen2.5-7b", "hf:bert-base"}
+# transformers class (GPT-2, Llama, Mistral, Qwen2, BERT, T5). The rest differ from these in sizes only.
+TRACE_SUBSET = {"resnet18", "resnet50", "hf:gpt2", "hf:llama3.2-1b", "hf:mistral-7b", "hf:qwen2.5-7b", "hf:bert-base",
+                "hf:t5-base"}
 
 
 def _same(written: str, packaged: Path, command: str) -> None:

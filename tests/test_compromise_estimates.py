@@ -277,3 +277,84 @@ def test_paged_8bit_states_are_outside_torchs_peak_and_page_out_beyond_the_gpu()
     assert not ref.memory.fits and small.memory.fits  # micro-batch 4 fits a 24 GB card only with paged states
     assert small.memory.detail["paged_out_gib"] > 0 and small.memory.host_gib > 0
     assert small.throughput.samples_per_s < ref.throughput.samples_per_s
+
+
+def _risk_rows(*rows):
+    """Tried rows of one tier (fastest first) from (level name, config update, samples/s, hours)."""
+    from types import SimpleNamespace
+
+    from rules.compromise import LEVELS, Tried
+    from rules.planner import Choice
+
+    level = {lv.name: lv for lv in LEVELS}
+    out = []
+    for name, update, sps, hours in rows:
+        cfg = TrainConfig(micro_batch=1, **update)
+        est = SimpleNamespace(throughput=SimpleNamespace(samples_per_s=sps, conservative_samples_per_s=sps),
+                              time_to_train_h=hours)
+        out.append(Tried(level[name], Choice(1, Strategy.single, cfg, est, global_batch=128, lr=None), label=name))
+    return sorted(out, key=lambda t: -t.result.estimate.throughput.samples_per_s)
+
+
+def _req(deadline=None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(req=SimpleNamespace(deadline_h=deadline, margin=0.15))
+
+
+UNCOMPENSATED = {"precision": Precision.pure_bf16, "optimizer": Optimizer.adamw_8bit}
+KAHAN = {"precision": Precision.pure_bf16}
+EIGHT_BIT = {"optimizer": Optimizer.adamw_8bit}
+
+
+def test_within_a_tier_less_numerical_risk_wins_unless_more_than_10_percent_slower():
+    """Issue 38 / DESIGN.md node H: fp32 master + 8-bit states, then compensated pure-bf16, then
+    uncompensated; a lower risk is passed over only when it is more than ~10% slower."""
+    from rules.compromise import risk_of
+    from rules.risk import least_risk
+
+    assert [risk_of(TrainConfig(micro_batch=1, **u)).id for u in (EIGHT_BIT, KAHAN, UNCOMPENSATED)] == \
+        ["quantized-states", "compensated-bf16", "uncompensated-bf16"]
+    rows = _risk_rows(("pure-bf16", UNCOMPENSATED, 10.0, 8.16), ("pure-bf16", KAHAN, 9.9, 8.25),
+                      ("adamw-8bit", EIGHT_BIT, 9.4, 8.68))
+    pick, rule = least_risk(rows, _req())
+    assert pick.result.config.optimizer is Optimizer.adamw_8bit and pick.result.config.precision is Precision.bf16
+    assert "less numerical risk before speed" in rule and "6.0% slower" in rule
+    # the fp32-master variant 15% slower: the compensated one, the least risk within 10%
+    rows = _risk_rows(("pure-bf16", UNCOMPENSATED, 10.0, 8.16), ("pure-bf16", KAHAN, 9.9, 8.25),
+                      ("adamw-8bit", EIGHT_BIT, 8.5, 9.6))
+    pick, rule = least_risk(rows, _req())
+    assert pick.result.config.precision is Precision.pure_bf16 and not pick.result.config.optimizer.eight_bit
+    assert rule.startswith("speed before risk") and "15.0% slower" in rule
+    # both lower risks more than 10% slower: the fastest
+    rows = _risk_rows(("pure-bf16", UNCOMPENSATED, 10.0, 8.16), ("pure-bf16", KAHAN, 8.8, 9.3))
+    pick, rule = least_risk(rows, _req())
+    assert pick.result.config.optimizer.eight_bit and rule.startswith("speed before risk")
+
+
+def test_the_deadline_needs_the_faster_one():
+    from rules.risk import least_risk
+
+    rows = _risk_rows(("pure-bf16", UNCOMPENSATED, 10.0, 8.16), ("pure-bf16", KAHAN, 9.9, 8.25),
+                      ("adamw-8bit", EIGHT_BIT, 9.4, 8.68))
+    pick, rule = least_risk(rows, _req(deadline=10.0))  # 8.5 h less the margin: the 8-bit variant misses it
+    assert pick.result.config.precision is Precision.pure_bf16 and not pick.result.config.optimizer.eight_bit
+    assert rule.startswith("the deadline needs the faster one") and "8.68 h" in rule and "8.50 h" in rule
+    pick, _ = least_risk(rows, _req(deadline=11.0))  # 9.35 h: every variant meets it, the least risk wins
+    assert pick.result.config.optimizer is Optimizer.adamw_8bit
+    pick, rule = least_risk(rows, _req(deadline=9.0))  # 7.65 h: none meets it, the risk rule alone
+    assert pick.result.config.optimizer is Optimizer.adamw_8bit and "less numerical risk" in rule
+
+
+def test_advise_rules_lists_the_numerical_risk_classes(capsys):
+    """The risk classes are data with a why and a source, shown by `advise rules fit.compromise`."""
+    import json
+
+    from cli.main import main
+
+    assert main(["rules", "fit.compromise", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)["defaults"]
+    assert [c["id"] for c in table["classes"]] == ["none", "quantized-states", "compensated-bf16", "no-global-clip",
+                                                   "uncompensated-bf16"]
+    assert all(c["why"] and c["source"] for c in table["classes"]) and table["risk_slack"] == 0.10
+    assert "adamw-8bit" in table["classes"][1]["compromises"]

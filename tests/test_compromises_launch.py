@@ -148,6 +148,8 @@ def test_cpu_offload_checks_host_ram():
     check_compromises(plan, available_gib=256.0)
     check_compromises(plan.model_copy(update={"config": plan.config.model_copy(
         update={"precision": Precision.pure_bf16})}), available_gib=100.0)  # 10 bytes per parameter: ~75 GiB
+    # issue 38: FSDP shards over every node, so each node holds its share: 2 nodes, ~60 GiB each
+    check_compromises(plan.model_copy(update={"nodes": 2}), available_gib=80.0)
 
 
 def test_cli_refuses_before_any_process_starts(monkeypatch, tmp_path, capsys):

@@ -120,3 +120,93 @@ def _tagged(pid: int, run_dir: str) -> bool:
         return f"CARDWISE_RUN_DIR={run_dir}".encode() in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
     except OSError:
         return False
+
+
+def test_a_run_whose_start_meets_a_full_disk_goes_back_to_the_queue_and_runs_later(tmp_path, monkeypatch):
+    """The disk fills between recording a service run's attempt and launching it (the store write of its
+    command fails, SQLite's "database or disk is full"): nothing of the run ran, so it is not failed for
+    good with its attempt left ``running``; it goes back to the queue, its attempt failed, the start not
+    counted, and runs once space is back. The fault is injected at that write (a real disk that fills at
+    exactly that moment is a race); the real full disk is the tests above."""
+    import sqlite3
+
+    from launcher import placement
+    from launcher.service import Service, submit
+    from launcher.store import RunStore as Store
+    from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
+    from cli.main import build_parser
+
+    home = tmp_path / "home"
+    args = build_parser("submit").parse_args([*TINY, "--max-steps", "2", "--no-final-weights",
+                                               "--", str(SCRIPTS / "slow_steps.py"), "--step-s", "0"])
+    plan, _ = plan_from_flags(args)
+    rec, _ = submit(home, plan, target_from_flags(args, plan), options_from_flags(args, plan))
+    real_update = Store.update
+    full = {"on": True}
+
+    def update(self, run_id, **fields):
+        if full["on"] and "command" in fields:
+            db = sqlite3.connect(":memory:")  # SQLite's own SQLITE_FULL, as a full disk gives it
+            db.execute("PRAGMA max_page_count = 2")
+            db.execute("CREATE TABLE t (x)")
+            db.execute("INSERT INTO t VALUES (zeroblob(1 << 20))")
+        return real_update(self, run_id, **fields)
+
+    monkeypatch.setattr(Store, "update", update)
+    svc = Service(home, cpu=True, poll_s=0.05, inventory=lambda: placement.cpu_slots(1))
+    try:
+        _start_meets_a_full_disk(svc, rec, full)
+    finally:
+        svc.shutdown()  # requeues and stops whatever still runs; closes its store watch
+
+
+def _start_meets_a_full_disk(svc, rec, full) -> None:
+    from launcher.service.loop import SPACE_RECHECK_S
+    from launcher.store import RunStore as Store
+
+    home = svc.home
+    svc.step()
+    wait_for(lambda: not svc.active[rec.id].thread.is_alive(), 120, "the start to give up")
+    got = Store.open(home).get(rec.id)
+    assert got.status == "queued" and got.service_attempts == 0, got
+    assert [a.status for a in got.attempts] == ["failed"] and "disk is full" in got.attempts[0].error
+    svc.step()
+    assert rec.id not in svc.active  # held while the disk is as full as it was
+    full["on"] = False
+    svc._space_hold = (svc._space_hold[0], time.monotonic() - SPACE_RECHECK_S - 1)  # as if a minute passed
+    svc.step()
+    wait_for(lambda: not svc.active[rec.id].thread.is_alive(), 300, "the run to end")
+    svc.step()
+    done = Store.open(home).get(rec.id)
+    assert done.status == "succeeded" and done.service_attempts == 1, done
+    assert [a.status for a in done.attempts] == ["succeeded"]
+
+
+def test_a_foreground_run_whose_start_meets_a_full_disk_ends_with_no_attempt_running(tmp_path, monkeypatch):
+    """`advise launch`: the same fault ends the run failed (its launcher is the one that would retry), saying
+    nothing ran, with its attempt failed too, never ``running`` under a failed run."""
+    from launcher.home import make_run_dir
+    from launcher.runner import START_NO_SPACE, execute
+    from launcher.store import RunStore as Store
+    from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
+    from cli.main import build_parser
+
+    home = tmp_path / "home"
+    args = build_parser("launch").parse_args([*TINY, "--max-steps", "2", "--recipe", "synthetic"])
+    plan, _ = plan_from_flags(args)
+    store = Store.open(home)
+    rec = store.create(label="x", plan=plan)
+    real_update = Store.update
+
+    def update(self, run_id, **fields):
+        if "command" in fields:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_update(self, run_id, **fields)
+
+    monkeypatch.setattr(Store, "update", update)
+    with pytest.raises(OSError):
+        execute(store, rec.id, plan, target_from_flags(args, plan), make_run_dir(home, rec.id),
+                options_from_flags(args, plan))
+    got = store.get(rec.id)
+    assert got.status == "failed" and got.error.startswith(START_NO_SPACE) and "nothing ran" in got.error
+    assert [a.status for a in got.attempts] == ["failed"]

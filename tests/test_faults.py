@@ -132,3 +132,33 @@ def test_malformed_metrics_do_not_fail_a_foreground_run(tmp_path):
     rec = json.loads(out)
     assert p.returncode == 0 and rec["status"] == "succeeded", err[-2000:]
     assert rec["metrics"]["bad_rows"] == 2 and rec["metrics"]["steps"] == 1
+
+
+def test_ctrl_c_while_a_command_starts_is_one_line_never_a_traceback(tmp_path):
+    """SIGINT to a real `advise submit` at delays across its start (imports, parsing: ~0.3 s unloaded, a few
+    times that on a busy machine) and its run: it ends with "advise: interrupted" (exit 130), or queued
+    the run already (exit 0), never with a traceback through cardwise's code (8 of 12 tries before).
+    A signal that lands while the interpreter itself starts (before its handler is set: killed by the
+    signal; or in its site and runpy imports, before any file of this checkout runs: a traceback of
+    those alone) is Python's to report; such tries are counted apart and not judged."""
+    home = tmp_path / "home"
+    outcomes = {"interrupted": 0, "queued": 0, "before cardwise": 0}
+    for delay in [0.05 * i for i in range(24)]:
+        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "submit", "--home", str(home), "--cpu",
+                                 "--processes", "1", *TINY, "--recipe", "synthetic"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if not line.startswith("advise: note:")]
+        assert "Traceback" not in err or str(ROOT) not in err, (delay, err[-2000:])
+        if "Traceback" in err or (proc.returncode == -signal.SIGINT and not err):  # Python's startup
+            outcomes["before cardwise"] += 1
+            continue
+        if proc.returncode == 0:
+            assert out.startswith("queued run "), (delay, out, err)
+            outcomes["queued"] += 1
+        else:
+            assert proc.returncode == 130 and lines == ["advise: interrupted"], (delay, proc.returncode, err)
+            outcomes["interrupted"] += 1
+    assert outcomes["interrupted"] >= 3, outcomes  # the tries that matter did land inside cardwise's start

@@ -66,6 +66,7 @@ CATALOG = textwrap.dedent("""
     from advisor.hf_config import spec_from_hf_config
     [catalog_model(n) for n in catalog_names()]
     spec_from_hf_config('tests/data/hf/gpt2/config.json')
+    spec_from_hf_config('tests/data/hf/t5-large/config.json')  # an encoder-decoder: checked and counted, no trace
 """)
 
 ESTIMATE = textwrap.dedent("""
@@ -76,6 +77,7 @@ ESTIMATE = textwrap.dedent("""
     from advisor.hardware import HardwareSpec
     estimate(catalog_model('llama3-8b'), TrainConfig(micro_batch=1, seq_len=2048), HardwareSpec(gpu=get_gpu('H100'), gpus_per_node=8))
     estimate(catalog_model('resnet50'), TrainConfig(micro_batch=64), HardwareSpec(gpu=get_gpu('H100')))
+    estimate(catalog_model('t5-large'), TrainConfig(micro_batch=8, seq_len=512), HardwareSpec(gpu=get_gpu('H100')))
 """)
 
 ADVISE = _walk(("advisor", "rules"), skip=("tracer", "zoo", "sdpa", "trace_counters", "hf_trace")) + textwrap.dedent("""

@@ -347,3 +347,22 @@ def test_the_weights_fingerprint_skips_the_hash_beyond_its_size():
     assert total == pytest.approx(1.5 + float(params[1][1].double().sum()), rel=1e-12)
     sha_small, total_small = weights_fingerprint(params, max_params=10**9)
     assert len(sha_small) == 64 and total_small == pytest.approx(total, rel=1e-12)
+
+
+def test_a_csv_field_longer_than_the_csv_modules_128_kib_is_read(tmp_path):
+    """A legal CSV text field of 200 KiB was refused ("field larger than field limit (131072)"); fields may
+    be as long as a line (16 MiB). The csv limit is per process: set back to Python's default first, as
+    a fresh process (the launch's check, each rank) has it."""
+    import csv
+
+    from launcher.recipes.text_rows import iter_rows
+
+    long_text = "word " * 40_000  # 200,000 characters
+    path = tmp_path / "rows.csv"
+    path.write_text(f'text,label\n"{long_text}",a\nshort,b\n')
+    before = csv.field_size_limit(131072)
+    try:
+        rows = list(iter_rows(path))
+    finally:
+        csv.field_size_limit(max(before, csv.field_size_limit()))
+    assert [(n, len(t), lab) for n, t, lab in rows] == [(2, len(long_text), "a"), (3, 5, "b")]

@@ -458,7 +458,7 @@ def test_every_number_flag_states_its_range_and_refuses_a_huge_value(name, capsy
     for action in build_parser(name)._actions:
         shown = getattr(action.type, "range", None)
         if (not action.option_strings or action.type in (None, Path, str) or action.help == argparse.SUPPRESS
-                or getattr(action.type, "__name__", "") in ("shape", "_gpu_list", "duration_hours", "network")):
+                or getattr(action.type, "__name__", "") in ("shape", "_gpu_list", "duration_hours", "network", "host_ram_gib")):
             continue
         assert shown and f"[{shown}]" in action.help, (name, action.option_strings)
         flag = action.option_strings[-1]
@@ -632,3 +632,47 @@ def test_resume_refuses_a_run_whose_script_is_gone(tmp_path, no_process, resumed
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
     assert_refused(rc, err, "training script is gone")
     assert resumed == []
+
+
+@pytest.mark.parametrize("meta, words", [
+    ({"step": 10**30}, "says step 100000000000000000000000, not a step from 1 to 1,000,000,000,000"),
+    ({"step": True}, "step True"),
+    ({"step": 4, "grad_accum": -1}, "grad_accum -1"),
+    ("[" * 100_000 + "]" * 100_000, "not readable JSON (RecursionError)"),
+])
+def test_resume_does_not_trust_a_checkpoint_whose_metadata_is_out_of_range(meta, words, tmp_path, no_process,
+                                                                            resumed, capsys):
+    """A cardwise.json saying step 10**30 was resumed: the ranks started past the run's end and it
+    "succeeded" with 0 steps; one nested 100,000 deep gave a RecursionError traceback. The newest
+    checkpoint is reported damaged and the one before it used; with none left, refused."""
+    from launcher.checkpoints import META_NAME, newest_usable, step_dir
+    from launcher.store import RunStore
+
+    home = tmp_path / "home"
+    run_id = _old_run(home, step=2)
+    rdir = RunStore.open(home).get(run_id).run_dir
+    bad = step_dir(rdir, 4)
+    bad.mkdir(parents=True)
+    (bad / META_NAME).write_text(meta if isinstance(meta, str) else json.dumps(meta))
+    assert newest_usable(rdir)[0] == step_dir(rdir, 2)
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert rc == 0 and f"step-00000004 is damaged ({META_NAME}" in err and words in err, err
+    [(_, options)] = resumed
+    assert options.extra_env["CARDWISE_RESUME"].endswith("step-00000002")
+    (step_dir(rdir, 2) / META_NAME).unlink()
+    rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
+    assert_refused(rc, err, "checkpoints are all damaged")
+    assert words in err and len(resumed) == 1
+
+
+def test_a_factory_that_calls_os_exit_is_refused_not_a_silent_exit_0(tmp_path):
+    """os._exit(0) in a --module factory ended `advise` at once with exit 0 and no output, past every guard.
+    Run in a child process: before the guard, the call would have ended this test process."""
+    (tmp_path / "quits.py").write_text("import os\nimport torch.nn as nn\n"
+                                       "def build():\n    os._exit(0)\n    return nn.Linear(4, 4)\n")
+    (tmp_path / "quits_on_import.py").write_text("import os\nos._exit(0)\ndef build(): pass\n")
+    for argv, said in ((["--module", f"{tmp_path}/quits.py:build"], "calling build() called os._exit(0)"),
+                       (["--module", f"{tmp_path}/quits_on_import.py:build"], "importing it called os._exit(0)")):
+        res = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--input-shape", "4", "--gpu", "h100"],
+                             capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+        assert_refused(res.returncode, res.stderr, said)

@@ -76,6 +76,7 @@ def _check_value(path: str, actual, want) -> None:
               "<": lambda: actual is not None and actual < value, "<=": lambda: actual is not None and actual <= value,
               ">": lambda: actual is not None and actual > value, ">=": lambda: actual is not None and actual >= value,
               "missing": lambda: actual is None, "in": lambda: actual in value,
+              "contains": lambda: isinstance(actual, str) and value in actual,
               # within a factor of a published value (tests/cases/lr.toml: the recipe's source is named)
               "within": lambda: actual is not None and value / want["factor"] <= actual <= value * want["factor"]}[op]()
         assert ok, (f"{path}: {actual!r} is not {op} {value!r}" + (f" x/ {want['factor']} ({want.get('source')})"

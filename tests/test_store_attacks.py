@@ -232,6 +232,21 @@ def test_malformed_metrics_rows_are_skipped_and_counted(tmp_path):
     assert m.steps == 2 and m.last_loss == 1.0 and m.bad_rows == 7
 
 
+def test_one_row_nested_thousands_deep_is_a_bad_row_not_a_lost_summary(tmp_path):
+    """json.loads raises RecursionError (not ValueError) on it: the whole summary became null."""
+    from launcher.data_wait import read_util
+    from tui.monitor import read_metrics
+
+    deep = '{"step": 3, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(['{"step": 1, "rank": 0, "loss": 2.0, "time": 1.0}', deep,
+                               '{"step": 2, "rank": 0, "loss": 1.0, "time": 3.0}']) + "\n")
+    m = MetricsSummary.from_jsonl(path)
+    assert m.steps == 2 and m.last_loss == 1.0 and m.bad_rows == 1 and m.wall_s == 2.0
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]  # the wizard's monitor reads past it too
+    assert len(read_util(path)) == 2  # and the data-bound check's utilisation file
+
+
 def test_submit_records_cwd_and_named_environment(tmp_path, monkeypatch):
     from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
     from cli.main import build_parser
@@ -328,3 +343,65 @@ def test_single_node_ranks_meet_on_the_loopback(tmp_path):
     assert spec.cmd[spec.cmd.index("--main_process_ip") + 1] == "127.0.0.1"
     if "GLOO_SOCKET_IFNAME" not in os.environ:
         assert spec.env["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+# ------------------------------------------------------------------ run ids
+def test_an_empty_or_short_id_names_no_run_even_when_one_is_queued(home):
+    """`advise cancel ''` matched the one queued run (an empty prefix matches every id) and cancelled it."""
+    rid = RunStore.open(home).list()[0].id
+    for short in ("", rid[:1], rid[:3]):
+        refused(["cancel", short, "--home", str(home)], "at least 4 of its characters")
+        refused(["show", short, "--home", str(home)], "at least 4 of its characters")
+    assert RunStore.open(home).get(rid).status == "queued"
+    assert RunStore.open(home).get(rid[:4]).id == rid  # a prefix of 4 still names it
+
+
+def test_an_id_beyond_sqlite_pattern_limits_is_refused_by_every_command(home):
+    """An id over 50,000 characters crashed show, logs, cancel and --resume (SQLite: "LIKE or GLOB pattern
+    too complex"); it is refused in one line that does not echo it."""
+    huge = RunStore.open(home).list()[0].id + "a" * 60_000
+    for argv in (["show", huge], ["logs", huge], ["cancel", huge], ["launch", "--resume", huge],
+                 ["submit", "--slurm", "--resume", huge]):
+        err = refused([*argv, "--home", str(home)], "60008 characters", "is not a run id")
+        assert len(err) < 400
+
+
+# ------------------------------------------------------------------ system directories
+def test_a_system_directory_is_refused_as_a_home_before_anything_is_written(tmp_path):
+    """As root nothing stopped `advise submit --home /etc` from writing runs.sqlite and runs/ into /etc.
+    Whatever a command would have left in a system directory is removed again at the end, so a failure
+    of this test leaves the machine as it was."""
+    import secrets
+    import shutil
+
+    tag = f"cardwise-test-{secrets.token_hex(4)}"
+    homes = ["/etc", "/", "/var/lib", f"/etc/{tag}", f"/usr/lib/{tag}", f"/proc/{tag}", f"/lib/{tag}"]
+    made = ["runs.sqlite", "runs.sqlite-wal", "runs.sqlite-shm", "runs"]
+    before = {h: {m for m in made if os.path.lexists(os.path.join(h, m))} for h in homes}
+    link = tmp_path / "conf"
+    link.symlink_to("/etc")  # the resolved path counts too
+    try:
+        submit = ["submit", "--cpu", "--processes", "1", "--model", "mini-transformer", "--recipe", "synthetic"]
+        launch = ["launch", "--cpu", "--processes", "1", "--model", "mini-transformer", "--recipe", "synthetic",
+                  "--seq-len", "16", "--micro-batch", "2", "--max-steps", "1"]
+        cases = [(submit, h) for h in [*homes, str(link)]] + [(launch, "/etc"), (launch, homes[4]), (["serve", "--cpu"], "/")]
+        for argv, home in cases:
+            rc, _, err = advise(*argv, "--home", home)
+            err = "\n".join(line for line in err.splitlines() if not line.startswith("advise: note:"))
+            assert rc == 2 and len(err.splitlines()) == 2 and "--home /var/lib/cardwise" in err, (argv, home, err)
+            assert ("inside /" if tag in home else "a system directory") in err, err
+    finally:
+        for h in homes:
+            if os.path.isdir(h) and tag in h:
+                shutil.rmtree(h, ignore_errors=True)
+            for m in made:
+                p = os.path.join(h, m)
+                if m not in before.get(h, set()) and os.path.lexists(p):
+                    shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+    for h in homes:
+        assert not os.path.lexists(h) or {m for m in made if os.path.lexists(os.path.join(h, m))} == before[h]
+    # a folder of cardwise's own under /var/lib or /opt is its place (checked without writing there)
+    from launcher.home import refuse_system_home
+
+    refuse_system_home(Path("/var/lib/cardwise"))
+    refuse_system_home(Path("/opt/cardwise/home"))

@@ -92,7 +92,8 @@ def test_bad_hardware_and_model_sources_are_flagged_not_raised(store, tmp_path):
             if hf.exists():  # a real config.json is picked up and moves on to the workload
                 await type_into(pilot, app, "#in-hf_config", str(hf))
                 await pilot.press("enter")
-                await wait_for(pilot, lambda: app.current_mode == "workload")
+                # a hang guard: the trace takes ~5 s alone, over 30 s on a 2-core machine under load
+                await wait_for(pilot, lambda: app.current_mode == "workload", timeout=300)
                 assert app.state.model.hf_config == str(hf)
                 # let the workload screen finish mounting (its Select fills its label after compose)
                 # before the app shuts down, or Textual updates a label that is not there yet
@@ -256,5 +257,76 @@ def test_oom_retries_show_as_they_happen(store):
             assert any(n.title == "OOM retry" for n in app._notifications)
             assert app.screen.query_one("#thr-plot", MetricPlot).values == [6.5]  # summed over both ranks
             screen._cancel = None
+
+    run(flow())
+
+
+def test_a_config_json_shows_work_at_once_in_a_field_as_wide_as_the_screen_allows(store, tmp_path, monkeypatch):
+    """At 160x40 the config.json field was 18 columns (a path's first 18 characters), and a config traced
+    for ~5 s showed nothing meanwhile. The trace is held here until the screen has been looked at."""
+    import threading
+
+    from tui import compute
+
+    release = threading.Event()
+    real = compute.resolve_model
+
+    def slow(ref):
+        release.wait(60)
+        return real(ref)
+
+    monkeypatch.setattr(compute, "resolve_model", slow)
+    app = make_app(demo.gpu_machine(), store)
+    hf = Path(__file__).parent / "data" / "hf" / "Mistral-7B-v0.1" / "config.json"
+
+    async def flow():
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.press("f3")
+            field = app.screen.query_one("#in-hf_config", Input)
+            assert field.size.width >= 70, field.size  # 160 less the label, the hint and the padding
+            await type_into(pilot, app, "#in-hf_config", str(hf))
+            await pilot.press("enter")
+            await pilot.pause()
+            assert "tracing the model on the meta device" in text_of(app, "#chosen")
+            release.set()
+            await wait_for(pilot, lambda: app.current_mode == "workload", timeout=300)  # a hang guard
+            await wait_for(pilot, lambda: bool(app.screen.query("#lr-scaling SelectCurrent #label")))
+            await pilot.pause()
+
+    try:
+        run(flow())
+    finally:
+        release.set()
+    assert app.state.model.hf_config == str(hf)
+
+
+def test_down_and_up_move_between_form_fields(store):
+    state = WizardState(hardware=HardwareChoice.initial(demo.gpu_machine()), model=ModelRef(name="gpt2"))
+    app = make_app(demo.gpu_machine(), store, state=state)
+
+    async def flow():
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f3")
+            assert app.focused.id == "search"
+            await pilot.press("down")  # the search's next field is the catalog, where the arrows move the row
+            assert app.focused.id == "catalog"
+            await pilot.press("down")
+            assert app.focused.id == "catalog"
+            app.screen.query_one("#in-hf_config", Input).focus()
+            await pilot.press("down")
+            assert app.focused.id == "in-module"
+            await pilot.press("down")
+            assert app.focused.id == "in-input_shape"
+            await pilot.press("up", "up")
+            assert app.focused.id == "in-hf_config"
+            await pilot.press("f4")
+            first = app.screen.query_one("#in-batch_size", Input)
+            first.focus()
+            await pilot.press("down")
+            assert app.focused is not first and isinstance(app.focused, Input)
+            await pilot.press("up")
+            assert app.focused is first
+            await wait_for(pilot, lambda: bool(app.screen.query("#lr-scaling SelectCurrent #label")))
+            await pilot.pause()
 
     run(flow())

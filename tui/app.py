@@ -51,6 +51,10 @@ class CardwiseApp(App[int]):
         Binding("ctrl+n", "next_step", "Next step", priority=True),
         Binding("ctrl+b", "previous_step", "Previous step", show=False, priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Not priority: a table, list, select or scroll area that moves with the arrows keeps them; in a
+        # form (single-line inputs, which leave up/down alone) they go from field to field as Tab does.
+        Binding("down", "focus_next", "Next field (as Tab)", show=False),
+        Binding("up", "focus_previous", "Previous field (as shift+Tab)", show=False),
     ]
 
     def __init__(self, machine: Machine, store, *, state: WizardState | None = None,
@@ -110,7 +114,7 @@ class CardwiseApp(App[int]):
         from tui.screens.run_detail import RunDetailScreen
         from tui.screens.save_plan import SavePlanScreen
 
-        return [("Everywhere", self.BINDINGS), ("Model", ModelScreen.BINDINGS),
+        return [("Everywhere", self.BINDINGS),
                 ("Recommendation", RecommendationScreen.BINDINGS), ("Launch & monitor", LaunchScreen.BINDINGS),
                 ("Runs", RunsScreen.BINDINGS), ("A run's detail", RunDetailScreen.BINDINGS),
                 ("Save-plan dialog", SavePlanScreen.BINDINGS), ("This help", HelpScreen.BINDINGS)]

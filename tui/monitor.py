@@ -81,7 +81,7 @@ class MetricsTail:
         for line in lines:
             try:
                 row = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # a line cut short, or nested thousands deep
                 continue
             if isinstance(row, dict) and "step" in row:
                 rows.append(row)

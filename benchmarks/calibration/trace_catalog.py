@@ -4,7 +4,8 @@ Transformers have closed-form activation formulas (advisor/activations.py); CNNs
 on the meta device (advisor/tracer.py) at their reference input, once, so that looking them up
 never imports torch. The catalog transformers that have a Hugging Face class (GPT-2, BERT, Llama,
 Mistral, Qwen2) are also traced as transformers builds them (keys "hf:NAME"), for
-``advisor.catalog.transformers_model``. Needs transformers installed.
+``advisor.catalog.transformers_model``; the encoder-decoders (T5) only so, since their transformers class is
+their one implementation (``advisor.catalog.ENCODER_DECODERS``). Needs transformers installed.
 
     python -m benchmarks.calibration.trace_catalog
 """

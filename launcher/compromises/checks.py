@@ -33,11 +33,12 @@ def _require(package: str, what: str) -> None:
 
 
 def offload_host_gib(plan: Plan, params: int) -> float:
-    """Host RAM (GiB) FSDP CPU offload holds for ``params`` parameters of ``plan`` (all ranks of a node together)."""
+    """Host RAM (GiB) FSDP CPU offload holds on one node for ``params`` parameters of ``plan``: all ranks of a node
+    together; FSDP shards over every node, so each holds 1/nodes of it (issue 38: per node)."""
     c = plan.config
     per = OFFLOAD_BYTES_PER_PARAM["fp32-master" if c.precision is not Precision.pure_bf16 else
                                   "pure-bf16" if c.kahan else "pure-bf16-plain"]
-    return params * per / 2**30
+    return params * per / max(1, plan.nodes) / 2**30
 
 
 def _model_spec(plan: Plan):
@@ -73,6 +74,7 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
             available_gib = psutil.virtual_memory().available / 2**30
         if need > available_gib * RAM_FRACTION:
             raise UserError(f"--cpu-offload keeps ~{need:.1f} GiB of {plan.model.label()}'s weights, gradients and "
-                            f"optimizer states in host memory; this machine has {available_gib:.1f} GiB available",
+                            f"optimizer states in each node's host memory; this machine has {available_gib:.1f} GiB "
+                            "available",
                             fix="free host memory, use --precision pure-bf16 (10 instead of 16 bytes per parameter), "
-                                "or --lora-rank R / more GPUs instead of --cpu-offload")
+                                "more nodes (each holds its share), or --lora-rank R instead of --cpu-offload")

@@ -31,7 +31,12 @@ def _catalog(recipe: str, plan):
         raise UserError(f"recipe {recipe} trains catalog models", fix="use --model NAME (see `advise models`), or launch a script")
     from advisor.catalog import catalog_model
 
-    return catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
+    spec = catalog_model(plan.model.name)  # unknown names fail here, with suggestions, not in every rank
+    if spec.family == "encoder-decoder":  # advisor.catalog.ENCODER_DECODERS: no cardwise implementation to run
+        raise UserError(f"{spec.name} is an encoder-decoder that cardwise's recipes do not implement (it is planned "
+                        f"as {spec.implementation})",
+                        fix=f"launch your own training script: advise launch --model {spec.name} -- train.py ARGS")
+    return spec
 
 
 def _lora_available(recipe: str, plan) -> None:

@@ -93,8 +93,29 @@ def _hf(plan, spec, device):
     return model, pool, loss_fn, f"transformers {type(model).__name__}"
 
 
+def _seq2seq(plan, spec, device):
+    """An encoder-decoder (catalog T5, or --hf-config t5/mt5/bart): its transformers class from the config, trained
+    as the estimate traced it (``advisor.tracer.seq2seq_step``: source ids, labels as long, its own loss)."""
+    import transformers
+
+    from advisor.catalog import hf_equivalent
+    from advisor.tracer import seq2seq_step
+
+    if plan.model.hf_config:
+        path = Path(plan.model.hf_config).expanduser()
+        config = transformers.AutoConfig.from_pretrained(str(path.parent if path.is_file() else path))
+    else:
+        data = hf_equivalent(spec.name)
+        config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    c = plan.config
+    seq = c.seq_len or spec.default_seq_len or 512
+    pool = [(torch.zeros(c.micro_batch, seq, dtype=torch.long, device=device),) for _ in range(2)]
+    return model, pool, lambda m, batch: seq2seq_step(m, batch[0])[0], f"transformers {type(model).__name__}"
+
+
 def _module(plan, spec, device):
-    from advisor.tracer import apply_loss, load_factory
+    from advisor.tracer import apply_loss, is_encoder_decoder, load_factory, seq2seq_step
 
     ref, c = plan.model, plan.config
     model = load_factory(ref.module)()
@@ -116,6 +137,8 @@ def _module(plan, spec, device):
     loss = ref.loss or "ce"  # the loss the estimate traced (advisor.tracer.apply_loss), so both measure one step
 
     def loss_fn(m, batch):
+        if is_encoder_decoder(m) and len(ref.input_shape) == 1 and not dtype.is_floating_point:
+            return seq2seq_step(m, batch[0])[0]  # as the estimate traced it
         return apply_loss(m(*batch), loss)
 
     return model, pool, loss_fn, f"{type(model).__name__} from {ref.module}"
@@ -132,7 +155,8 @@ def measure(plan, warmup: int, steps: int) -> dict:
     ref = plan.model
     # --module: the child loads the factory itself; the parent already traced it for the estimate.
     spec = None if ref.module else resolve_model(ref)
-    build = _module if ref.module else (_hf if ref.hf_config else _catalog)
+    build = _module if ref.module else (_seq2seq if spec.family == "encoder-decoder" else
+                                        _hf if ref.hf_config else _catalog)
     dispatch = None
     if cuda:  # this host's dispatch speed, before the model takes the GPU (advisor.host_speed)
         from launcher import host_dispatch

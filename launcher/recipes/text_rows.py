@@ -24,10 +24,15 @@ MAX_LABELS = 1000  # a scan stops collecting labels past this (a text column rea
 
 
 def iter_rows(path: Path) -> Iterator[tuple[int, str, str]]:
-    """(line number, text, label) of a JSONL or CSV file (CSV by suffix, with a ``text,label`` header)."""
-    from advisor.files import lines, open_regular
+    """(line number, text, label) of a JSONL or CSV file (CSV by suffix, with a ``text,label`` header).
+
+    A CSV field may be as long as a line may (``advisor.files.MAX_LINE``, 16 MiB): the csv module's own
+    limit, 128 KiB, refused a legal long text. Its limit is one per process; it is only ever raised here."""
+    from advisor.files import MAX_LINE, lines, open_regular
 
     path = Path(path)
+    if csv.field_size_limit() < MAX_LINE:
+        csv.field_size_limit(MAX_LINE)
     try:
         with open_regular(path) as f:  # a regular file (a FIFO would hang), lines of at most 16 MiB
             if path.suffix.lower() == ".csv":

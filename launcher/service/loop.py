@@ -32,6 +32,9 @@ log = logging.getLogger("cardwise.service")
 
 DEFAULT_POLL_S = 1.0
 BACKUP_EVERY_S = 3600.0
+# cardwise's choice: after a start met a full disk, the longest wait before trying again when the
+# disk's free space did not grow (a quota's does not show in statvfs); one failed start a minute.
+SPACE_RECHECK_S = 60.0
 
 
 @dataclass
@@ -122,6 +125,7 @@ class Service:
         self._queue_cache: list[tuple[RunRecord, Submission]] | None = None
         self._last_pass: tuple | None = None  # (devices, held, running) placement last saw
         self._backup_due = 0.0
+        self._space_hold: tuple[int, float] | None = None  # (free bytes, when): a start met a full disk
 
     # ------------------------------------------------------------ inventory
     @property
@@ -154,6 +158,7 @@ class Service:
                 log.warning("reconcile: requeued %s; failed %s; stopped %d process(es)",
                             ", ".join(report.requeued) or "none", ", ".join(report.failed) or "none", report.stopped)
             log.info("serving %s from %s (poll %.1fs)", self.describe(), self.home, self.poll_s)
+            last_said = None
             try:
                 while not stop.is_set():
                     self._backup()
@@ -161,8 +166,15 @@ class Service:
                         self.step()
                     except StoreCorrupt:
                         raise  # exit 2: the systemd unit must not restart into the same corrupt store
-                    except Exception:  # a busy store or a bad record must not end the service
+                    except UserError as exc:  # busy, read-only, full: said once (one line) until it changes
+                        said = exc.message().splitlines()[0]
+                        if said != last_said:
+                            log.error("scheduling pass failed: %s; trying again every pass", said)
+                        last_said = said
+                    except Exception:  # a bad record must not end the service
                         log.exception("scheduling pass failed; trying again")
+                    else:
+                        last_said = None
                     stop.wait(self.poll_s)
             finally:
                 self.shutdown()
@@ -215,7 +227,7 @@ class Service:
             self._watch_cancels()
             self._queue_cache = self._queue()
         queue = self._queue_cache or []
-        if not queue:
+        if not queue or self._space_held():
             return
         if self.max_runs is not None and len(self.active) >= self.max_runs:
             return
@@ -299,6 +311,42 @@ class Service:
                 log.warning("run %s ended but its end cannot be recorded yet (%s); trying every pass",
                             rid, (str(exc).splitlines() or [type(exc).__name__])[0])
             return False
+
+    def _requeued_for_space(self, run: ActiveRun, n: int) -> bool:
+        """True when ``execute`` gave the run back to the queue because the disk was full before any of
+        it ran (``runner.START_NO_SPACE``): this start is not counted against ``--max-starts``, and no run
+        starts until space is freed (``_space_held``), so a full disk neither fails runs for good nor
+        makes the service start and give back the same run every pass."""
+        from launcher.runner import START_NO_SPACE
+        from launcher.store import free_bytes
+
+        try:
+            rec = self.store.get(run.id)
+        except Exception:  # cannot tell: handled as any other failure of the run's thread
+            return False
+        if rec.status != "queued" or not (rec.error or "").startswith(START_NO_SPACE):
+            return False
+        run.requeued = True
+        with contextlib.suppress(Exception):  # not counted; if the store cannot take that now, it is counted
+            self.store.update(run.id, service_attempts=n - 1)
+        self._space_hold = (free_bytes(self.home) or 0, time.monotonic())
+        log.warning("run %s goes back to the queue: %s; no run starts until space is freed", run.id,
+                    (rec.error or "")[len(START_NO_SPACE) + 2:] or "disk full")
+        return True
+
+    def _space_held(self) -> bool:
+        """Whether starts wait for space: until the home's disk has more free than at the fault, or
+        ``SPACE_RECHECK_S`` passed (a quota, EDQUOT, is not in statvfs: try again then)."""
+        from launcher.store import free_bytes
+
+        if self._space_hold is None:
+            return False
+        free_then, since = self._space_hold
+        if (free_bytes(self.home) or 0) > free_then or time.monotonic() - since > SPACE_RECHECK_S:
+            self._space_hold, self._last_pass = None, None  # place again, though nothing else changed
+            log.info("space on the disk again: starting runs")
+            return False
+        return True
 
     def _watch_cancels(self) -> None:
         for run in self.active.values():
@@ -395,6 +443,8 @@ class Service:
                 log.info("run %s %s%s", run.id, final.status, extra)
         except BaseException as exc:  # execute records its own failures; make sure nothing stays "running"
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            if self._requeued_for_space(run, n):
+                return
             log.exception("run %s: %s", run.id, first)
             with contextlib.suppress(Exception):
                 self.store.transition(run.id, "failed", expect=["running"], error=first)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Literal
@@ -144,10 +145,14 @@ def submit(home: Path, plan, target: Target, options: RunOptions, *, label: str 
         if not run_dir_of(home, rid).exists():
             break
     rdir = make_run_dir(home, rid)
-    write_private_atomic(rdir / "plan.json", plan.model_dump_json(indent=2) + "\n")
-    # The record appears last: a service never sees a queued record without its submission.
-    write_private_atomic(submission_path(rdir), sub.model_dump_json(indent=2) + "\n")
-    rec = store.create(run_id=rid, label=label or f"{plan.model.label()} · {target.label()}",
-                       plan=plan.model_dump(mode="json"), run_dir=rdir)
+    try:
+        write_private_atomic(rdir / "plan.json", plan.model_dump_json(indent=2) + "\n")
+        # The record appears last: a service never sees a queued record without its submission.
+        write_private_atomic(submission_path(rdir), sub.model_dump_json(indent=2) + "\n")
+        rec = store.create(run_id=rid, label=label or f"{plan.model.label()} · {target.label()}",
+                           plan=plan.model_dump(mode="json"), run_dir=rdir)
+    except BaseException:  # not queued (store unwritable, disk full, Ctrl-C): leave no folder without a record
+        shutil.rmtree(rdir, ignore_errors=True)
+        raise
     return rec, notes
 

@@ -14,7 +14,7 @@ from textual.widgets import Static
 WIDGET_KEYS: tuple[tuple[str, str], ...] = (
     ("tab / shift+tab", "next / previous field"),
     ("enter", "pick the row (tables), use the value (fields), open a run"),
-    ("up / down", "move in tables, trees and lists"),
+    ("up / down", "move in tables, trees and lists; in a form, field to field"),
     ("left / right", "switch tabs when the tab bar has focus"),
     ("escape", "close this help, a dialog or a run's detail"),
     ("ctrl+p", "command palette (Textual)"),

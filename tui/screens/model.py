@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.widgets import DataTable, Input, Static
 
 from advisor import units
@@ -31,9 +30,6 @@ class ModelScreen(StepScreen):
     STEP = "model"
     CSS_PATH = "model.tcss"
     AUTO_FOCUS = "#search"
-    BINDINGS = [
-        Binding("down", "focus_table", "Catalog", show=False),
-    ]
 
     def compose_body(self) -> ComposeResult:
         yield Input(placeholder="search the catalog (llama, vit, resnet, encoder ...); Enter picks the first match",
@@ -81,14 +77,12 @@ class ModelScreen(StepScreen):
         info = next(r for r in self.rows if r.name == name)
         self._choose(info)
 
-    def action_focus_table(self) -> None:
-        self.query_one("#catalog", DataTable).focus()
-
     # -------------------------------------------------------------- other sources
     @on(Input.Submitted, "#in-hf_config")
     def _hf(self, event: Input.Submitted) -> None:
         path = event.value.strip()
-        if path:
+        if path:  # reading it can take seconds (a model is built and traced on the meta device): say so
+            self.query_one("#chosen", Static).update(f"reading {path} and tracing the model on the meta device ...")
             self._resolve(ModelRef(hf_config=path), "hf_config")
 
     @on(Input.Submitted, "#in-module, #in-input_shape")
