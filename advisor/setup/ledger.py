@@ -10,14 +10,11 @@ shard), so a setup's hook reads what it needs from one place.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from advisor.calibration import Calibration
 from advisor.config import TrainConfig
 from advisor.models import ModelSpec
-
-if TYPE_CHECKING:
-    from advisor.setup.base import Setup
 
 GIB = float(2**30)
 
@@ -28,7 +25,7 @@ class MemoryLedger:
     config: TrainConfig
     hw: Any  # advisor.hardware.HardwareSpec, built by the caller (setups never import detection)
     cal: Calibration
-    setups: list[Setup]
+    setups: list[Any]  # advisor.setup.base.Setup, active, in the registry's order
     world: int = 1  # ranks the strategy spreads over
     shard: int = 1  # ranks the weights, gradients and states are split over
     n: int = 0  # parameters
@@ -71,7 +68,7 @@ class StepLedger:
     config: TrainConfig
     hw: Any  # advisor.hardware.HardwareSpec, built by the caller (setups never import detection)
     cal: Calibration
-    setups: list[Setup]
+    setups: list[Any]  # advisor.setup.base.Setup, active, in the registry's order
     world: int = 1
     shard: int = 1
     nt: int = 0
