@@ -46,3 +46,16 @@ def test_unknown_fields_never_refuse():
 def test_launch_only_rows_wait_for_the_launch():
     c = Combo(lora_rank=16, precision=Precision.fp32)
     assert refusal(c) is None and refusal(c, launch=True).id == "lora.autocast"
+
+
+def test_advise_rules_lists_and_explains_the_rows(capsys):
+    import json
+
+    from cli.main import main
+
+    assert main(["rules", "--json"]) == 0
+    listed = [c["id"] for c in json.loads(capsys.readouterr().out)["constraints"]]
+    assert listed == [c.id for c in CONSTRAINTS]
+    assert main(["rules", "offload.not-cpu"]) == 0
+    out = capsys.readouterr().out
+    assert BY_ID["offload.not-cpu"].fix.split(",")[0] in " ".join(out.split())
