@@ -8,13 +8,28 @@ subcommand is the recommendation; plain ``advise`` in a terminal opens the wizar
 
 from __future__ import annotations
 
-import argparse
-import gc
-import importlib
 import os
 import signal
 import sys
-import types
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C before the command runs (imports, parsing: the first ~0.3 s): nothing was started or written
+    yet, so say so in one line and exit 130 as ``run_guarded`` does, instead of a KeyboardInterrupt
+    traceback from whatever import it landed in."""
+    os.write(2, b"advise: interrupted\n")
+    os._exit(130)
+
+
+# Set before the imports below when this process is the command (`python -m cli.main`, the `advise`
+# script), never when a program imports this module (tests, the wizard): a Ctrl-C even during them ends it.
+if __name__ == "__main__" or os.path.basename(getattr(sys, "argv", None) and sys.argv[0] or "") == "advise":
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402 - after the handler above, on purpose
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import types  # noqa: E402
 
 # name -> (module, one-line help). Order is the order of `advise --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -109,14 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # the command handles Ctrl-C itself
         signal.signal(signal.SIGINT, signal.default_int_handler)
     return run_guarded(module.run, args)
-
-
-def _interrupted_while_starting(signum, frame) -> None:
-    """Ctrl-C before the command runs (imports, parsing: the first ~0.3 s): nothing was started or written
-    yet, so say so in one line and exit 130 as ``run_guarded`` does, instead of a KeyboardInterrupt
-    traceback from whatever import it landed in."""
-    os.write(2, b"advise: interrupted\n")
-    os._exit(130)
 
 
 def _interrupt_ends_the_start() -> None:

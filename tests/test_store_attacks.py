@@ -405,3 +405,29 @@ def test_a_system_directory_is_refused_as_a_home_before_anything_is_written(tmp_
 
     refuse_system_home(Path("/var/lib/cardwise"))
     refuse_system_home(Path("/opt/cardwise/home"))
+
+
+def test_a_store_that_turns_read_only_under_the_service_is_said_once_not_a_traceback_each_pass(tmp_path, caplog):
+    """Each pass failing alike (the store made read-only, 0400, while serving) logged a traceback every poll."""
+    import logging
+    import threading
+
+    from launcher import placement
+    from launcher.service import Service
+
+    svc = Service(tmp_path / "h", cpu=True, poll_s=0.01, inventory=lambda: placement.cpu_slots(1))
+    passes = []
+
+    def step():
+        passes.append(1)
+        if len(passes) >= 20:
+            stop.set()
+        raise UserError("the run store became read-only: attempt to write a readonly database")
+
+    svc.step = step
+    stop = threading.Event()
+    with caplog.at_level(logging.INFO, logger="cardwise.service"):
+        assert svc.serve(stop) == 0
+    said = [r for r in caplog.records if "scheduling pass failed" in r.getMessage()]
+    assert len(passes) >= 20 and len(said) == 1 and said[0].exc_info is None, [r.getMessage() for r in said]
+    assert "became read-only" in said[0].getMessage()
