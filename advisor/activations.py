@@ -14,6 +14,7 @@ adds promote to fp32; 2 in pure-bf16).
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.compiled import TRANSFORMERS_LOSS_BYTES, compiled_loss_temp_bytes
 from advisor.config import Precision, TrainConfig
 from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec, TransformerArch
@@ -171,7 +172,7 @@ def activation_precision(config: TrainConfig) -> Precision:
 
 
 def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
-                       gelu_kept: float = 1.0) -> ActivationProfile:
+                       gelu_kept: float = 1.0, compile_loss_bytes: float = TRANSFORMERS_LOSS_BYTES) -> ActivationProfile:
     """Per-sample saved bytes for ``config``; ``compile_factor`` scales traced (non-transformer) models
     when compiled, ``gelu_kept`` is the compiled GELU MLP's kept tensors (calibrated)."""
     p = activation_precision(config)
@@ -186,8 +187,10 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
         logits = (a.vocab * a.head_tokens(tokens) if a.head in ("lm", "mlm") else
                   a.num_labels * tokens if a.head == "qa" else 0)  # qa: the start and end logits of every token
         # Loss backward: fp32 grad of the log-softmax and of the upcast logits, 8 bytes per logit
-        # eager (measured: the LM rows of benchmarks/calibration/fit.py's table); fused when compiled.
-        temp = (6.0 if config.compile else 8.0) * logits
+        # eager (measured: the LM rows of benchmarks/calibration/fit.py's table); fused when compiled
+        # (advisor.compiled: what the fused loss holds depends on the code that computes it).
+        temp = (compiled_loss_temp_bytes(a.head, p.compute_bytes, model.is_transformers, compile_loss_bytes)
+                if config.compile else 8.0) * logits
         return ActivationProfile(
             per_sample_bytes=a.n_layers * layer + base * tokens, fixed_bytes=fixed, layer_bytes=layer,
             boundary_bytes=r * a.d_model * tokens, layers=a.n_layers, loss_saved_bytes=loss * tokens,
@@ -204,13 +207,14 @@ _PER_SAMPLE_FREE = ("micro_batch", "grad_accum", "grad_ckpt", "strategy")
 
 
 def shared_activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0,
-                              gelu_kept: float = 1.0) -> ActivationProfile:
+                              gelu_kept: float = 1.0, compile_loss_bytes: float = TRANSFORMERS_LOSS_BYTES) -> ActivationProfile:
     """``activation_profile``, memoised for the estimator (``advisor.memo``): one object per model and
     configuration, shared, so read-only (``model_copy`` it to change a term). The profile is per sample
     (no micro-batch, accumulation or checkpointing in it) and reads the strategy only through
     ``activation_precision``, so configurations that differ only there share it."""
-    key = (activation_precision(config), compile_factor, gelu_kept) + config_key(config, _PER_SAMPLE_FREE)
-    return _PROFILES.get((model,), key, lambda: activation_profile(model, config, compile_factor, gelu_kept))
+    key = (activation_precision(config), compile_factor, gelu_kept, compile_loss_bytes) + config_key(config, _PER_SAMPLE_FREE)
+    return _PROFILES.get((model,), key, lambda: activation_profile(model, config, compile_factor, gelu_kept,
+                                                                   compile_loss_bytes))
 
 
 def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float = 1.0) -> ActivationProfile:

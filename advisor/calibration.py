@@ -104,6 +104,9 @@ class Calibration(BaseModel):
     compile_traffic_factor: float = 0.5
     compile_traffic: dict[str, float] = Field(default_factory=dict, description='per kind ("cnn", "transformer"), fit')
     compile_activation_factor: float = 0.85
+    # Compiled cardwise models' cross-entropy backward, bytes per logit above the saved logits (advisor.compiled;
+    # fit on the compiled zoo transformers' peaks, H200 and H100 fit rows: benchmarks/calibration/fit.fit_memory).
+    compile_loss_bytes: float = 6.0
     # Fraction of activations kept by per-stage checkpointing in models without layers (CNNs).
     ckpt_fraction: float = 0.5
     # CUDA context + cuBLAS/cuDNN handles, GiB: 0.61 GiB in use on the H200 before any tensor

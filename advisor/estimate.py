@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.calibration import Calibration, CalibrationUsed, calibration_key, default_calibration
 from advisor.config import Precision, Strategy, TrainConfig
+from advisor.gpu_perf import unmeasured_gpu_note
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
 from advisor.models import ModelSpec
@@ -110,6 +111,10 @@ def estimate(
         from advisor.probe_factors import apply_model_factors
 
         est = apply_model_factors(est, model, hardware, cal)
+    unmeasured = unmeasured_gpu_note(hardware.gpu.name) if hardware.gpu.name != "cpu" else None
+    if unmeasured:
+        est.throughput.unmeasured_gpu = unmeasured
+        est.notes.append(unmeasured)
     return _mark_transferred_compile(est, model, config, hardware, cal)
 
 

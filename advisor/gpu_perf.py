@@ -116,6 +116,23 @@ def _fitted() -> dict[str, ArchPerf]:
     return {a: ArchPerf(arch=a, **v) for a, v in data.get("arches", {}).items()}
 
 
+@lru_cache(maxsize=1)
+def _unmeasured() -> dict | None:
+    return json.loads(FITTED.read_text()).get("unmeasured") if FITTED.exists() else None
+
+
+def unmeasured_gpu_note(gpu_name: str) -> str | None:
+    """What to expect of the samples/s on a GPU kind no published row and no call of this project has measured
+    (``advisor/data/gpu_perf.json`` "unmeasured", written by benchmarks/calibration/cross_gpu/fit.py): the
+    error of the held-out published rows of the kinds no fit row is on. None for a measured kind."""
+    u = _unmeasured()
+    if u is None or gpu_name in u["measured_kinds"]:
+        return None
+    return (f"{gpu_name}: no measured or published row; samples/s carry the error of GPU kinds the fractions were "
+            f"transferred to: median {u['median'] * 100:.0f}%, 9 in 10 within {u['p90'] * 100:.0f}%, worst "
+            f"{u['worst'] * 100:.0f}% ({u['rows']} held-out published rows, signed median {u['signed_median'] * 100:+.0f}%)")
+
+
 def arch_perf(arch: str) -> ArchPerf:
     """The architecture's fractions: Hopper's measured ones, a fitted entry, or Hopper's as a stated prior.
 

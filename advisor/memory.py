@@ -37,6 +37,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.activations import backward_bytes, shared_activation_profile
+from advisor.allocator import fit_margin
 from advisor.calibration import Calibration
 from advisor import setup
 from advisor.config import TrainConfig
@@ -112,6 +113,11 @@ class MemoryEstimate(BaseModel):
     device_gib: float = Field(description="what nvidia-smi would show: allocator reserve + CUDA context")
     gpu_memory_gib: float
     fits: bool
+    tight: bool = Field(False, description="fits, but leaves less room than the allocator's measured reserve "
+                        "(advisor.allocator): it may run out of memory; `advise launch` retries with half the micro-batch")
+    fit_margin_gib: float = Field(0.0, description="the GPU's memory less the CUDA context, the allocated peak and "
+                                  "the measured reserve (negative: tight or does not fit)")
+    reserve_gib: float = Field(0.0, description="the caching allocator's measured reserve over the allocated peak")
     peak_at: Literal["backward", "optimizer-step"]
     trainable_params: int
     autocast_copies_gib: float = Field(0.0, description="bf16 copies of the matmul weights autocast keeps for the step "
@@ -142,7 +148,8 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     led.grads = led.nt * led.gb / led.shard
     led.states /= led.shard
     led.each("resident_terms")
-    led.prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept)
+    led.prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept,
+                                         cal.compile_loss_bytes)
     led.each("activation_terms")
     if led.params_gathered or led.copies is not None:
         led.prof = led.prof.model_copy(update={"fixed_bytes": 0.0 if led.params_gathered else led.copies})
@@ -196,11 +203,13 @@ def _moments(led: MemoryLedger) -> dict:
                     + (f"; larger there than at the peak: {', '.join(larger)}" if larger else ""))
     led.device_gib = peak * led.cal.allocator_reserve + led.cal.cuda_context_gib
     led.usable_gib = led.hw.gpu.memory_gib * led.cal.fit_fraction
+    fits = led.device_gib <= led.usable_gib
     return dict(
         weights_gib=led.weights / GIB, gradients_gib=led.grads / GIB, optimizer_gib=led.states / GIB,
         activations_gib=acts / GIB,
         other_gib=(temps + led.buckets + led.gathered + led.dequantized) / GIB + WORKSPACE_GIB,
-        peak_gib=peak, gpu_memory_gib=led.hw.gpu.memory_gib, fits=led.device_gib <= led.usable_gib, peak_at=peak_at,
+        peak_gib=peak, gpu_memory_gib=led.hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
+        **fit_margin(peak, led.hw.gpu.memory_gib, led.cal.cuda_context_gib, fits).as_memory_fields(),
         trainable_params=led.nt, autocast_copies_gib=copies / GIB, peak_parts=parts, other_moment=other_moment)
 
 

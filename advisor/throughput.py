@@ -102,6 +102,8 @@ class ThroughputEstimate(BaseModel):
         None, description="samples/s without gains measured only on another GPU kind (compile's, fit on the H200); "
                           "what a deadline check counts on")
     transferred: list[str] = Field(default_factory=list, description="gains in samples_per_s measured on another GPU kind only")
+    unmeasured_gpu: str = Field("", description="a GPU kind no row has measured: the error to expect (advisor.gpu_perf."
+                                "unmeasured_gpu_note); empty for a measured kind")
     calibrated: bool = False
     notes: list[str] = Field(default_factory=list)
 

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from advisor.allocator import fit_word
 from advisor.units import format_efficiency, format_hours
 from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_json_flag, add_model_flags,
                        add_workload_flags, check_output_file)
@@ -102,7 +103,7 @@ def memory_bar(memory, width: int = 56):
     out.append_text(legend)
     out.append(f"\n  peak {memory.peak_gib:.1f} GiB allocated (torch.cuda.max_memory_allocated) at the "
                f"{memory.peak_at}: the parts above, which sum to it; ~{memory.device_gib:.1f} GiB in nvidia-smi; "
-               + ("fits" if memory.fits else "DOES NOT FIT"), style="dim")
+               + fit_word(memory), style="dim")
     if memory.other_moment:
         out.append(f"\n  {memory.other_moment}", style="dim")
     if memory.host_gib:

@@ -167,6 +167,9 @@ class EstimateFacts(_Section):
     exposed_comm_s: float
     comm_fraction: float = Field(description="exposed communication / step time")
     memory_fraction: float = Field(description="nvidia-smi memory / GPU memory")
+    tight: bool = Field(False, description="fits, but leaves less room than the allocator's measured reserve (advisor.allocator)")
+    reserve_gib: float = Field(0.0, description="the allocator's measured reserve over the allocated peak, GiB")
+    fit_margin_gib: float = Field(0.0, description="room left after the allocated peak, the context and that reserve, GiB")
     fp16_alt_speedup: float | None = Field(None, description="x faster with bf16/fp16 autocast (pinned fp32/tf32 only)")
 
 

@@ -133,7 +133,8 @@ def estimate_facts(p: Planner, est: Estimate, ch: Choice) -> EstimateFacts:
         time_to_train_h=ttt, deadline_missed_h=missed, deadline_missed_pct=(missed / dl if missed else None),
         scaling_efficiency=t.scaling_efficiency, host_bound=t.host_bound, comm_s=t.comm_s,
         exposed_comm_s=t.exposed_comm_s, comm_fraction=t.exposed_comm_s / t.step_s if t.step_s else 0.0,
-        memory_fraction=m.device_gib / m.gpu_memory_gib,
+        memory_fraction=m.device_gib / m.gpu_memory_gib, tight=m.tight, reserve_gib=m.reserve_gib,
+        fit_margin_gib=m.fit_margin_gib,
         fp16_alt_speedup=amp_speedup,
     )
 

@@ -26,6 +26,8 @@
 #                          SQuAD's BertForQuestionAnswering, BertForMaskedLM, ResNet-50; PUBLISHED_BUDGET, 150)
 #   reference[:IDS]        the H200 reference set's rows on this GPU (measure/reference.py --only; eager rows
 #                          first, compiled last; REFERENCE_BUDGET, 220)
+#   refset:SET             one of measure/reference.py's sets (--set SET: hostbound, i39), eager rows first,
+#                          compiled last, into NAME/SET.jsonl (REFSET_BUDGET, 420)
 #
 # The calls behind the committed results, as this script (benchmarks/README.md lists them all):
 #   unseen sets u3..u14       gpu_call.sh OUT u14 unseen:u14            (u5..u8: BUDGET=460-480, ROUNDS=1)
@@ -35,9 +37,10 @@
 #                               rerun:u12:u12-nanogpt-pure-4-s1024
 #   rounds 3-5 (gpu_checks)   gpu_call.sh OUT round3 recipes compromises:adamw-8bit,in-backward,lora-r16,...
 #   H100 (issue 28)           gpu_call.sh OUT h100-i28 published reference:r50-fp32-64,...,r50-bf16-cl-compile-128
+#   H100 (issue 39)           gpu_call.sh OUT h100-i39 refset:i39
 set -uo pipefail
 usage="usage: bash benchmarks/calibration/gpu_call.sh OUT_DIR NAME STEP [STEP ...]"
-steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS, published[:IDS], reference[:IDS]"
+steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS, published[:IDS], reference[:IDS], refset:SET"
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 out=${1:?$usage}
 name=${2:?$usage}
@@ -45,7 +48,7 @@ shift 2
 [[ $# -gt 0 ]] || { echo "gpu_call: no step given; $usage" >&2; exit 2; }
 for step in "$@"; do  # every step known before the call spends a second of the GPU's time
   case ${step%%:*} in
-    unseen|users|hostbound|contended|compiled-fresh|rerun|profile|recipes|compromises|probe|published|reference) ;;
+    unseen|users|hostbound|contended|compiled-fresh|rerun|profile|recipes|compromises|probe|published|reference|refset) ;;
     *) echo "gpu_call: unknown step '$step'; steps: $steps" >&2; exit 2 ;;
   esac
 done
@@ -115,6 +118,9 @@ for step in "$@"; do
     reference)
       run reference $(( ${REFERENCE_BUDGET:-220} + 80 )) python3 -m benchmarks.calibration.measure.reference \
         --out "$r/reference.jsonl" --budget-s "${REFERENCE_BUDGET:-220}" ${arg:+--only ${arg//,/ }} ;;
+    refset)
+      run "refset-$arg" $(( ${REFSET_BUDGET:-420} + 90 )) python3 -m benchmarks.calibration.measure.reference \
+        --set "$arg" --out "$r/$arg.jsonl" --budget-s "${REFSET_BUDGET:-420}" ;;
   esac
 done
 tar -czf "$out/$name.tgz" -C "$out" "$name"

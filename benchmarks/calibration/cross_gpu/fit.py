@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -113,6 +114,26 @@ def hopper_entry(fracs: dict[str, dict[str, float]], by_arch: dict[str, list[dic
     return ref
 
 
+# GPU kinds measured by this project's own calls (the H200 calibration; the H100 SXM of issues 28 and 39:
+# benchmarks/calibration/results/h100-check.md, h100-i39.md), besides the kinds of the published rows.
+MEASURED_HERE = ("H200", "H100-SXM")
+
+
+def unmeasured_error(fit_rows: list[dict]) -> dict:
+    """What to expect on a GPU kind no row has measured: the errors of the held-out 1-GPU published rows of
+    the kinds no fit row is on (their fractions come from another kind of their architecture, or from
+    Hopper's), and the kinds some row has measured (published, fit or held out, or this project's calls)."""
+    every = P.load_rows()
+    fitted = {r["gpu"] for r in fit_rows}
+    signed = [e for _, _, e in P.errors([r for r in every if r["split"] != "fit" and r["gpu"] not in fitted
+                                          and r["gpus"] == 1])]
+    errs = sorted(abs(e) for e in signed)
+    return {"median": round(statistics.median(errs), 4), "p90": round(errs[round(0.9 * (len(errs) - 1))], 4),
+            "worst": round(errs[-1], 4), "rows": len(errs), "signed_median": round(statistics.median(signed), 4),
+            "measured_kinds": sorted({r["gpu"] for r in every} | set(MEASURED_HERE)),
+            "source": "held-out 1-GPU published rows of the GPU kinds no fit row is on (benchmarks/calibration/cross_gpu/fit.py)"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loo", action="store_true", help="also: leave-one-out errors over the fit rows")
@@ -143,6 +164,7 @@ def main() -> None:
                                for k, v in rel.items()}
         print(arch, {k: round(v, 3) for k, v in rel.items()}, [f"{e * 100:+.0f}%" for e in errs])
     out["arches"][gpu_perf.REFERENCE_ARCH] = hopper_entry(fracs, by_arch)
+    out["unmeasured"] = unmeasured_error(rows)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out}")
 

@@ -113,6 +113,41 @@ HOSTBOUND = [
     ("h-r18-bf16-cl-compile-32", "resnet18", 32, None, 224, "bf16", True, False, True, "holdout"),
     ("h-vitb-bf16-compile-32", "vit-b-16", 32, None, 224, "bf16", True, False, False, "holdout"),
 ]
+# Issue 39's set, measured on an H100 80GB (the classes the estimator missed on rows it had never seen:
+# compiled runs across kinds and batch sizes, small micro-batches, activation checkpointing). Splits
+# declared here before the call, alternating within each class so that each kind has fit and holdout
+# rows; `--set i39` runs them, eager rows first (seconds each), compiled last (20-50 s of compilation).
+I39 = [
+    ("g-r50-bf16-16", "resnet50", 16, None, 224, "bf16", False, False, False, "fit"),
+    ("g-r50-bf16-48", "resnet50", 48, None, 224, "bf16", False, False, False, "holdout"),
+    ("g-r50-bf16-cl-32", "resnet50", 32, None, 224, "bf16", False, False, True, "holdout"),
+    ("g-vitb-bf16-16", "vit-b-16", 16, None, 224, "bf16", False, False, False, "fit"),
+    ("g-vitb-bf16-48", "vit-b-16", 48, None, 224, "bf16", False, False, False, "holdout"),
+    ("g-bert-bf16-8", "bert-base", 8, 512, None, "bf16", False, False, False, "holdout"),
+    ("g-gpt2-bf16-4", "gpt2", 4, 1024, None, "bf16", False, False, False, "fit"),
+    ("g-mini-bf16-64", "mini-transformer", 64, 256, None, "bf16", False, False, False, "holdout"),
+    ("g-r50-bf16-ckpt-64", "resnet50", 64, None, 224, "bf16", False, True, False, "holdout"),
+    ("g-vitb-bf16-ckpt-64", "vit-b-16", 64, None, 224, "bf16", False, True, False, "fit"),
+    ("g-bert-bf16-ckpt-32", "bert-base", 32, 512, None, "bf16", False, True, False, "holdout"),
+    ("g-gpt2-bf16-ckpt-8", "gpt2", 8, 1024, None, "bf16", False, True, False, "holdout"),
+    ("g-gpt2m-bf16-ckpt-16", "gpt2-medium", 16, 1024, None, "bf16", False, True, False, "fit"),
+    ("g-l1b-bf16-ckpt-4", "llama3.2-1b", 4, 2048, None, "bf16", False, True, False, "holdout"),
+    ("g-mini-bf16-compile-64", "mini-transformer", 64, 256, None, "bf16", True, False, False, "fit"),
+    ("g-gpt2-bf16-compile-8", "gpt2", 8, 1024, None, "bf16", True, False, False, "holdout"),
+    ("g-vitb-bf16-compile-64", "vit-b-16", 64, None, 224, "bf16", True, False, False, "fit"),
+    ("g-r50-bf16-cl-compile-64", "resnet50", 64, None, 224, "bf16", True, False, True, "holdout"),
+    ("g-bert-bf16-compile-16", "bert-base", 16, 512, None, "bf16", True, False, False, "fit"),
+    ("g-gpt2-bf16-compile-32", "gpt2", 32, 1024, None, "bf16", True, False, False, "fit"),
+    ("g-mini-bf16-compile-256", "mini-transformer", 256, 256, None, "bf16", True, False, False, "holdout"),
+    ("g-r18-bf16-cl-compile-128", "resnet18", 128, None, 224, "bf16", True, False, True, "fit"),
+    ("g-vitb-bf16-compile-192", "vit-b-16", 192, None, 224, "bf16", True, False, False, "holdout"),
+    ("g-gpt2m-bf16-compile-8", "gpt2-medium", 8, 1024, None, "bf16", True, False, False, "holdout"),
+    ("g-r50-bf16-cl-compile-256", "resnet50", 256, None, 224, "bf16", True, False, True, "fit"),
+    ("g-bert-bf16-compile-48", "bert-base", 48, 512, None, "bf16", True, False, False, "holdout"),
+    ("g-l1b-bf16-compile-2", "llama3.2-1b", 2, 2048, None, "bf16", True, False, False, "fit"),
+    ("g-gpt2-bf16-compile-4", "gpt2", 4, 1024, None, "bf16", True, False, False, "holdout"),
+    ("g-l1b-bf16-compile-4-s1024", "llama3.2-1b", 4, 1024, None, "bf16", True, False, False, "holdout"),
+]
 KEYS = ("id", "model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt",
         "channels_last", "split")
 
@@ -189,12 +224,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting new configs after this")
     ap.add_argument("--smoke", action="store_true", help="CPU, two tiny configs")
-    ap.add_argument("--set", choices=("reference", "hostbound"), default="reference",
-                    help="hostbound: small batches, compiled small rows, fp32 with cuDNN TF32 (issue 16)")
+    ap.add_argument("--set", choices=("reference", "hostbound", "i39"), default="reference",
+                    help="hostbound: small batches, compiled small rows, fp32 with cuDNN TF32 (issue 16); "
+                         "i39: compiled, small-batch and checkpointed rows for an H100 (issue 39)")
     ap.add_argument("--eager-only", action="store_true", help="skip the compiled rows")
     args = ap.parse_args()
     device = "cpu" if args.smoke else "cuda"
-    rows = [dict(zip(KEYS, c)) for c in (HOSTBOUND if args.set == "hostbound" else CONFIGS)]
+    rows = [dict(zip(KEYS, c)) for c in {"hostbound": HOSTBOUND, "i39": I39}.get(args.set, CONFIGS)]
     if args.eager_only:
         rows = [r for r in rows if not r["compile"]]
     if args.smoke:

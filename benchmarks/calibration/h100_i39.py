@@ -1,0 +1,140 @@
+"""Issue 39's H100 set against the estimator: compiled runs, small micro-batches and activation checkpointing.
+
+    python -m benchmarks.calibration.h100_i39 --predict   # before the call: results/h100-i39-predicted.json
+    python -m benchmarks.calibration.h100_i39             # after it: results/h100-i39.md
+    python -m benchmarks.calibration.h100_i39 --print
+
+The rows are ``measure/reference.py --set i39`` (splits declared there before the call), measured on an H100
+80GB (``gpu_call.sh OUT h100-i39 refset:i39``, raw rows ``results/h100-i39.jsonl``). Each row is predicted for
+an H100-SXM as ``benchmarks/calibration/rows.py`` predicts the H200's rows, for the host that measured it (its
+file's dispatch speed over the reference host's). ``--predict`` writes what the estimator of the day says for
+every row before any of them ran, for the reference host (committed before the call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from advisor.calibration import default_calibration
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from benchmarks.calibration import rows as fc
+from benchmarks.calibration.measure.reference import I39, KEYS
+
+RESULTS = Path(__file__).with_name("results")
+MEASURED = RESULTS / "h100-i39.jsonl"
+PREDICTED = RESULTS / "h100-i39-predicted.json"
+REPORT = RESULTS / "h100-i39.md"
+GPU = "H100-SXM"  # nvidia-smi: "NVIDIA H100 80GB HBM3", the SXM5 part
+# The GPU kind by the measured file's header (device name): the call asks for an H100, and may get an H200.
+KIND_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200"}
+CLASSES = (("compiled", lambda r: r["compile"]), ("checkpointed", lambda r: r["grad_ckpt"]),
+           ("small batch (eager)", lambda r: not r["compile"] and not r["grad_ckpt"]))
+
+
+def hardware(gpu: str | None = None) -> HardwareSpec:
+    """The measured GPU (by the results file's header), else ``gpu`` or the H100 the set was meant for."""
+    if gpu is None and MEASURED.exists():
+        gpu = KIND_OF_DEVICE.get(fc.load(MEASURED)[0].get("device", ""))
+    return HardwareSpec(gpu=get_gpu(gpu or GPU), gpus_per_node=1)
+
+
+def declared() -> list[dict]:
+    """The set as measure/reference.py declares it (splits fixed before the call)."""
+    return [dict(zip(KEYS, c), cudnn_tf32=True) for c in I39]
+
+
+def predict_before(path: Path = PREDICTED) -> None:
+    """The packaged estimator's prediction of every row, for the reference host, before any ran: for the H100
+    the set was meant for and for the H200 a call may get instead (keyed by the GPU kind)."""
+    cal = default_calibration()
+    out = {}
+    for gpu in sorted(set(KIND_OF_DEVICE.values())):
+        hw = hardware(gpu)
+        for r in declared():
+            est = fc.predict(r, cal, hw)
+            out.setdefault(gpu, {})[r["id"]] = {"samples_per_s": round(est.throughput.samples_per_s, 3),
+                                                "peak_gib": round(est.memory.peak_gib, 4)}
+    path.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
+    print(f"wrote {path} ({len(I39)} rows for {', '.join(out)})")
+
+
+def measured_rows(path: Path = MEASURED) -> list[dict]:
+    """The set's measured rows (errors dropped), each with its host factor; empty before the call."""
+    if not path.exists():
+        return []
+    return [r for r in fc.load(path)[1] if r.get("samples_per_s")]
+
+
+def judged(cal=None, rows: list[dict] | None = None) -> list[dict]:
+    """Every measured row predicted by ``cal`` (the packaged calibration by default) for its host."""
+    cal, hw = cal or default_calibration(), hardware()
+    out = []
+    for r in measured_rows() if rows is None else rows:
+        est = fc.predict(r, cal, hw)
+        out.append(dict(r, pred_sps=est.throughput.samples_per_s, pred_gib=est.memory.peak_gib,
+                        err_sps=est.throughput.samples_per_s / r["samples_per_s"] - 1,
+                        err_gib=est.memory.peak_gib / r["peak_gib"] - 1))
+    return out
+
+
+def stats(errs: list[float]) -> str:
+    a = [abs(e) for e in errs]
+    if not a:
+        return "n=0"
+    signed = statistics.median(errs)
+    return f"n={len(a)}: median {statistics.median(a) * 100:.1f}%, worst {max(a) * 100:.1f}%, signed median {signed * 100:+.1f}%"
+
+
+def report() -> str:
+    rows = judged()
+    before = json.loads(PREDICTED.read_text()).get(hardware().gpu.name, {}) if PREDICTED.exists() else {}
+    head = fc.load(MEASURED)[0] if MEASURED.exists() else {}
+    lines = ["# Issue 39's H100 set: compiled runs, small micro-batches, activation checkpointing", "",
+             f"Measured on {head.get('device')} ({head.get('date')}), torch {head.get('torch')}; host dispatch "
+             f"{(head.get('host_dispatch') or {}).get('us_per_step', 0):,.0f} µs a reference step. Rows: "
+             "`measure/reference.py --set i39` (splits declared there before the call); the call: `bash "
+             "benchmarks/calibration/gpu_call.sh OUT h100-i39 refset:i39`. Predicted for H100-SXM by the packaged "
+             "estimator; *before*: `h100-i39-predicted.json`, written before the call (reference host). Regenerate: "
+             "`python -m benchmarks.calibration.h100_i39`.", ""]
+    for split in ("fit", "holdout"):
+        lines.append(f"## {split} rows")
+        lines.append("")
+        part = [r for r in rows if r["split"] == split]
+        for name, test in CLASSES + (("all", lambda r: True),):
+            sel = [r for r in part if test(r)]
+            lines.append(f"- {name}: memory {stats([r['err_gib'] for r in sel])}; samples/s {stats([r['err_sps'] for r in sel])}")
+        lines.append("")
+    lines += ["| id | split | peak GiB pred | meas | err | before | reserved GiB | samples/s pred | meas | err | before |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        b = before.get(r["id"], {})
+        bg = f"{b['peak_gib'] / r['peak_gib'] * 100 - 100:+.1f}%" if b else ""
+        bs = f"{b['samples_per_s'] / r['samples_per_s'] * 100 - 100:+.1f}%" if b else ""
+        lines.append(f"| {r['id']} | {r['split']} | {r['pred_gib']:.2f} | {r['peak_gib']:.2f} | {r['err_gib'] * 100:+.1f}% | "
+                     f"{bg} | {r.get('reserved_gib', 0):.2f} | {r['pred_sps']:,.1f} | {r['samples_per_s']:,.1f} | "
+                     f"{r['err_sps'] * 100:+.1f}% | {bs} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--predict", action="store_true", help="write results/h100-i39-predicted.json (before the call)")
+    ap.add_argument("--print", action="store_true", help="print instead of writing results/h100-i39.md")
+    args = ap.parse_args()
+    if args.predict:
+        predict_before()
+        return
+    text = report()
+    if args.print:
+        print(text)
+    else:
+        REPORT.write_text(text)
+        print(f"wrote {REPORT}")
+
+
+if __name__ == "__main__":
+    main()
