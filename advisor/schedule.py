@@ -133,7 +133,8 @@ class LrRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     task: Literal["pretrain", "finetune"]
-    task_rule: str = Field("", description="why this task: --task, or the family's default")
+    task_rule: str = Field("", description="why this task: --task, the workload (tokens or epochs), or the family's default")
+    task_flag: str = Field("", description="the flag that overrides the task taken (--task pretrain|finetune)")
     optimizer: str = Field(description="the optimizer the recipe was tuned with")
     base_lr: float = Field(gt=0)
     base_batch: int = Field(ge=1)

@@ -248,7 +248,11 @@ def render_report(rec, console=None) -> None:
             kv.add_row("policy", r.compromise_rule)
         if r.risk_rule:
             kv.add_row("numerical risk", f"{r.numerical_risk}: {r.risk_rule}")
-    kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
+    kv.add_row("batch", f"micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}"
+               + (f" (planned for pretraining, within the family's limit {r.batch_limit:,})" if r.batch_planned
+                  and r.batch_limit else ""))
+    if rec.policy is not None and rec.policy.batch_note:
+        kv.add_row("", Text(rec.policy.batch_note, style="yellow"))
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {'on' if r.grad_ckpt else 'off'}"]
     if r.channels_last:
@@ -265,6 +269,8 @@ def render_report(rec, console=None) -> None:
     kv.add_row("learning rate", f"{r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at batch "
                f"{r.base_batch}), warmup {r.warmup_steps} steps"
                + (f" of {r.total_steps:,}" if r.total_steps else ""))
+    if r.task_rule:
+        kv.add_row("task", f"{r.task}: {r.task_rule}" + (f" ({r.task_flag} overrides)" if r.task_flag != r.task_rule else ""))
     kv.add_row("data loading", f"{r.num_workers} workers per GPU, pin_memory={r.pin_memory}, prefetch_factor={r.prefetch_factor}")
     tp = e.throughput
     speed = f"{tp.samples_per_s:,.1f} samples/s" + (f", {tp.tokens_per_s:,.0f} tokens/s" if tp.tokens_per_s else "") + \

@@ -116,7 +116,9 @@ def _lr_defaults() -> dict:
     d = load_defaults()
     return {"task": dict(d.task), "warmup": d.warmup.model_dump(),
             "recipes": [r.model_dump(exclude_none=True) for r in d.lr],
-            "models": {k: v.model_dump(exclude_none=True) for k, v in d.model.items()}}
+            "models": {k: v.model_dump(exclude_none=True) for k, v in d.model.items()},
+            "task_inference": d.task_inference.model_dump(),
+            "batch_range": {k: v.model_dump(exclude_none=True) for k, v in d.batch_range.items()}}
 
 
 def _risk_classes() -> dict:
@@ -166,6 +168,15 @@ def _render_defaults(d: dict) -> None:
                   + f"; warmup {w['fraction']:.0%} of the steps that run, at most {w['max_steps']:,} steps"
                   + (f" and {w['max_epochs']:g} epochs" if w.get("max_epochs") else "")
                   + f" ({w['unknown_steps']} when the length is unknown)", style="dim")
+    ti = d.get("task_inference")
+    if ti:
+        console.print(f"task inferred from the workload: pretrain at >= {ti['text_tokens_per_param']:g} tokens per parameter "
+                      f"(text), >= {ti['vision_min_epochs']:g} epochs and >= {ti['vision_min_samples_seen']:,} samples "
+                      "seen (vision); adapters are fine-tunes", style="dim")
+    for fam, b in d.get("batch_range", {}).items():
+        top = f"up to {b['max_batch']:,}" if b.get("max_batch") else "the recipe's batch"
+        console.print(f"  pretraining batch, {fam}: {top}" + (f" from {b['start_batch']:,}" if b.get("start_batch") else "")
+                      + (f", {b['optimizer']} only" if b.get("optimizer") else "") + " -- " + escape(b["source"]))
 
 
 def _render_list(rules, nodes) -> None:

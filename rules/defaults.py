@@ -47,6 +47,25 @@ class ModelDefaults(BaseModel):
     source: str
 
 
+class TaskInference(BaseModel):
+    """When --task is not given but the workload is: rules.lr.infer_task's thresholds ([task_inference])."""
+
+    model_config = ConfigDict(extra="forbid")
+    text_tokens_per_param: float = Field(gt=0)
+    vision_min_epochs: float = Field(gt=0)
+    vision_min_samples_seen: int = Field(ge=1)
+
+
+class BatchRange(BaseModel):
+    """How far a pretraining run's global batch may grow ([batch_range.FAMILY]; rules.planner)."""
+
+    model_config = ConfigDict(extra="forbid")
+    optimizer: str | None = Field(None, description="the range holds for this optimizer's kind only (None: any)")
+    start_batch: int | None = Field(None, ge=1, description="the batch to start from; None = the recipe's")
+    max_batch: int | None = Field(None, ge=1, description="samples; None = the recipe's own batch (no growth)")
+    source: str
+
+
 class SearchDefaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
     roomy: float
@@ -74,6 +93,8 @@ class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: dict[str, Literal["pretrain", "finetune"]]
+    task_inference: TaskInference
+    batch_range: dict[str, BatchRange] = {}
     lr: list[LrRecipeRow]
     model: dict[str, ModelDefaults] = {}
     search: SearchDefaults

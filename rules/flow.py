@@ -32,10 +32,10 @@ from rules.defaults import load_defaults
 from rules.engine import Engine, RuleTrace, get_rule
 from rules.facts import Facts
 from rules.nodes import deadline_measures, walk
-from rules.lr import recipe as lr_recipe
+from rules.lr import batch_range as lr_batch_range, recipe as lr_recipe
 from rules.planner import Choice, Infeasible, Planner
 from rules.practice import base_facts, with_plan
-from rules.recommend import (FiredRule, PathStep, PolicySummary, Recommendation, RecommendationCore, RuleSummary,
+from rules.recommend import (Alternative, FiredRule, PathStep, PolicySummary, Recommendation, RecommendationCore, RuleSummary,
                              ScalingRow, launch_command)
 from rules.tree import Step, TreeContext
 
@@ -64,6 +64,7 @@ class Run:
     plan_set: dict[str, Any] = field(default_factory=dict)  # what the plan rules set
     final: Choice | None = None  # tree_choice with the plan rules applied: the recommendation
     final_facts: Facts | None = None  # the facts the final rules saw
+    batch: Any = None  # rules.batch_plan.BatchFacts: how the global batch was decided (outputs)
 
 
 def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None:
@@ -109,6 +110,8 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
     planner.start_recipe = rec
+    if not (req.batch_size or req.keep_global_batch or req.lora_rank or req.optimizer_in_backward):
+        planner.batch_span = lr_batch_range(defaults, spec, rec)
     check_pins(planner)
     return Run(req, planner, Engine(), lr_defaulted, f"{rec.task} recipe: {rec.source}", applied)
 
@@ -229,6 +232,17 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
         warnings.insert(0, f"no GPU detected on this machine ({(machine.nvml_error if machine else None) or 'NVML reports 0 GPUs'}): "
                            f"planned for {hardware.total_gpus}x {hardware.gpu.name}, a stated default, not your "
                            "hardware; name yours with --gpu NAME --gpus N")
+    from rules import batch_plan
+
+    run.batch = batch_plan.facts(p, ch)
+    held = batch_plan.held_pick(ctx) if isinstance(ch, Choice) and run.fits and not run.compromise else None
+    if held is not None:
+        alt_list.append(Alternative(
+            name=f"global batch held at {held.global_batch:,}", kind="batch", summary=batch_plan.held_summary(held, ctx),
+            fits=True, gpus=held.gpus, strategy=held.strategy.value, peak_gib=held.estimate.memory.peak_gib,
+            device_gib=held.estimate.memory.device_gib, samples_per_s=held.samples_per_s, time_to_train_h=held.time_h,
+            meets_deadline=(held.time_h <= req.deadline_h * (1 - req.margin)) if req.deadline_h and held.time_h else None,
+            source=p.recipe(held.config).source, command=cmd(held)))
     core = _core(run, cmd(ch))
     rec = Recommendation(
         recommendation=core, estimate=ch.estimate,
@@ -257,6 +271,9 @@ def _core(run: Run, command: str) -> RecommendationCore:
         image_size=cfg.image_size, sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
+        task_rule=run.planner.recipe(cfg).task_rule, task_flag=run.planner.recipe(cfg).task_flag,
+        batch_rule=run.batch.rule, batch_planned=run.batch.planned, batch_held=run.batch.held,
+        batch_limit=run.batch.limit,
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
         compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
         risk_rule=run.risk_rule, numerical_risk=_numerical_risk(run.compromise, cfg),
@@ -358,7 +375,7 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
             strategy, n = Strategy.single, 1
         cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
         e = p.est(cfg, n)
-    target = p.req.batch_size or p.base_batch
+    target = p.target_batch
     cfg = e.config
     share = max(1, target // n)
     if share % cfg.micro_batch == 0 and not cfg.optimizer_in_backward:
@@ -376,6 +393,8 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
     p = ctx.planner
     results = {n: (ctx.one if ctx.one is not None else p.search(1, Strategy.single)) if n == 1 else p.best(n)
                for n in p.counts()}
+    # the rows the policy compared (a deadline may have taken a count at a larger batch: rules.batch_plan)
+    results.update({r.gpus: r for r in ctx.rows if isinstance(r, Choice) and r.gpus in results})
     fitting = [r for r in results.values() if isinstance(r, Choice)]
     base_n, eff = efficiencies(fitting) if fitting else (None, {})
     base = results.get(base_n)
@@ -385,7 +404,7 @@ def _scaling(ctx: TreeContext, chosen: Choice) -> list[ScalingRow]:
             e = ch.estimate
             rows.append(ScalingRow(
                 gpus=n, strategy=ch.strategy.value, fits=True, micro_batch=ch.config.micro_batch,
-                grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, peak_gib=e.memory.peak_gib,
+                grad_accum=ch.config.grad_accum, global_batch=ch.global_batch, lr=ch.lr.lr, peak_gib=e.memory.peak_gib,
                 device_gib=e.memory.device_gib, samples_per_s=e.throughput.samples_per_s, step_s=e.throughput.step_s,
                 time_to_train_h=e.time_to_train_h, scaling_efficiency=eff[n],
                 speedup=ch.samples_per_s / base.samples_per_s, baseline=n == base_n, measured=e.throughput.calibrated,
@@ -412,6 +431,11 @@ def _policy_summary(run: Run) -> PolicySummary:
                   effective_deadline_h=req.deadline_h * (1 - req.margin) if req.deadline_h else None,
                   needed_gpus=ctx.needed_gpus, counts_compared=p.counts(), candidates_scored=len(p.candidates),
                   deadline_rate=DEADLINE_RATE if req.deadline_h else None)
+    from rules import batch_plan
+
+    b = run.batch
+    common["scaling"] = b.scaling
+    common["batch_note"] = batch_plan.cap_note(ctx, b)
     ch = run.final
     if run.compromise and ctx.compromise_name:
         return PolicySummary(rule=f"node H: the standard setup does not fit the GPUs at hand; the lowest-risk memory "
@@ -419,13 +443,20 @@ def _policy_summary(run: Run) -> PolicySummary:
     if not run.fits:
         return PolicySummary(rule="nothing fits: the closest configuration is shown", kind="none", **common)
     if pick is not None and ch.gpus == pick.choice.gpus:
+        from rules.nodes import HYPOTHETICAL_MAX_GPUS
+
         rule = pick.rule
         if ctx.needed_gpus:
-            rule += f"; {ctx.needed_gpus} GPUs of this kind would meet it"
+            rule += f"; at global batch {ctx.needed_batch or ch.global_batch:,}, {ctx.needed_gpus} GPUs of this kind would meet it"
         elif pick.kind == "deadline-missed":
-            from rules.nodes import HYPOTHETICAL_MAX_GPUS
-
-            rule += f"; no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
+            at = f"at batches planned up to the family's limit {b.limit:,}" if b.planned else f"at global batch {b.held:,}"
+            rule += f"; {at} no count up to {HYPOTHETICAL_MAX_GPUS:,} GPUs of this kind would meet it"
+        if pick.kind == "deadline-missed" and not ctx.needed_gpus:
+            more = batch_plan.at_limit(ctx, b, HYPOTHETICAL_MAX_GPUS)
+            if more:
+                rule += f"; {more}"
+        if pick.kind != "deadline-missed" or len(ctx.rows) > 1:
+            rule += f"; {batch_plan.scaling_words(b, [r for r in ctx.rows if isinstance(r, Choice)])}"
         return PolicySummary(rule=rule, kind=pick.kind, baseline_gpus=pick.baseline_gpus,
                              strategy_rule=(ch.strategy_rule or None) if ch.gpus > 1 else None, **common)
     if req.strategy is not None and run.tree_choice is not None and ctx.choice is not None and \

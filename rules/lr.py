@@ -2,11 +2,13 @@
 global batch, and the warmup that goes with it.
 
 ``recipe(...)`` picks the row of ``rules/data/defaults.toml [[lr]]`` for the model's family, the
-task (``--task pretrain|finetune``, else the family's default in ``[task]``), adapters or not
+task (``--task pretrain|finetune``, else ``infer_task``: adapters are a fine-tune, the workload's tokens
+per parameter or epochs decide where given, else the family's default in ``[task]``), adapters or not
 (``--lora-rank``), the optimizer and the model size (nearest in log scale; GPT-3's table for
 decoders). ``lr_plan`` scales it to a global batch (the recipe's own rule where it states one, else
 linear for SGD and square root for Adam-family optimizers: ``advisor.schedule.scaling_for``) and
-sizes the warmup (``advisor.schedule``). One ``LrPlan`` per ``Choice``, so the recommendation,
+sizes the warmup (``advisor.schedule``); ``batch_range`` is how far a pretraining run's global batch may
+grow (``[batch_range]``, used by ``rules.planner``). One ``LrPlan`` per ``Choice``, so the recommendation,
 node J's answer, the plan rules' facts and the launch command all read the same numbers.
 """
 
@@ -63,6 +65,56 @@ def _row(defaults: Defaults, family: str, task: str, adapter: bool, optimizer: s
     return min(rows, key=lambda r: abs(math.log(params / r.params)) if r.params and params > 0 else 0.0)
 
 
+def infer_task(req: Request, spec: ModelSpec | None, defaults: Defaults, *, family: str, seq_len: int | None,
+               adapter: bool, over=None) -> tuple[str, str, str]:
+    """(task, why, the flag that overrides it): ``--task`` when given; else adapters are a fine-tune;
+    else the workload decides where it is known (text: training tokens per parameter; vision: epochs and
+    samples seen, ``[task_inference]`` with its sources); else the catalog model's or the family's default."""
+    if req.task:
+        return req.task, f"--task {req.task}", f"--task {req.task}"
+    if over is not None and over.task:
+        other = "finetune" if over.task == "pretrain" else "pretrain"
+        return over.task, f"{over.source}", f"--task {other}"
+    ti = defaults.task_inference
+    if adapter:
+        return "finetune", "LoRA/QLoRA trains adapters on pretrained weights", "--task pretrain"
+    samples = req.dataset_size * req.epochs if req.dataset_size and req.epochs else None
+    params = spec.params if spec is not None else 0.0
+    if samples is not None and params > 0 and spec is not None and spec.is_text and seq_len:
+        per_param = samples * seq_len / params
+        if per_param >= ti.text_tokens_per_param:
+            return ("pretrain", f"{per_param:,.3g} training tokens per parameter (>= {ti.text_tokens_per_param:g}: "
+                    "pretraining from random init sees this many; a fine-tune far fewer)", "--task finetune")
+        return ("finetune", f"{per_param:,.2g} training tokens per parameter (< {ti.text_tokens_per_param:g}: a "
+                "fine-tune of pretrained weights; pretraining sees ~20)", "--task pretrain")
+    if samples is not None and spec is not None and spec.is_vision:
+        many = req.epochs >= ti.vision_min_epochs and samples >= ti.vision_min_samples_seen
+        seen = f"{req.epochs:g} epochs of {req.dataset_size:,} samples"
+        if many:
+            return ("pretrain", f"{seen}: from scratch (pretraining runs >= {ti.vision_min_epochs:g} epochs and "
+                    f">= {ti.vision_min_samples_seen:,} samples seen)", "--task finetune")
+        return ("finetune", f"{seen}: a transfer fine-tune (pretraining runs >= {ti.vision_min_epochs:g} epochs "
+                f"and >= {ti.vision_min_samples_seen:,} samples seen)", "--task pretrain")
+    task = defaults.task[family]
+    return task, (f"the default for {family} models without --dataset-size/--epochs: "
+                  + ("pretrained weights exist" if task == "finetune" else "the published recipes train from scratch")), \
+        f"--task {'pretrain' if task == 'finetune' else 'finetune'}"
+
+
+def batch_range(defaults: Defaults, spec: ModelSpec | None, rec: LrRecipe) -> tuple[int, int] | None:
+    """(start, max) of the global batch a pretraining run may grow over (``[batch_range]``), or None
+    where the batch is held: a fine-tune, a family without a range, an optimizer the range does not
+    hold for, or the user's --base-batch."""
+    if rec.task != "pretrain" or spec is None or not rec.defaulted or spec.name in defaults.model:
+        return None
+    rng = defaults.batch_range.get(spec.family)
+    if rng is None or (rng.optimizer is not None and _kind(rng.optimizer) != _kind(rec.optimizer)):
+        return None
+    start = rng.start_batch or rec.base_batch
+    top = rng.max_batch or rec.base_batch
+    return (start, top) if top > start else None
+
+
 def recipe(req: Request, spec: ModelSpec | None, defaults: Defaults, *, seq_len: int | None, adapter: bool,
            optimizer: str | None = None) -> LrRecipe:
     """The recipe a run of ``spec`` starts from (``optimizer``: the one pinned or chosen, None = the
@@ -72,15 +124,8 @@ def recipe(req: Request, spec: ModelSpec | None, defaults: Defaults, *, seq_len:
     family = spec.family if spec is not None and spec.family in defaults.task else "custom"
     params = spec.params if spec is not None else 0.0
     default_seq = spec.default_seq_len if spec is not None else None
-    if req.task:
-        task, task_rule = req.task, f"--task {req.task}"
-    elif over is not None and over.task:
-        task, task_rule = over.task, f"{over.task} ({over.source})"
-    else:
-        task = defaults.task[family]
-        task_rule = (f"{task} (the default for {family} models: "
-                     + ("pretrained weights exist; --task pretrain to train from scratch)" if task == "finetune"
-                        else "the published recipes train from scratch; --task finetune for a pretrained start)"))
+    task, task_rule, task_flag = infer_task(req, spec, defaults, family=family, seq_len=seq_len or default_seq,
+                                            adapter=adapter, over=over)
     if over is not None:
         opt = over.optimizer or optimizer or "adamw"
         base_lr, base_batch, source, scaling = over.base_lr, over.base_batch, over.source, None
@@ -108,7 +153,7 @@ def recipe(req: Request, spec: ModelSpec | None, defaults: Defaults, *, seq_len:
         base_lr, source = req.base_lr, "--base-lr" + (" --base-batch" if req.base_batch else "")
     elif req.base_batch:
         base_batch = req.base_batch
-    return LrRecipe(task=task, task_rule=task_rule, optimizer=opt, base_lr=base_lr, base_batch=base_batch, scaling=rule,
+    return LrRecipe(task=task, task_rule=task_rule, task_flag=task_flag, optimizer=opt, base_lr=base_lr, base_batch=base_batch, scaling=rule,
                     scaling_rule=why, source=source, defaulted=defaulted, warmup=defaults.warmup)
 
 

@@ -97,7 +97,9 @@ def node_B(ctx: TreeContext) -> Answer:
                 "checkpointing on: a larger micro-batch with it is faster" if ch.config.grad_ckpt
                 else "no checkpointing")
         return Answer("fits", f"yes: {describe(ch)}; {_mem_text(ch.estimate)}",
-                      f"Standard setup ({ckpt}); the global batch {p.target_batch} kept exactly; every micro-batch "
+                      f"Standard setup ({ckpt}); the global batch {p.target_batch} "
+                      + ("(where a planned pretraining batch starts; more GPUs may grow it)" if p.batch_free else "kept exactly")
+                      + "; every micro-batch "
                       "(powers of two) with and without checkpointing scored, the fastest that fits taken.",
                       {"peak_gib": ch.estimate.memory.peak_gib, "device_gib": ch.estimate.memory.device_gib})
     e = ch.closest
@@ -146,20 +148,33 @@ def _policy(ctx: TreeContext, rows: list[Choice | Infeasible]) -> tuple[Choice, 
 def _rows_text(rows: list[Choice | Infeasible], eff: dict[int, float]) -> str:
     out = []
     base = min(eff) if eff else None  # the smallest count that fits: efficiency's reference (rules.policy)
+    batches = {r.global_batch for r in rows if isinstance(r, Choice)}
     for r in rows:
         if isinstance(r, Choice):
             t = r.time_h
-            out.append(f"{r.gpus}: {r.strategy.value} {format_hours(t) if t is not None else f'{r.samples_per_s:,.1f}/s'}"
+            at = f" at batch {r.global_batch:,}" if len(batches) > 1 else ""  # a planned batch (issue 37)
+            out.append(f"{r.gpus}: {r.strategy.value}{at} {format_hours(t) if t is not None else f'{r.samples_per_s:,.1f}/s'}"
                        f" ({'baseline' if r.gpus == base else format_efficiency(eff[r.gpus]) + ' eff.'})")
         else:
             out.append(f"{r.gpus}: {'no fit' if r.kind == 'memory' else 'batch does not split' if r.kind == 'batch' else 'n/a'}")
     return "; ".join(out)
 
 
+def _best_for(ctx: TreeContext, n: int, hypothetical: bool = False) -> Choice | Infeasible:
+    """The best plan on ``n`` GPUs the policy compares: with a deadline and a planned batch, at the
+    smallest batch of the family's range that meets it when the planned one does not (rules.batch_plan)."""
+    p = ctx.planner
+    if ctx.deadline is None:
+        return p.best(n, hypothetical)
+    from rules.batch_plan import for_deadline
+
+    return for_deadline(p, n, ctx.deadline * (1 - ctx.req.margin), hypothetical)
+
+
 def node_I(ctx: TreeContext) -> Answer:
     p = ctx.planner
     counts = [n for n in p.counts() if n >= 2]
-    rows = [p.best(n) for n in counts]
+    rows = [_best_for(ctx, n) for n in counts]
     ctx.rows = rows
     feasible = [r for r in rows if isinstance(r, Choice)]
     if not feasible:
@@ -238,7 +253,8 @@ def _faster_at_hand(ctx: TreeContext) -> str:
     if not isinstance(multi, Choice):
         return ""
     x = multi.samples_per_s / ctx.one.samples_per_s
-    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}, "
+    at = f" at global batch {multi.global_batch:,}" if multi.global_batch != ctx.one.global_batch else ""
+    return (f"; the {p.available} GPUs at hand would be ~{x:.1f}x faster ({multi.strategy.value.upper()}{at}, "
             f"{x / p.available:.0%} of linear scaling): give --deadline with "
             f"--dataset-size/--epochs, or --strategy {multi.strategy.value}, to use them")
 
@@ -262,7 +278,7 @@ def node_F(ctx: TreeContext) -> Answer:
 def node_G(ctx: TreeContext) -> Answer:
     p = ctx.planner
     counts = [n for n in p.counts() if n >= 2]
-    rows = [ctx.one] + [p.best(n) for n in counts]
+    rows = [ctx.one] + [_best_for(ctx, n) for n in counts]
     ctx.rows = rows
     ch, rule = _policy(ctx, rows)
     ctx.choice, ctx.tree_strategy = ch, ch.strategy.value
@@ -327,7 +343,7 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
 
     if cfg.precision in (Precision.fp32, Precision.tf32):
         amp = Precision.bf16 if p.hw.gpu.supports_bf16 else Precision.fp16
-        alt = p.search(ch.gpus, ch.strategy, base=p.base.model_copy(update={"precision": amp}))
+        alt = p.search(ch.gpus, ch.strategy, base=p.base.model_copy(update={"precision": amp}), batch=ch.global_batch)
         if isinstance(alt, Choice):
             meas(f"AMP ({amp.value})", f"{amp.value} autocast: {format_hours(alt.time_h)} ({t0 / alt.time_h:.1f}x faster)",
                  ["--precision", amp.value], alt, "Micikevicius et al. 2018")
@@ -350,7 +366,8 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
             if m.family == p.model.family and m.params < p.model.params and m.name != p.model.name:
                 smaller.append(m)
         for m in sorted(smaller, key=lambda m: -m.params)[:2]:
-            alt = p.search(ch.gpus, ch.strategy, base=cfg.model_copy(update={"micro_batch": 1, "grad_accum": 1}), model=m)
+            alt = p.search(ch.gpus, ch.strategy, base=cfg.model_copy(update={"micro_batch": 1, "grad_accum": 1}), model=m,
+                           batch=ch.global_batch)
             if isinstance(alt, Choice):
                 meas(f"smaller model: {m.name}", f"{m.params / 1e6:,.0f}M parameters: {format_hours(alt.time_h)}",
                      ["--model", m.name], alt, model=m.name)
@@ -359,9 +376,9 @@ def deadline_measures(ctx: TreeContext, ch: Choice) -> None:
     for n in p.counts(hypothetical_max=HYPOTHETICAL_MAX_GPUS):
         if n <= ch.gpus:
             continue
-        alt = p.best(n, hypothetical=True)
+        alt = _best_for(ctx, n, hypothetical=True)
         if isinstance(alt, Choice) and (ta := deadline_hours(alt.estimate)) is not None and ta <= dl:
-            ctx.needed_gpus = n
+            ctx.needed_gpus, ctx.needed_batch = n, alt.global_batch
             per_node = max(p.hw.gpus_per_node, 8)
             flags = ["--gpus", str(n)] if n <= per_node else ["--gpus", str(per_node), "--nodes", str(n // per_node)]
             meas(f"{n} GPUs", f"{alt.strategy.value.upper()} on {n}x {p.hw.gpu.name}: {format_hours(alt.time_h)}",

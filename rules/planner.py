@@ -5,7 +5,12 @@ of two that divide the per-GPU batch, and the per-GPU batch itself: accumulation
 without activation checkpointing, and compile where it repays its compile time; it returns the
 fastest that fits (preferring one that leaves ``search.roomy`` of the memory free when it is
 within 2% of the fastest). The global batch is the user's ``--batch-size`` or the recipe's base
-batch, EXACTLY: a count that does not divide it is not a candidate (never rounded, never grown).
+batch, EXACTLY (a count that does not divide it is not a candidate: never rounded), except for a
+pretraining run without ``--batch-size`` (``batch_span``, from ``rules.lr.batch_range``): there the
+global batch is a dimension of the same search, from the recipe's batch up to the family's published
+limit in doublings; at each count it doubles while doubling speeds the plan up by more than
+``BATCH_GAIN`` (``_grow``), so each count runs at its own planned batch (weak scaling) and the
+learning rate follows it by the recipe's rule.
 Pinned flags (``--micro-batch``, ``--grad-accum``, ``--grad-ckpt``, ``--strategy``, ``--compile``,
 ``--precision``) restrict what is scored. ``Planner.best(n)`` is the fastest strategy at ``n``
 (DDP, FSDP, FSDP keeping the gathered weights across accumulation, HSDP across whole nodes),
@@ -24,6 +29,7 @@ Every ``Choice`` carries its learning-rate plan (``rules.lr``), computed once wh
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,6 +58,11 @@ DDP_PREFERENCE = 0.045
 # (less headroom for the allocator's fragmentation), and no run has measured it yet (docs/design.md
 # "Decision policy"); below the policy's 5% self-regret, which tests/test_policy_regret.py checks.
 FSDP_KEEP_MIN_GAIN = 0.02
+# A pretraining run's global batch (when free: Planner.batch_span) doubles at a GPU count only while
+# doubling it speeds that count's plan up by more than this: a larger batch is taken for throughput
+# that scaling would otherwise lose (a small per-GPU batch), not for a last percent (Goyal et al.
+# 2017 grew the batch with the GPU count, 32 images per GPU; docs/design.md "Decision policy").
+BATCH_GAIN = 0.05
 # A roomier micro-batch (nvidia-smi memory below ``search.roomy`` of the GPU) is preferred over the
 # fastest only when it is at most this much slower: the pick stays within the policy's 5% self-regret.
 ROOMY_SLACK = 0.02
@@ -223,11 +234,39 @@ class Planner:
         self._scored: dict[tuple, Candidate] = {}
         self._recipes: dict[tuple, LrRecipe] = {}
         self.start_recipe: LrRecipe | None = None  # the recipe of the request's pins (rules.flow.start)
+        # (start, max) of the global batch a pretraining run may grow over (rules.lr.batch_range); None: held
+        self.batch_span: tuple[int, int] | None = None
 
     @property
     def target_batch(self) -> int:
-        """The global batch every candidate keeps: --batch-size, else the recipe's base batch."""
-        return self.req.batch_size or self.base_batch
+        """The global batch held: --batch-size, else where a free batch starts, else the recipe's base batch."""
+        return self.req.batch_size or (self.batch_span[0] if self.batch_span else self.base_batch)
+
+    @property
+    def batch_free(self) -> bool:
+        return self.batch_span is not None
+
+    def batch_ladder(self, n: int = 1) -> list[int]:
+        """The global batches a free batch may take on ``n`` GPUs: the start, doubled up to the family's
+        limit (and the limit); a rung ``n`` does not divide becomes ``n`` x the next power of two per GPU
+        (a node of 6 GPUs runs 384 = 6 x 64, not 256), never past the limit."""
+        if self.batch_span is None:
+            return [self.target_batch]
+        start, top = self.batch_span
+        rungs = [start]
+        while rungs[-1] * 2 <= top:
+            rungs.append(rungs[-1] * 2)
+        if rungs[-1] != top:
+            rungs.append(top)
+        out: list[int] = []
+        for b in rungs:
+            if b % n:
+                b = n * (1 << max(0, math.ceil(math.log2(b / n))))
+                if b > top and top >= n:
+                    b = n * (1 << int(math.log2(top / n)))
+            if b <= top and b not in out:
+                out.append(b)
+        return out or rungs
 
     def recipe(self, config: TrainConfig | None = None) -> LrRecipe:
         """The learning-rate recipe for ``config`` (adapters and the optimizer pick the row: rules.lr)."""
@@ -339,21 +378,55 @@ class Planner:
         key = (n, cfg.strategy) + _config_key(cfg)
         if key not in self._scored:
             gb = global_batch or self.target_batch
-            self._scored[key] = Candidate(n, cfg.strategy, cfg, e, gb, rejected, standard and gb == self.target_batch)
+            held = gb == self.target_batch or (self.batch_free and self.batch_span[0] <= gb <= self.batch_span[1])
+            self._scored[key] = Candidate(n, cfg.strategy, cfg, e, gb, rejected, standard and held)
 
     def search(self, n: int, strategy: Strategy, *, base: TrainConfig | None = None, hypothetical: bool = False,
-               model: ModelSpec | None = None, ckpt: bool | None = None) -> Choice | Infeasible:
-        """The fastest configuration of ``strategy`` on ``n`` GPUs that keeps the global batch, or why
-        there is none. ``ckpt`` forces checkpointing on or off (default: both scored)."""
+               model: ModelSpec | None = None, ckpt: bool | None = None, batch: int | None = None) -> Choice | Infeasible:
+        """The fastest configuration of ``strategy`` on ``n`` GPUs at the global batch ``batch`` (None: the
+        batch held, or for a free batch the planned one: ``_grow``), or why there is none. ``ckpt`` forces
+        checkpointing on or off (default: both scored)."""
         base = base or self.base
-        key = (n, strategy, hypothetical, model.name if model else None, ckpt) + _config_key(base)
+        if batch is None and self.batch_free and model is None and base == self.base:
+            return self._grow(n, strategy, hypothetical, ckpt)
+        batch = batch or self.target_batch
+        key = (n, strategy, hypothetical, model.name if model else None, ckpt, batch) + _config_key(base)
         hit = self._search_memo.get(key)
         if hit is None:
-            hit = self._search_memo[key] = self._search(n, strategy, base, hypothetical, model, ckpt)
+            hit = self._search_memo[key] = self._search(n, strategy, base, hypothetical, model, ckpt, batch)
         return hit
 
+    def _grow(self, n: int, strategy: Strategy, hypothetical: bool, ckpt: bool | None) -> Choice | Infeasible:
+        """A free global batch at ``n`` GPUs: from the start of the ladder, doubled while the doubled
+        batch's plan is more than ``BATCH_GAIN`` faster (a batch that does not split over ``n`` is
+        skipped). The first batch whose plan fits is kept when none is faster, else why none fits."""
+        got: Choice | Infeasible | None = None
+        for b in self.batch_ladder(n):
+            prev = got if isinstance(got, Choice) else None
+            key = (n, strategy, hypothetical, None, ckpt, b, "grown") + _config_key(self.base)
+            r = self._search_memo.get(key)
+            if r is None:
+                r = self._search_memo[key] = self._search(n, strategy, self.base, hypothetical, None, ckpt, b, prev)
+            if isinstance(r, Infeasible):
+                if got is None or (isinstance(got, Infeasible) and r.kind == "memory"):
+                    got = r
+                if r.kind == "batch":
+                    continue
+                break  # memory does not shrink with a larger batch (the micro-batches are the same)
+            if isinstance(got, Choice) and r.samples_per_s <= (1 + BATCH_GAIN) * got.samples_per_s:
+                break
+            got = r
+        if isinstance(got, Choice) and got.global_batch != self.batch_ladder(n)[0]:
+            # the batch decided, its plan is the full search at it: what `--batch-size` that batch scores
+            # (the printed command reproduces the plan)
+            got = self.search(n, strategy, hypothetical=hypothetical, ckpt=ckpt, batch=got.global_batch)
+        return got
+
     def _search(self, n: int, strategy: Strategy, base: TrainConfig, hypothetical: bool, model: ModelSpec | None,
-                ckpt: bool | None) -> Choice | Infeasible:
+                ckpt: bool | None, target: int, prev: Choice | None = None) -> Choice | Infeasible:
+        """``prev``: the plan at half this batch (``_grow``): only its checkpointing and its micro-batch,
+        doubled, or the whole per-GPU batch at once are scored (memory does not change with accumulation;
+        this bounds the batch dimension: tests/test_bounded_search.py)."""
         req = self.req
         if base.cpu_offload and strategy is Strategy.single:
             strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
@@ -363,6 +436,8 @@ class Planner:
         if strategy is Strategy.hsdp and strategy not in self.strategies(n, hypothetical):
             return Infeasible(n, strategy, "strategy", "HSDP shards inside a node and replicates across whole nodes")
         ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
+        if prev is not None:
+            ckpts = [prev.config.grad_ckpt]
         if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
             r: Choice | Infeasible | None = None
             for ck in ckpts:
@@ -370,13 +445,15 @@ class Planner:
                 if isinstance(r, Choice):
                     return r
             return r
-        target = self.target_batch
         if target % n:
             return Infeasible(n, strategy, "batch", f"the global batch {target} does not split evenly over {n} GPUs")
         share = target // n
         micros = self._micros(share)
         if isinstance(micros, str):
             return Infeasible(n, strategy, "batch", micros)
+        if prev is not None:
+            keep = {prev.config.micro_batch, 2 * prev.config.micro_batch, share}
+            micros = [m for m in micros if m in keep] or micros
         if strategy is Strategy.fsdp_keep:
             micros = [m for m in micros if share // m > 1]  # the weights are kept across accumulation only
             if not micros:
@@ -396,10 +473,10 @@ class Planner:
                     fitting.append((cfg, e))
                     fits_without_ckpt |= not ck
                     if record:
-                        self._record(n, cfg, e, "", standard)
+                        self._record(n, cfg, e, "", standard, target)
                     continue
                 if record:
-                    self._record(n, cfg, e, f"does not fit: ~{e.memory.device_gib:.1f} GiB per GPU", standard)
+                    self._record(n, cfg, e, f"does not fit: ~{e.memory.device_gib:.1f} GiB per GPU", standard, target)
                 if closest is None or e.memory.device_gib < closest.memory.device_gib:
                     closest = e
                 # Memory grows with the micro-batch: the larger ones do not fit either, except
@@ -413,11 +490,11 @@ class Planner:
                         fits_without_ckpt |= not ck
                     if record:
                         self._record(n, c1, e1, "" if e1.memory.fits else
-                                     f"does not fit: ~{e1.memory.device_gib:.1f} GiB per GPU", standard)
+                                     f"does not fit: ~{e1.memory.device_gib:.1f} GiB per GPU", standard, target)
                     if record:
                         for m2 in micros[i + 1:-1]:
                             c2 = cfg.model_copy(update={"micro_batch": m2, "grad_accum": share // m2})
-                            self._record(n, c2, None, f"pruned: micro-batch {m} already does not fit", standard)
+                            self._record(n, c2, None, f"pruned: micro-batch {m} already does not fit", standard, target)
                 break
         if not fitting:
             dev = f"{closest.memory.device_gib:.1f} GiB" if closest else "more than the GPU has"
@@ -429,7 +506,7 @@ class Planner:
             gain = self.compile_gain(cfg, n, hypothetical, model)
             if record:
                 self._record(n, gain["config"], gain["estimate"], "" if gain["repays"] else
-                             "compile does not repay its compile time over this run", standard)
+                             "compile does not repay its compile time over this run", standard, target)
             if gain["repays"]:
                 cfg, e = gain["config"], gain["estimate"]
         top = max(max(f[1].throughput.samples_per_s for f in fitting), e.throughput.samples_per_s)
@@ -448,7 +525,7 @@ class Planner:
         """No accumulation: the largest micro-batch (a power of two up to the per-GPU share of the
         batch) that fits with ``grad_accum`` 1; the global batch is micro-batch x GPUs."""
         req = self.req
-        target = req.batch_size or self.base_batch
+        target = self.target_batch
         blocked = self._blocked(n, strategy, base, 1)  # no accumulation here
         if blocked is not None:
             return blocked
@@ -507,10 +584,13 @@ class Planner:
         return {"config": c2, "estimate": comp, "saving": saving, "minutes": minutes, "run_h": run_h,
                 "saving_min": saving_min, "breakeven_min": minutes / saving if saving > 0 else None, "repays": repays}
 
-    def best(self, n: int, hypothetical: bool = False, model: ModelSpec | None = None) -> Choice | Infeasible:
-        """The fastest strategy on ``n`` GPUs (DDP, FSDP, HSDP on whole nodes; the pinned one only),
-        or the most telling reason none fits (memory before batch before strategy)."""
-        results = [self.search(n, s, hypothetical=hypothetical, model=model) for s in self.strategies(n, hypothetical)]
+    def best(self, n: int, hypothetical: bool = False, model: ModelSpec | None = None,
+             batch: int | None = None) -> Choice | Infeasible:
+        """The fastest strategy on ``n`` GPUs (DDP, FSDP, HSDP on whole nodes; the pinned one only) at
+        the global batch ``batch`` (None: held, or planned when free), or the most telling reason none
+        fits (memory before batch before strategy)."""
+        results = [self.search(n, s, hypothetical=hypothetical, model=model, batch=batch)
+                   for s in self.strategies(n, hypothetical)]
         fitting = [r for r in results if isinstance(r, Choice)]
         if fitting:
             return self._prefer(fitting, results)

@@ -51,7 +51,16 @@ class RecommendationCore(BaseModel):
     prefetch_factor: int = 2
     base_lr: float
     base_batch: int
-    task: str = Field("", description="the task whose learning-rate recipe applies (--task, or the family's default)")
+    task: str = Field("", description="the task whose learning-rate recipe applies (--task, inferred from the "
+                      "workload, or the family's default)")
+    task_rule: str = Field("", description="why that task was taken")
+    task_flag: str = Field("", description="the flag that overrides the task taken")
+    batch_rule: str = Field("", description="how the global batch was decided: pinned, the recipe's, or planned "
+                            "per GPU count for pretraining inside the family's published range")
+    batch_planned: bool = Field(False, description="the planner chose the global batch (pretraining, no --batch-size)")
+    batch_held: int | None = Field(None, description="the batch a held plan keeps (--batch-size, the recipe's, or "
+                                   "where a planned batch starts)")
+    batch_limit: int | None = Field(None, description="the family's published limit a planned batch stays within")
     total_steps: int | None = None
     time_to_train_h: float | None = None
     deadline_h: float | None = None
@@ -104,7 +113,7 @@ class Alternative(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    kind: Literal["compromise", "scale-out", "speed", "smaller-model", "workload", "offload"]
+    kind: Literal["compromise", "scale-out", "speed", "smaller-model", "workload", "offload", "batch"]
     summary: str
     fits: bool | None = None
     gpus: int = 1
@@ -128,6 +137,8 @@ class ScalingRow(BaseModel):
     micro_batch: int | None = None
     grad_accum: int | None = None
     global_batch: int | None = None
+    lr: float | None = Field(None, description="the learning rate at this row's global batch (a planned batch "
+                             "differs by count: issue 37)")
     peak_gib: float | None = None
     device_gib: float | None = None
     samples_per_s: float | None = None
@@ -162,6 +173,10 @@ class PolicySummary(BaseModel):
     candidates_scored: int = Field(0, description="configurations the planner scored at hand (Recommendation.candidates)")
     deadline_rate: str | None = Field(None, description="with a deadline: the samples/s the deadline test counts on "
                                       "(rules.policy.DEADLINE_RATE: without gains measured only on another GPU kind)")
+    scaling: Literal["weak", "fixed"] = Field("fixed", description="how counts were compared: weak (each at its own "
+                                               "planned global batch: pretraining) or fixed (one global batch)")
+    batch_note: str | None = Field(None, description="when a small per-GPU batch caps scaling: the batch that lifts the "
+                                   "cap, with its lr; or a missed deadline at the family's batch limit")
     strategy_rule: str | None = Field(None, description="why this strategy at the count picked (rules.planner."
                                       "Planner.best: DDP whenever a replica fits; sharding when memory needs it or a "
                                       "measurement on this machine says it wins)")
@@ -254,7 +269,13 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"  compromise policy: {r.compromise_rule}")
     if r.risk_rule:
         lines.append(f"  numerical risk: {r.numerical_risk}; {r.risk_rule}")
-    lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}")
+    if rec.policy is not None and rec.policy.batch_note:
+        lines.append(f"  batch: {rec.policy.batch_note}")
+    lines.append(f"  micro-batch {r.micro_batch} x accumulation {r.grad_accum} x {r.gpus} GPUs = global batch {r.global_batch}"
+                 + (f" (planned for pretraining, within the family's limit {r.batch_limit:,})" if r.batch_planned
+                    and r.batch_limit else ""))
+    if r.task_rule:
+        lines.append(f"  task {r.task}: {r.task_rule}" + (f" ({r.task_flag} overrides)" if r.task_flag != r.task_rule else ""))
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
                  f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
                  + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))

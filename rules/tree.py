@@ -107,6 +107,7 @@ class TreeContext:
     gives_up: str | None = None
     pick: "Pick | None" = None  # the policy's pick among G/I's rows (rules.policy)
     needed_gpus: int | None = None  # the fewest GPUs of this kind that meet a missed deadline (hypothetical)
+    needed_batch: int | None = None  # the global batch needed_gpus hold at
 
     @property
     def req(self) -> Request:

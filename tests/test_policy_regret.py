@@ -7,7 +7,9 @@ from ``Recommendation.candidates`` (every configuration the planner scored) with
 the best plan per GPU count, then the deadline rule (the fewest GPUs inside deadline x (1 - margin))
 or the efficiency rule (the most GPUs keeping >= 80% of linear scaling against the smallest count
 that fits). Counts compared are divisors of the node size, then whole nodes, and the global batch
-is the same in every candidate; at a count where a DDP row fits, the best plan is DDP's (issue 38: DDP
+is the same in every candidate (no request here plans its batch: ResNet-50 at 10 epochs and ViT at 3
+are fine-tunes, GPT-2 holds GPT-3's table batch; a planned batch is re-derived in
+tests/test_planned_batch.py); at a count where a DDP row fits, the best plan is DDP's (issue 38: DDP
 whenever a replica fits, sharding only when memory needs it or a measurement says it wins).
 
 Requests that need a memory compromise (node H) are judged too, by the compromise policy re-derived

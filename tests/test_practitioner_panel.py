@@ -5,7 +5,8 @@ back, each judged against what an expert accepts from published practice
 Each request goes through the code path of `advise --json` (flags parsed by the CLI's parser, one
 ``Request``, ``rules.api.recommend``, the JSON it prints), in process. Besides the request's own
 bounds, every answer must hold what the issue asks of all: no odd count of a node (3, 5, 6 or 7 of
-8), the global batch exactly the user's or the recipe's, the learning rate within 2x of the
+8), the global batch exactly the user's or the recipe's (or, for pretraining without --batch-size,
+planned inside the family's published range: issue 37), the learning rate within 2x of the
 published recipe for the task, a deadline plan inside deadline x (1 - margin) or the report saying
 how many GPUs would meet it, warmup at most 10% of the run, and never a different training (LoRA,
 a batch changed > 2x) when an exact or close compromise costs less than 2x.
@@ -64,15 +65,23 @@ def problems(case: dict, rec, data: dict) -> list[str]:
         out.append(f"{r.gpus} GPUs over {r.nodes} nodes: not whole nodes")
     if "strategies" in exp and r.strategy not in exp["strategies"]:
         out.append(f"strategy {r.strategy}, the expert accepts {exp['strategies']}")
-    # the global batch: exactly the user's or the recipe's, never rounded
+    # the global batch: exactly the user's or the recipe's, never rounded; a pretraining run's planned
+    # batch (issue 37) inside the range the expert accepts
     if "global_batch" in exp and r.global_batch != exp["global_batch"]:
         out.append(f"global batch {r.global_batch}, not {exp['global_batch']}")
+    if "global_batch_in" in exp and not exp["global_batch_in"][0] <= r.global_batch <= exp["global_batch_in"][1]:
+        out.append(f"global batch {r.global_batch}, the expert accepts {exp['global_batch_in']}")
+    if r.batch_planned and "global_batch_in" not in exp:
+        out.append(f"global batch {r.global_batch} planned, and the request names no range for it")
     if r.micro_batch * r.grad_accum * r.gpus != r.global_batch:
         out.append(f"{r.micro_batch} x {r.grad_accum} x {r.gpus} GPUs != global batch {r.global_batch}")
     # the learning rate of the published recipe for the task
     key = "lr_adapter" if r.lora_rank else "lr"
     if key in exp:
         want = exp[key]
+        if "lr_at_batch" in exp:  # a planned batch: the recipe's lr scaled by its own rule (Goyal: linear)
+            ratio = r.global_batch / exp["lr_at_batch"]
+            want *= ratio if exp.get("lr_scaling", "linear") == "linear" else ratio ** 0.5
         if not want / LR_FACTOR <= r.lr <= want * LR_FACTOR:
             out.append(f"lr {r.lr:.3g}, the recipe's {want:g} ({exp.get(key + '_source', '')}) x/ {LR_FACTOR:g}")
     elif r.fits:
@@ -93,7 +102,9 @@ def problems(case: dict, rec, data: dict) -> list[str]:
         if "deadline_met" in exp and inside != exp["deadline_met"]:
             out.append(f"deadline met: {inside}, the expert expects {exp['deadline_met']}")
     # compromises: the tier, and never a different training when exact or close costs < 2x
-    target = next((c.global_batch for c in rec.candidates if c.standard), r.global_batch)
+    # the batch the request trains at: a planned batch is the request's own (issue 37), not a compromise
+    target = r.global_batch if r.batch_planned else next((c.global_batch for c in rec.candidates if c.standard),
+                                                         r.global_batch)
     got = tier(rec.plan.config, r.global_batch, target)
     asked = _pinned(case["args"])  # LoRA, QLoRA, a precision the user asked for: their training, not a compromise
     if r.compromise is None and got != "standard" and not asked:

@@ -76,7 +76,9 @@ def _check_value(path: str, actual, want) -> None:
               "<": lambda: actual is not None and actual < value, "<=": lambda: actual is not None and actual <= value,
               ">": lambda: actual is not None and actual > value, ">=": lambda: actual is not None and actual >= value,
               "missing": lambda: actual is None, "in": lambda: actual in value,
-              "contains": lambda: isinstance(actual, str) and value in actual,
+              "contains": lambda: isinstance(actual, str) and all(v in actual for v in
+                                                                 ([value] if isinstance(value, str) else value)),
+              "between": lambda: actual is not None and value[0] <= actual <= value[1],
               # within a factor of a published value (tests/cases/lr.toml: the recipe's source is named)
               "within": lambda: actual is not None and value / want["factor"] <= actual <= value * want["factor"]}[op]()
         assert ok, (f"{path}: {actual!r} is not {op} {value!r}" + (f" x/ {want['factor']} ({want.get('source')})"

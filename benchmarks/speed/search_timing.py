@@ -52,6 +52,9 @@ IN_PROCESS = [
     ("llama3-8b, 2 x 8 H100", dict(model="llama3-8b", gpu="H100", gpus=8, nodes=2, dataset_size=1_000_000, epochs=1)),
     ("gpt2, --gpus 100000", dict(model="gpt2", gpu="H100", gpus=100_000)),
     ("llama3-8b, 8 x --nodes 100000", dict(model="llama3-8b", gpu="H100", gpus=8, nodes=100_000)),
+    # a pretraining run's planned global batch (issue 37): the batch is one more search dimension
+    ("resnet50, 4 x 8 A100, 90 epochs, 2 h deadline (planned batch)",
+     dict(model="resnet50", gpu="A100-80GB", gpus=8, nodes=4, dataset_size=1_281_167, epochs=90, deadline_h=2.0)),
 ]
 
 

@@ -242,6 +242,8 @@ class RecommendationScreen(StepScreen):
             table.add_row(*scaling_cells(row))
         # the policy that chose the count (docs/design.md "Decision policy"), first
         notes = [f"[b]policy:[/b] {escape(rec.policy.rule)}"] if rec.policy is not None else []
+        if rec.policy is not None and rec.policy.batch_note:  # a small per-GPU batch caps scaling (issue 37)
+            notes.append(f"[b]batch:[/b] {escape(rec.policy.batch_note)}")
         notes += [f"{row.gpus} GPU(s): {row.note}" for row in rec.scaling if row.note]
         notes += [f"{row.gpus} GPU(s) changed besides the count: {', '.join(row.changed)}" for row in rec.scaling if row.changed]
         self.query_one("#scaling-note", Static).update(
