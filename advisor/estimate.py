@@ -7,7 +7,7 @@ pydantic model whose JSON is DESIGN.md's ``advise estimate`` contract.
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.calibration import Calibration, CalibrationUsed, calibration_key, default_calibration
-from advisor.config import Strategy, TrainConfig
+from advisor.config import Precision, Strategy, TrainConfig
 from advisor.gpu_perf import unmeasured_gpu_note
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
@@ -79,7 +79,7 @@ def estimate(
     thr = estimate_throughput(model, config, hardware, cal)
     if mem.detail.get("paged_out_gib"):
         thr = _with_paging(thr, mem.detail["paged_out_gib"] * 2**30, hardware)
-    if hardware.total_gpus > 1 and config.strategy.value != "single":
+    if hardware.total_gpus > 1 and config.strategy is not Strategy.single:
         one = one_gpu or one_gpu_throughput(model, config, hardware, cal)
         # Against the same configuration on one GPU, never above 100%: FSDP's sharded optimizer
         # step can make a row look superlinear, which is not scaling (DESIGN.md).
@@ -160,7 +160,7 @@ def _with_paging(thr: ThroughputEstimate, paged_out_bytes: float, hw: HardwareSp
 
 def _precision_notes(config: TrainConfig, hardware: HardwareSpec) -> list[str]:
     gpu = hardware.gpu
-    if config.precision.value in ("bf16", "pure-bf16") and not gpu.supports_bf16:
+    if config.precision in (Precision.bf16, Precision.pure_bf16) and not gpu.supports_bf16:
         return [f"{gpu.name} has no bf16 tensor cores (compute capability {gpu.compute_capability[0]}."
                 f"{gpu.compute_capability[1]} < 8.0): bf16 is estimated at the fp32 rate; "
                 "--precision fp16 (with a GradScaler) uses its tensor cores"]

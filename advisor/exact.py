@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 
 from advisor.calibration import Calibration
-from advisor.config import Strategy
-from advisor.errors import UserError
 from advisor.estimate import Estimate, estimate
 from advisor.hardware import Machine, detect_machine, resolve_hardware
 from advisor.request import Request
+from advisor.setup.constraints import ESTIMATE_ROWS, REQUEST_ROWS, Combo, check
 from advisor.sources import implementation_note, resolve_model
 from advisor.starting_config import starting_config
 
@@ -31,9 +30,9 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
         # A named GPU needs no NVML (only the CPU core count).
         machine = Machine(cpu_cores=os.cpu_count() or 1) if req.gpu else detect_machine()
     hw = resolve_hardware(machine, **req.hardware_args())
-    if req.strategy is Strategy.single and hw.total_gpus > 1:
-        raise UserError(f"--strategy single with {hw.total_gpus} GPUs", fix="use --gpus 1, or --strategy ddp|fsdp")
+    check(Combo.of_request(req, ranks=hw.total_gpus, nodes=hw.nodes), only=REQUEST_ROWS)
     cfg, notes = starting_config(req, spec, device="gpu", gpu=hw.gpu, ranks=hw.total_gpus)
+    check(Combo.of_config(cfg, ranks=hw.total_gpus, nodes=hw.nodes), only=ESTIMATE_ROWS)
     applied += notes
     est = estimate(spec, cfg, hw, dataset_size=req.dataset_size, epochs=req.epochs, calibration=calibration)
     return est, applied

@@ -168,7 +168,10 @@ def work_kind(gpu, precision: str, conv: bool) -> str:
         return "conv_simt" if conv else "simt"
     if conv:
         return "conv"
-    return "matmul_tf32" if precision == "tf32" else "matmul"
+    return _MATMUL_KIND.get(precision, "matmul")
+
+
+_MATMUL_KIND = {"tf32": "matmul_tf32"}  # TF32 tensor cores reach their own share of peak
 
 
 class GpuPerf(BaseModel):

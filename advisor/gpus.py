@@ -96,15 +96,7 @@ class GpuSpec(BaseModel):
         Before Ampere there are no bf16 tensor cores: mixed precision there is fp16 with a GradScaler
         (rules/data/precision.toml); a bf16 run asked for anyway gets no tensor cores (cuBLAS's bf16
         GEMMs need compute capability 8.0), so it is estimated at the fp32 rate."""
-        if precision in ("bf16", "pure-bf16"):
-            return self.bf16_tflops if self.supports_bf16 else self.fp32_tflops
-        if precision == "fp16":
-            return self.fp16_tflops
-        if precision == "fp8":
-            return self.fp8_tflops or self.bf16_tflops or self.fp16_tflops
-        if precision == "tf32":
-            return self.tf32_tflops if self.tensor_tf32 else self.fp32_tflops
-        return self.fp32_tflops
+        return _PEAK.get(_COLUMN.get(precision, precision), _PEAK["fp32"])(self)
 
     def matmul_flops(self, precision: str) -> float:
         """Dense peak of linear layers / matmuls, FLOP/s, under DESIGN.md's precision names
@@ -114,7 +106,7 @@ class GpuSpec(BaseModel):
     def conv_flops(self, precision: str) -> float:
         """Dense peak of cuDNN convolutions, FLOP/s: fp32 runs them as TF32 where there are TF32
         tensor cores (torch.backends.cudnn.allow_tf32 defaults to True), else at the fp32 rate."""
-        return self.peak_tflops("tf32" if precision == "fp32" else precision) * 1e12
+        return self.peak_tflops(_CONV_COLUMN.get(precision, precision)) * 1e12
 
     def fraction_vs_h200(self, kind: str) -> float:
         """Achievable fraction of this GPU's peak for a work kind (matmul, conv, simt, bandwidth)
@@ -128,11 +120,27 @@ class GpuSpec(BaseModel):
 
     def tensor_work(self, precision: str, conv: bool) -> bool:
         """Whether a precision's matmuls (conv=False) or convolutions (conv=True) use tensor cores here."""
-        if precision in ("bf16", "pure-bf16"):
-            return self.supports_bf16
-        if precision in ("fp16", "fp8"):
-            return True
-        return self.tensor_tf32 and (conv or precision == "tf32")
+        return _TENSOR.get(_COLUMN.get(precision, precision), _TENSOR["fp32"])(self, conv)
+
+
+# The datasheet column a precision's matmuls run at (pure-bf16 computes in bf16, as bf16 autocast does),
+# that column's dense peak, and whether its work runs on tensor cores (a matmul or a convolution).
+_COLUMN = {"pure-bf16": "bf16"}
+_CONV_COLUMN = {"fp32": "tf32"}  # cuDNN runs fp32 convolutions as TF32 (cudnn.allow_tf32, on by default)
+_PEAK = {
+    "bf16": lambda g: g.bf16_tflops if g.supports_bf16 else g.fp32_tflops,
+    "fp16": lambda g: g.fp16_tflops,
+    "fp8": lambda g: g.fp8_tflops or g.bf16_tflops or g.fp16_tflops,
+    "tf32": lambda g: g.tf32_tflops if g.tensor_tf32 else g.fp32_tflops,
+    "fp32": lambda g: g.fp32_tflops,
+}
+_TENSOR = {
+    "bf16": lambda g, conv: g.supports_bf16,
+    "fp16": lambda g, conv: True,
+    "fp8": lambda g, conv: True,
+    "tf32": lambda g, conv: g.tensor_tf32,
+    "fp32": lambda g, conv: g.tensor_tf32 and conv,
+}
 
 
 def _gpu(**kw) -> GpuSpec:

@@ -11,6 +11,10 @@ peak is the larger of two moments:
 * optimizer step: weights + gradients + optimizer states (+ buckets). The runtime uses fused
   AdamW, which needs no full-size temporaries.
 
+The parts live in a ledger (``advisor.setup.ledger.MemoryLedger``): the standard terms fill it, then
+each active way of training (``advisor.setup``: strategies, precision, optimizers, offload, adapters)
+changes its parts through its hooks, phase by phase.
+
 ``peak_parts`` lists the parts of the peak moment (their sum is ``peak_gib``), the autocast weight
 copies as their own part; ``other_moment`` says what the other moment holds when a part (say the
 gradients) is larger there.
@@ -24,9 +28,9 @@ parts and sum to ``peak_gib``: ``activations_gib`` without the autocast copies (
 
 Bytes per parameter follow Rajbhandari et al. 2020 (ZeRO, sec. 3.1): mixed precision AdamW keeps
 fp32 weights (4), fp32 gradients (4, Accelerate/autocast keeps grads in the weight dtype) and two
-fp32 moments (8); autocast adds a bf16 copy of every matmul weight for the step (2). The memory
-compromises (``advisor.compromise_memory``) change these terms: pure-bf16 with Kahan-compensated
-AdamW, bitsandbytes 8-bit AdamW, the optimizer step in backward, FSDP CPU offload, LoRA.
+fp32 moments (8); autocast adds a bf16 copy of every matmul weight for the step (2). The setups
+change these terms: pure-bf16 with Kahan-compensated AdamW, bitsandbytes 8-bit AdamW, the optimizer
+step in backward, FSDP CPU offload, LoRA (advisor.setup).
 """
 
 from typing import Literal
@@ -36,11 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.activations import backward_bytes, shared_activation_profile
 from advisor.allocator import fit_margin
 from advisor.calibration import Calibration
-from advisor.compromise_memory import (NF4_BYTES, largest_tensor_params, lora_params, lora_shapes, quantized_base_params,
-                                       state_bytes)
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor import setup
+from advisor.config import TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
+from advisor.setup.adapters import lora_params
+from advisor.setup.ledger import MemoryLedger
+from advisor.setup.optimizers import state_bytes
 
 GIB = float(2**30)
 # cuBLAS workspaces (one per stream/handle: 32 MiB on Hopper, cuBLAS docs "cublasSetWorkspace")
@@ -133,64 +139,28 @@ class MemoryEstimate(BaseModel):
 
 
 def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
-    """All parameters, or LoRA adapters (``advisor.compromise_memory.lora_params``)."""
+    """All parameters, or LoRA adapters (``advisor.setup.adapters.lora_params``)."""
     return model.params if config.lora_rank is None else lora_params(model, config.lora_rank)
 
 
 def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> MemoryEstimate:
-    p = config.precision
-    world = hw.total_gpus if config.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp, Strategy.dp, Strategy.fsdp_keep) else 1
-    n = model.params
-    nt = trainable_params(model, config)
-    lora = config.lora_rank is not None
-    offload = config.cpu_offload
-    notes: list[str] = []
-    # FSDP shards over every GPU; HSDP over the GPUs of one node (replicated across nodes).
-    shard = world if config.strategy.full_shard else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
-    gb = 2 if p is Precision.pure_bf16 else 4  # gradients in the weight dtype
-    states = state_bytes(model, config, nt)  # optimizer states (+ Kahan buffer), all trainable params, bytes
-
-    dequantized = 0.0
-    if lora:
-        # peft users load the frozen base in bf16; adapters (and their gradients, states) stay fp32.
-        base_b = 2 if p is not Precision.fp32 and p is not Precision.tf32 else 4
-        q = quantized_base_params(model) if config.quantize_base else 0
-        weights = ((n - nt - q) * base_b + q * NF4_BYTES + nt * 4) / shard
-        gb = 4
-        if q:
-            # bitsandbytes' 4-bit matmul for training dequantizes the projection's weight to bf16, then
-            # runs the GEMM (MatMul4Bit): one projection's bf16 copy at a time.
-            dequantized = max(i * o for i, o in lora_shapes(model)) * 2.0
-    else:
-        weights = n * p.weight_bytes / shard
-    grads = nt * gb / shard
-    states /= shard
-    paged = 0.0
-    if config.optimizer is Optimizer.paged_adamw_8bit and not offload:
-        # Unified memory (compromise_memory): not in torch's peak; resident as far as the GPU has room.
-        paged, states = states, 0.0
-
-    prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept,
-                                     cal.compile_loss_bytes)
-    if lora and p.autocast and model.arch is not None:
-        # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
-        prof = prof.model_copy(update={"fixed_bytes": 2.0 * nt})
-    gathered = 0.0
-    if config.strategy.sharded or offload:
-        # FSDP with mixed precision gathers bf16 parameters (no autocast weight copies; the activations
-        # are bf16 too: activations.activation_precision) and keeps the current and the prefetched unit
-        # unsharded (Zhao et al. 2023, PyTorch FSDP, sec. 4).
-        gathered = 2 * _largest_unit(model) * (2 if p.autocast else p.weight_bytes)
-        if offload:
-            # At the peak, the start of the loss's backward: the root unit (embeddings, head, final norm:
-            # everything outside the wrapped layers) is gathered for the head's backward and
-            # FSDPParamGroup.pre_backward has prefetched the last layer's unit (torch 2.13 _fully_shard).
-            gathered = (_root_unit(model) + _layer_unit(model)) * (2 if p.autocast else p.weight_bytes)
-        prof = prof.model_copy(update={"fixed_bytes": 0.0})
-    kept = keep_gathered_bytes(model, config, nt) if config.strategy is Strategy.fsdp_keep else None
-    if kept is not None:
-        gathered = kept["weights"]  # every unit, the current and the prefetched ones included
-    acts, temps = backward_bytes(prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
+    """The standard terms of each phase, then the active setups' (advisor.setup.base's hooks, in order)."""
+    strategy = setup.strategy_of(config)
+    led = MemoryLedger(model, config, hw, cal, setup.active(config), n=model.params, nt=trainable_params(model, config))
+    led.world = strategy.world(hw)
+    led.shard = strategy.shard(led.world, hw)  # FSDP: every GPU; HSDP: the GPUs of one node
+    led.states = state_bytes(model, config, led.nt)  # optimizer states (+ Kahan buffer), all trainable params
+    led.weights = led.n * config.precision.weight_bytes / led.shard
+    led.each("bytes_terms")
+    led.grads = led.nt * led.gb / led.shard
+    led.states /= led.shard
+    led.each("resident_terms")
+    led.prof = shared_activation_profile(model, config, cal.compile_activation_factor, cal.compile_gelu_kept,
+                                         cal.compile_loss_bytes)
+    led.each("activation_terms")
+    if led.params_gathered or led.copies is not None:
+        led.prof = led.prof.model_copy(update={"fixed_bytes": 0.0 if led.params_gathered else led.copies})
+    led.acts, led.temps = backward_bytes(led.prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
     # Later in backward the gradients accumulated so far can put more above the saved bytes still
     # alive than the loss's temporaries did at its start (the tracer's grad moment: a classifier's
     # wide Linear or an untied LM head has its gradient while nearly every activation is still
@@ -199,55 +169,35 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     # trace's order (compiled VGG-11-BN on the H200, rows u3-vgg-bf16-compile-64 and
     # u5-vgg-bf16-compile-32-i160 of `python -m benchmarks.calibration.fit`: +4.0% and +1.5% without
     # the moment, +14.7% and +19.4% with it).
-    grad_moment = 0.0
-    if not (config.grad_ckpt or config.grad_accum > 1 or config.optimizer_in_backward or lora or offload or shard > 1
-            or config.compile):
-        grad_moment = max(0.0, prof.grad_moment_fixed + prof.grad_moment_per_sample * config.micro_batch)
-    copies = prof.fixed_bytes
+    if not (config.grad_ckpt or config.grad_accum > 1 or config.compile or any(s.ends_grad_moment(led) for s in led.setups)):
+        led.grad_moment = max(0.0, led.prof.grad_moment_fixed + led.prof.grad_moment_per_sample * config.micro_batch)
     if config.compile:
-        notes.append("torch.compile: inductor recomputes pointwise ops, so fewer activations are kept")
-    # DDP copies gradients into flat buckets (Accelerate's default gradient_as_bucket_view=False).
-    buckets = nt * gb if config.strategy is Strategy.ddp and world > 1 else 0.0
-    accum_grads = grads if config.grad_accum > 1 else 0.0
-    if kept is not None:
-        accum_grads = kept["gradients"]
-        notes.append(f"fsdp-keep: the {config.grad_accum} micro-batches keep the weights gathered "
-                     f"({kept['weights'] / GIB:.1f} GiB unsharded) and accumulate unsharded gradients "
-                     f"({kept['gradients'] / GIB:.1f} GiB) until the last one's reduce-scatter")
-    host = 0.0
-    live_grads = grads
-    if config.optimizer_in_backward:
-        # Each parameter steps in its post-accumulate-grad hook and its gradient is freed at once
-        # (PyTorch tutorial "How to save memory by fusing the optimizer step into the backward
-        # pass"): about one parameter's gradient is alive, never a full buffer.
-        live_grads = grads = largest_tensor_params(model, config.lora_rank) * gb / shard
-        accum_grads = live_grads
-        notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
-    if offload:
-        # FSDP CPUOffload(offload_params=True): sharded parameters, gradients and optimizer states
-        # live in host memory and the optimizer steps on the CPU; the GPU holds the gathered units
-        # (counted above) and one unit's gradient before it is copied out.
-        # No gradient is on the GPU at the start of backward, and later only the unit's being reduced:
-        # each unit's sharded fp32 gradient is copied to pinned host memory right after its reduce-scatter
-        # (torch _fsdp_collectives.foreach_reduce), and with accumulation it is added to the host's.
-        host = weights + grads + states
-        live_grads = _largest_unit(model) * 4
-        accum_grads = 0.0
-        weights = grads = states = 0.0
-        notes.append(f"CPU offload: ~{host / GIB:.0f} GiB of host RAM per GPU for weights, gradients and optimizer states")
+        led.notes.append("torch.compile: inductor recomputes pointwise ops, so fewer activations are kept")
+    led.accum_grads = led.grads if config.grad_accum > 1 else 0.0
+    led.live_grads = led.grads
+    led.each("gradient_terms")
+    out = _moments(led)
+    led.each("after_fit")
+    led.each("describe", reverse=True)
+    per_node = min(led.world, hw.gpus_per_node) if led.world > 1 else 1  # host RAM: every rank of a node keeps its own
+    return MemoryEstimate(**out, device_gib=led.device_gib, host_gib=led.host / GIB, host_node_gib=led.host / GIB * per_node,
+                          detail=_detail(led), notes=led.notes)
 
-    # The two moments' parts, by JSON key (PART_KEYS). The top-level keys hold the peak moment's parts, so
-    # they sum to peak_gib (issue 40: activations_gib counted the autocast copies autocast_copies_gib also
-    # counted, and gradients_gib the whole buffer at a moment that had none).
-    backward_parts = [("weights_gib", weights), ("optimizer_gib", states), ("gradients_gib", accum_grads),
+
+def _moments(led: MemoryLedger) -> dict:
+    """The two moments' parts by JSON key (PART_KEYS: each part has its key's value), the peak, the fit."""
+    copies, acts, temps, moment = led.prof.fixed_bytes, led.acts, led.temps, led.grad_moment
+    # The top-level keys hold the peak moment's parts, so they sum to peak_gib (issue 40: activations_gib
+    # counted the autocast copies autocast_copies_gib also counted, and gradients_gib the whole buffer at a
+    # moment that had none).
+    backward_parts = [("weights_gib", led.weights), ("optimizer_gib", led.states), ("gradients_gib", led.accum_grads),
                       ("autocast_copies_gib", copies), ("activations_gib", acts - copies),
-                      ("detail.loss_temporaries_gib", temps if temps >= grad_moment else 0.0),
-                      ("detail.gradients_so_far_gib", grad_moment if grad_moment > temps else 0.0),
-                      ("detail.ddp_buckets_gib", buckets),
-                      ("detail.fsdp_kept_weights_gib" if kept is not None else "detail.fsdp_gathered_gib", gathered),
-                      ("detail.dequantized_base_gib", dequantized)]
-    step_parts = [("weights_gib", weights), ("gradients_gib", live_grads), ("optimizer_gib", states),
-                  ("detail.ddp_buckets_gib", buckets)]
+                      ("detail.loss_temporaries_gib", temps if temps >= moment else 0.0),
+                      ("detail.gradients_so_far_gib", moment if moment > temps else 0.0),
+                      ("detail.ddp_buckets_gib", led.buckets), (led.gathered_key, led.gathered),
+                      ("detail.dequantized_base_gib", led.dequantized)]
+    step_parts = [("weights_gib", led.weights), ("gradients_gib", led.live_grads), ("optimizer_gib", led.states),
+                  ("detail.ddp_buckets_gib", led.buckets)]
     backward_peak = sum(v for _, v in backward_parts)
     step_peak = sum(v for _, v in step_parts)
     peak_at = "backward" if backward_peak >= step_peak else "optimizer-step"
@@ -259,88 +209,25 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     other_name = "optimizer step" if peak_at == "backward" else "start of backward"
     other_moment = (f"the {other_name} holds {sum(v for _, v in other) / GIB + WORKSPACE_GIB:.1f} GiB"
                     + (f"; larger there than at the peak: {', '.join(larger)}" if larger else ""))
-    device = peak * cal.allocator_reserve + cal.cuda_context_gib
-    usable = hw.gpu.memory_gib * cal.fit_fraction
-    fits = device <= usable
-    paged_out = 0.0
-    if paged:
-        # Paged states fill the room left; the rest is paged out to host RAM while backward needs the GPU and
-        # in again for the step (bitsandbytes prefetches each tensor's state before its update).
-        resident = min(paged, max(0.0, usable - device) * GIB)
-        paged_out = paged - resident
-        device += resident / GIB
-        host += paged_out
-        notes.append(f"paged 8-bit AdamW: {paged / GIB:.1f} GiB of optimizer states in CUDA unified memory (not in "
-                     f"torch's max_memory_allocated)" + (f"; ~{paged_out / GIB:.1f} GiB of them paged to host RAM and "
-                                                         "back every step" if paged_out > 0 else ", all resident"))
-    if dequantized:
-        notes.append(f"QLoRA: {quantized_base_params(model):,} base weights in 4-bit NF4 with double quantization "
-                     f"({NF4_BYTES:.3f} bytes each); each projection is dequantized to bf16 for its GEMMs")
-    if lora:
-        notes.append(f"LoRA rank {config.lora_rank}: {nt:,} trainable of {n:,} parameters; frozen base in bf16, adapters fp32")
-    if p is Precision.pure_bf16:
-        notes.append("pure-bf16: weights, gradients and optimizer states in bf16, updates compensated (Kahan summation)"
-                     if config.kahan else
-                     f"pure-bf16 with bitsandbytes' {config.optimizer.value}: bf16 weights and gradients, 8-bit states, "
-                     "no compensation (updates below bf16's resolution round away)" if config.optimizer.eight_bit else
-                     "pure-bf16 with SGD: weights, gradients and momentum in bf16, no compensation"
-                     if config.optimizer is Optimizer.sgd else
-                     "pure-bf16 with plain torch AdamW (--pure-bf16-update plain): weights, gradients and optimizer "
-                     "states in bf16, no compensation buffer (updates below bf16's resolution round away)")
+    led.device_gib = peak * led.cal.allocator_reserve + led.cal.cuda_context_gib
+    led.usable_gib = led.hw.gpu.memory_gib * led.cal.fit_fraction
+    fits = led.device_gib <= led.usable_gib
     at_peak = {k: v / GIB for k, v in at}
     top = {k: at_peak.get(k, 0.0) for k in ("weights_gib", "gradients_gib", "optimizer_gib", "autocast_copies_gib",
                                          "activations_gib")}
-    return MemoryEstimate(
+    return dict(
         **top, other_gib=peak - sum(top.values()),  # the rest of the peak moment: temporaries, buckets, units, workspace
-        peak_gib=peak, device_gib=device, gpu_memory_gib=hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
-        **fit_margin(peak, hw.gpu.memory_gib, cal.cuda_context_gib, fits).as_memory_fields(),
-        trainable_params=nt, peak_parts=parts, other_moment=other_moment,
-        host_gib=host / GIB, host_node_gib=host / GIB * (min(world, hw.gpus_per_node) if world > 1 else 1),
-        detail={"loss_temporaries_gib": temps / GIB, "ddp_buckets_gib": buckets / GIB,
-                "fsdp_gathered_gib": gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
-                "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": live_grads / GIB, "gradient_buffer_gib": grads / GIB,
-                "saved_activations_gib": acts / GIB,
-                "activations_without_copies_gib": (acts - copies) / GIB, "gradients_so_far_gib": grad_moment / GIB,
-                "dequantized_base_gib": dequantized / GIB,
-                "paged_states_gib": paged / GIB, "paged_out_gib": paged_out / GIB,
-                **({"fsdp_kept_weights_gib": kept["weights"] / GIB, "unsharded_gradients_gib": kept["gradients"] / GIB}
-                   if kept is not None else {})},
-        notes=notes,
-    )
+        peak_gib=peak, gpu_memory_gib=led.hw.gpu.memory_gib, fits=fits, peak_at=peak_at,
+        **fit_margin(peak, led.hw.gpu.memory_gib, led.cal.cuda_context_gib, fits).as_memory_fields(),
+        trainable_params=led.nt, peak_parts=parts, other_moment=other_moment)
 
 
-def keep_gathered_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> dict[str, float] | None:
-    """What FSDP with the weights kept gathered across accumulation (``Strategy.fsdp_keep``) holds on
-    every GPU besides plain FSDP's shards, in bytes: the whole model's unsharded weights in FSDP2's
-    ``param_dtype`` (bf16 under autocast: Accelerate's MixedPrecisionPolicy, see
-    ``advisor.activations.activation_precision``) from the first micro-batch's forward to the last
-    one's backward, and the unsharded gradients of every trainable parameter in ``reduce_dtype`` (the
-    same dtype in Accelerate 1.16's policy), accumulated across the micro-batches that skip the
-    reduce-scatter (Accelerate's ``accumulate`` calls ``set_requires_gradient_sync(False)``; torch 2.13
-    ``FSDPParamGroup.post_backward`` keeps ``unsharded_param.grad``). None without accumulation: there
-    is nothing to keep across, and the step is plain FSDP's."""
-    if config.grad_accum < 2:
-        return None
-    per = 2 if config.precision.autocast or config.precision is Precision.pure_bf16 else 4
-    return {"weights": model.params * per, "gradients": trainable * per}
-
-
-def _layer_unit(model: ModelSpec) -> float:
-    """Parameters of one wrapped layer (FSDP's per-layer unit); the largest unit without an architecture."""
-    return model.arch.layer_params() if model.arch is not None else _largest_unit(model)
-
-
-def _root_unit(model: ModelSpec) -> float:
-    """Parameters FSDP's root unit holds: all outside the wrapped layers (embeddings, head, final norm)."""
-    if model.arch is not None:
-        return max(0.0, model.params - model.arch.n_layers * model.arch.layer_params())
-    return _largest_unit(model)
-
-
-def _largest_unit(model: ModelSpec) -> float:
-    if model.arch is not None:
-        a = model.arch
-        return max(a.layer_params(), a.embedding_params(), a.head_params())
-    if model.trace is not None and model.trace.largest_unit_params:
-        return model.trace.largest_unit_params
-    return model.params
+def _detail(led: MemoryLedger) -> dict[str, float]:
+    copies = led.prof.fixed_bytes
+    return {"loss_temporaries_gib": led.temps / GIB, "ddp_buckets_gib": led.buckets / GIB,
+            "fsdp_gathered_gib": led.gathered / GIB, "autocast_weight_copies_gib": copies / GIB,
+            "workspace_gib": WORKSPACE_GIB, "live_gradients_gib": led.live_grads / GIB,
+            "gradient_buffer_gib": led.grads / GIB, "saved_activations_gib": led.acts / GIB,
+            "activations_without_copies_gib": (led.acts - copies) / GIB,
+            "gradients_so_far_gib": led.grad_moment / GIB, "dequantized_base_gib": led.dequantized / GIB,
+            "paged_states_gib": led.paged / GIB, "paged_out_gib": led.paged_out / GIB, **led.detail}

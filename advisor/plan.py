@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from advisor.config import TrainConfig
+from advisor.config import Precision, TrainConfig
 from advisor.errors import UserError
 from advisor.schedule import Schedule, WarmupPolicy, steps_per_epoch, steps_to_run, warmup_for
 
@@ -123,10 +123,10 @@ class Plan(BaseModel):
     @property
     def mixed_precision(self) -> Literal["no", "bf16", "fp16"]:
         """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead."""
-        p = self.config.precision.value
+        p = self.config.precision
         if self.config.lora_rank:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
-            return "fp16" if p == "fp16" else "bf16"
-        return p if p in ("bf16", "fp16") else "no"
+            return "fp16" if p is Precision.fp16 else "bf16"
+        return p.value if p.autocast else "no"
 
     @model_validator(mode="after")
     def _batch_adds_up(self) -> "Plan":

@@ -147,13 +147,8 @@ class Request(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Request":
-        if self.strategy is Strategy.dp:
-            raise UserError("--strategy dp (DataParallel) is never recommended",
-                            fix="use --strategy ddp; `advise rules dataparallel.never` says why (the bench still measures dp)")
-        if self.pure_bf16_update is not None and self.precision is not Precision.pure_bf16:
-            given = f"--precision {self.precision.value}" if self.precision else "no --precision"
-            raise UserError(f"--pure-bf16-update {self.pure_bf16_update.value} with {given}: it says how pure-bf16 "
-                            "steps its bf16 weights", fix="add --precision pure-bf16, or drop --pure-bf16-update")
+        # What combines with what (strategy, precision, compromises) is advisor.setup.constraints' table,
+        # checked by the request's callers (rules.flow.check_request, advisor.starting_config); not here.
         if self.deadline_h is not None and not (self.dataset_size and self.epochs):
             raise UserError("a deadline needs the amount of work to compare against",
                             fix="add --dataset-size N --epochs E (samples per epoch and passes), or drop --deadline")
@@ -171,18 +166,6 @@ class Request(BaseModel):
         if b is not None and self.micro_batch and self.grad_accum and b % (self.micro_batch * self.grad_accum):
             raise UserError(f"--batch-size {b} is not a multiple of --micro-batch {self.micro_batch} x --grad-accum {self.grad_accum}",
                             fix="drop --grad-accum and let cardwise derive it, or change the numbers")
-        if self.strategy is Strategy.hsdp and self.nodes < 2:
-            raise UserError("--strategy hsdp with one node: HSDP shards inside each node and replicates across nodes",
-                            fix="add --nodes N (N >= 2), or use --strategy fsdp")
-        if self.strategy is Strategy.fsdp_keep and self.grad_accum == 1:
-            raise UserError("--strategy fsdp-keep with --grad-accum 1: it keeps the gathered weights across the "
-                            "micro-batches of one optimizer step, and there is only one",
-                            fix="use --strategy fsdp (the same without accumulation), or drop --grad-accum")
-        if self.quantize_base and self.lora_rank is None:
-            raise UserError("--quantize-base 4bit quantizes LoRA's frozen base (QLoRA); there is no frozen base "
-                            "without adapters", fix="add --lora-rank R (e.g. 16), or drop --quantize-base")
-        if self.strategy is Strategy.single and self.nodes > 1:
-            raise UserError("--strategy single with --nodes > 1", fix="drop --nodes, or use --strategy ddp|fsdp")
         return self
 
     def pinned(self) -> frozenset[str]:

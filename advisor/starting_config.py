@@ -21,10 +21,10 @@ from __future__ import annotations
 from typing import Literal
 
 from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
-from advisor.errors import UserError
 from advisor.gpus import GpuSpec
 from advisor.models import ModelSpec
 from advisor.request import Request
+from advisor.setup.constraints import REQUEST_ROWS, Combo, check
 
 DEFAULT_MICRO_BATCH = {"gpu": 8, "gpu-llm": 1, "cpu": 4}
 LLM_PARAMS = 1e9  # "decoder LLM": a decoder of at least this many parameters
@@ -61,8 +61,9 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
             precision = Precision.bf16 if bf16 else Precision.fp16
             if gpu is not None:
                 notes.append(f"precision {precision.value} ({gpu.name} {'supports' if bf16 else 'lacks'} bf16)")
-    if device == "cpu" and precision is Precision.fp16:
-        raise UserError("fp16 autocast needs a GPU", fix="use --precision bf16 (CPUs run bf16 autocast) or fp32")
+    # The pins and the device (advisor.setup.constraints); a GPU run's ranks are the planner's to choose.
+    check(Combo.of_request(req, precision=precision, cpu=device == "cpu", ranks=ranks if device == "cpu" else None,
+                           nodes=req.nodes if device == "cpu" else None), only=REQUEST_ROWS)
     strategy = req.strategy
     if strategy is None:
         strategy = Strategy.fsdp if req.cpu_offload else Strategy.single if ranks == 1 else Strategy.ddp

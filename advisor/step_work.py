@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from advisor.activations import activation_precision, compiled_attention_keeps_probs, shared_activation_profile
 from advisor.calibration import Calibration
-from advisor.compromise_memory import NF4_BYTES, lora_shapes, quantized_base_params
+from advisor.setup.adapters import NF4_BYTES, lora_shapes, quantized_base_params
 from advisor.config import Precision, TrainConfig
 from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec

@@ -42,15 +42,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import host_speed
 from advisor.calibration import Calibration, calibration_key
-from advisor.comm import CommBreakdown, Topology, comm_constants, ddp_comm, fsdp_comm, fsdp_keep_comm
+from advisor import setup
+from advisor.comm import CommBreakdown, comm_constants
 from advisor.compromise_cost import compromise_cost
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.config import Precision, TrainConfig
 from advisor.gpu_perf import work_kind
 from advisor.gpus import GpuSpec, get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.loader import LoaderEstimate, data_kind, loader_estimate
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
+from advisor.setup.ledger import StepLedger
+from advisor.setup.optimizers import STREAM_BYTES
 from advisor.step_work import StepWork, shared_step_work, step_work
 
 # Ops of one optimizer step: fused AdamW/SGD launch one multi-tensor kernel per dtype group plus the
@@ -69,10 +72,6 @@ NCHW_HALF_TRANSPOSES = 2.0
 # The GPU the packaged calibration was fit on (benchmarks/calibration/fit.py): rates that are not
 # fractions of a datasheet figure (convolution traffic, per-launch tails) carry to another GPU from it.
 REFERENCE_GPU = get_gpu("H200")
-# Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
-# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
-# not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
-_OPT_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0, Optimizer.paged_adamw_8bit: 16.0}
 
 
 class ThroughputEstimate(BaseModel):
@@ -313,120 +312,80 @@ def combine(gpu_s: float, host_s: float, p: float) -> float:
 
 
 def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> ThroughputEstimate:
-    p = config.precision
+    """The standard step (compute, the optimizer's pass), then the active setups' terms (advisor.setup)."""
     gpu = hw.gpu
-    notes: list[str] = []
-    world = hw.total_gpus if config.strategy is not Strategy.single else 1
-    mb = config.micro_batch
-    peak = peak_flops(model, config, hw)
-    if p is Precision.fp32 and gpu.compute_capability >= (8, 0):
-        notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
-                     else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
+    strategy = setup.strategy_of(config)
+    step = StepLedger(model, config, hw, cal, setup.active(config), world=strategy.world(hw))
+    if config.precision is Precision.fp32 and gpu.compute_capability >= (8, 0):
+        step.notes.append("fp32 convolutions run TF32 on tensor cores (cuDNN's default)" if conv_dominated(model)
+                          else "fp32 matmuls run on CUDA cores; --precision tf32 or bf16 uses tensor cores")
     if cal.host is not None and cal.host.device != gpu.name:
         # A CUDA host's, of the machine with that GPU kind (advisor.host_speed): not a CPU's nor another machine's.
-        cal = cal.model_copy(update={"host": None})
+        cal = step.cal = cal.model_copy(update={"host": None})
     work = shared_step_work(model, config, cal)
-    mm_s, gpu_s = gpu_seconds(work, config, gpu, cal)
-    host_s = host_seconds(model, config, cal, work)
-    bw = gpu.bandwidth_vs_h200 * cal.rate_efficiency["bytes"]
-    if config.strategy is Strategy.dp and world > 1:
-        host_s *= world  # one Python thread per replica under the GIL (DataParallel)
-    micro_s = combine(gpu_s, host_s, cal.host_combine_p)
-    compute_s = micro_s * config.grad_accum
+    mm_s, step.gpu_s = gpu_seconds(work, config, gpu, cal)
+    step.host_s = host_seconds(model, config, cal, work)
+    step.bw = gpu.bandwidth_vs_h200 * cal.rate_efficiency["bytes"]
+    step.each("dispatch_terms")  # DataParallel: one Python thread per replica
+    gpu_s, host_s = step.gpu_s, step.host_s
+    step.micro_s = combine(gpu_s, host_s, cal.host_combine_p)
+    compute_s = step.compute_s = step.micro_s * config.grad_accum
     if host_s > gpu_s and gpu.name != "cpu":
         # Host speed varies by machine far more than GPU speed does (advisor.host_speed): say whose was used.
-        notes.append(f"host-bound: the CPU's kernel dispatch ({host_s * 1e3:.1f} ms a micro-batch) sets the pace, "
-                     f"not the GPU ({gpu_s * 1e3:.1f} ms); host speed {cal.host_source}"
-                     + ("; `advise probe` measures this machine's" if cal.host is None else ""))
-
-    nt = trainable_params(model, config)
-    shard = world if config.strategy.full_shard else min(world, hw.gpus_per_node) if config.strategy is Strategy.hsdp else 1
-    opt_s = nt * _OPT_BYTES[config.optimizer] * (0.5 if p is Precision.pure_bf16 else 1.0) / shard / bw
-
-    grad_bytes = nt * (2 if p is Precision.pure_bf16 else 4)
-    per_node = min(world, hw.gpus_per_node)
-    nodes = max(1, world // max(1, per_node))
-    comm = exposed = sync = 0.0
-    breakdown = None
-    decoded = hw.input is not None and data_kind(hw.input, model.is_vision, config.image_size) in ("jpeg", "decoded")
-    strategy = config.strategy.value
-    if strategy in ("ddp", "fsdp", "hsdp", "fsdp-keep") and world > 1:
-        k = cal.comm or comm_constants()
-        net = hw.network_link
-        topo = Topology(per_node=per_node, nodes=nodes, intra=hw.link, intra_gbps=hw.intra_node_gbps / 2,
-                        network=net.kind, network_gbps=net.gbytes_s)
-        if strategy == "ddp":
-            breakdown = ddp_comm(grad_bytes, topo, micro_s, config.grad_accum, k, decoded_input=decoded)
-        elif strategy == "fsdp-keep":
-            # gathered weights and reduced gradients both in FSDP2's param_dtype (advisor.memory.keep_gathered_bytes)
-            per = 2 if p.autocast or p is Precision.pure_bf16 else 4
-            breakdown = fsdp_keep_comm(model.params * per, nt * per, _shard_units(model), topo, micro_s,
-                                       config.grad_accum, k, decoded_input=decoded)
-        else:
-            pbytes = model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
-            breakdown = fsdp_comm(pbytes, grad_bytes, _shard_units(model), topo, micro_s, config.grad_accum, k,
-                                  hybrid=strategy == "hsdp", decoded_input=decoded)
-        comm, exposed, sync = breakdown.total_s, breakdown.exposed_s, breakdown.sync_s
-    elif config.strategy is Strategy.dp and world > 1:
-        # DataParallel: each forward broadcasts weights from GPU 0 and each backward reduces grads
-        # to GPU 0, serially, with no overlap (PyTorch docs, "Use DistributedDataParallel instead").
-        link = hw.intra_node_gbps / 2 * 1e9 * cal.link_efficiency.get(hw.interconnect, 0.7)
-        comm = (model.params * p.weight_bytes + grad_bytes) * (world - 1) / link * config.grad_accum
-        exposed = comm
+        step.notes.append(f"host-bound: the CPU's kernel dispatch ({host_s * 1e3:.1f} ms a micro-batch) sets the pace, "
+                          f"not the GPU ({gpu_s * 1e3:.1f} ms); host speed {cal.host_source}"
+                          + ("; `advise probe` measures this machine's" if cal.host is None else ""))
+    nt = step.nt = trainable_params(model, config)
+    shard = step.shard = strategy.shard(step.world, hw)
+    step.opt_s = nt * STREAM_BYTES[config.optimizer] * 1.0 / shard / step.bw
+    step.grad_bytes = nt * 4
+    step.each("optimizer_terms")  # pure-bf16: bf16 bytes
+    step.decoded = hw.input is not None and data_kind(hw.input, model.is_vision, config.image_size) in ("jpeg", "decoded")
+    step.each("step_terms")  # the strategy's collectives
     # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
-    extra = compromise_cost(model, config, hw, compute_s, bw, cal.launch_us * cal.host_factor, nt, shard,
+    extra = compromise_cost(model, config, hw, compute_s, step.bw, cal.launch_us * cal.host_factor, nt, shard,
                             cal.gpu_kernel_us, gpu_s=gpu_s * config.grad_accum, host_s=host_s * config.grad_accum,
-                            opt_s=opt_s, combine_p=cal.host_combine_p)
-    if extra.replaces_optimizer_s:
-        opt_s = 0.0
-    elif extra.optimizer_s is not None:
-        opt_s = extra.optimizer_s
-    notes += extra.notes
+                            opt_s=step.opt_s, combine_p=cal.host_combine_p)
+    opt_s = 0.0 if extra.replaces_optimizer_s else step.opt_s if extra.optimizer_s is None else extra.optimizer_s
+    step.notes += extra.notes
+    exposed, sync = step.exposed, step.sync
     step_s = compute_s + opt_s + exposed + sync + extra.extra_s
-    samples = mb * config.grad_accum * world
-    sps = samples / step_s
-    gpu_sps = sps
+    samples = config.micro_batch * config.grad_accum * step.world
+    sps = gpu_sps = samples / step_s
     loader = None
     if hw.input is not None and gpu.name != "cpu":
         loader = loader_estimate(hw.input, is_vision=model.is_vision, image_size=config.image_size,
-                                 gpu_rate_per_gpu=sps / world, dali_cpu_per_core=(cal.comm or comm_constants()).dali_cpu_per_core,
-                                 probe=cal.loader_probe)
+                                 gpu_rate_per_gpu=sps / step.world,
+                                 dali_cpu_per_core=(cal.comm or comm_constants()).dali_cpu_per_core, probe=cal.loader_probe)
         if loader.bound and loader.samples_per_s_per_gpu:
             # the GPUs wait for data; the step's exposed collectives and the straggler wait still follow
-            step_s = max(step_s, mb * config.grad_accum / loader.samples_per_s_per_gpu + exposed + sync)
+            step_s = max(step_s, config.micro_batch * config.grad_accum / loader.samples_per_s_per_gpu + exposed + sync)
             sps = samples / step_s
-            notes.append(f"input-bound: the loader delivers {loader.samples_per_s_per_gpu:,.0f} samples/s per GPU "
-                         f"({loader.workers:g} cores x {loader.per_core_samples_per_s:,.0f}/s), the GPUs would take "
-                         f"{gpu_sps / world:,.0f}; samples/s is the loader's")
-    calibrated = False
-    factor = cal.measured.get(calibration_key(gpu.name, model.family, p.value, config.strategy.value,
+            step.notes.append(f"input-bound: the loader delivers {loader.samples_per_s_per_gpu:,.0f} samples/s per GPU "
+                              f"({loader.workers:g} cores x {loader.per_core_samples_per_s:,.0f}/s), the GPUs would "
+                              f"take {gpu_sps / step.world:,.0f}; samples/s is the loader's")
+    factor = cal.measured.get(calibration_key(gpu.name, model.family, config.precision.value, config.strategy.value,
                                               compile=config.compile, channels_last=config.channels_last))
     if factor:
         sps *= factor
         step_s = samples / sps
-        calibrated = True
-        notes.append("calibrated on this machine (advise bench)")
+        step.notes.append("calibrated on this machine (advise bench)")
     model_flops = model_flops_per_sample(model, config) * sps  # PaLM's: no recompute, LoRA's work only
-    tokens = None
-    if model.is_text or model.family == "vit":
-        tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) if model.arch else \
-            (config.seq_len or model.default_seq_len)
+    tokens = tokens_per_sample(model, config)
     return ThroughputEstimate(
         samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
-        mfu=model_flops / (peak * world), tflops_per_gpu=model_flops / world / 1e12,
+        mfu=model_flops / (peak_flops(model, config, hw) * step.world), tflops_per_gpu=model_flops / step.world / 1e12,
         compute_s=compute_s, matmul_s=mm_s * config.grad_accum, gpu_s=gpu_s * config.grad_accum,
-        host_s=host_s * config.grad_accum, comm_s=comm, exposed_comm_s=exposed, optimizer_s=opt_s,
-        host_bound=host_s > gpu_s, host_speed=cal.host_source, calibrated=calibrated, notes=notes,
-        sync_s=sync, comm=breakdown, gpu_samples_per_s=gpu_sps if loader is not None else None, loader=loader,
+        host_s=host_s * config.grad_accum, comm_s=step.comm, exposed_comm_s=exposed, optimizer_s=opt_s,
+        host_bound=host_s > gpu_s, host_speed=cal.host_source, calibrated=bool(factor), notes=step.notes,
+        sync_s=sync, comm=step.breakdown, gpu_samples_per_s=gpu_sps if loader is not None else None, loader=loader,
         loader_bound=bool(loader and loader.bound),
     )
 
 
-def _shard_units(model: ModelSpec) -> int:
-    """FSDP's wrapped units: one per transformer layer (Accelerate's transformer auto-wrap policy), else
-    ~30 forward ops per block of a traced model."""
-    if model.arch is not None:
-        return max(1, model.arch.n_layers)
-    if model.trace is not None and model.trace.kernels:
-        return max(1, round(model.trace.kernels / 30))
-    return 1
+def tokens_per_sample(model: ModelSpec, config: TrainConfig) -> int | None:
+    """Tokens a sample carries (text and ViT; None for others)."""
+    if model.is_text or model.family == "vit":
+        return model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) if model.arch else \
+            (config.seq_len or model.default_seq_len)
+    return None

@@ -52,6 +52,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from advisor import sdpa
+from advisor.config import Precision
 from advisor.errors import UserError
 from advisor.models import ModelSpec, TraceProfile
 from advisor.step_work import FLASH_PASSES
@@ -220,11 +221,12 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     with ``held`` a tensor the training loop keeps through backward (HF's ``outputs.logits``).
     Otherwise ``loss`` (``ce|mse|none``) is applied to the module's output, which the loop holds.
     """
-    autocast = torch.bfloat16 if precision in ("bf16", "fp16") else None
-    if precision == "pure-bf16":
+    pure = Precision(precision) is Precision.pure_bf16
+    autocast = torch.bfloat16 if Precision(precision).autocast else None
+    if pure:
         model = model.to(torch.bfloat16)
     inputs = make_inputs(batch)
-    if precision == "pure-bf16":
+    if pure:
         inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     saved = SavedTensors({p.untyped_storage()._cdata for p in model.parameters()})
     mode = _TraceMode(autocast)

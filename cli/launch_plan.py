@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from advisor.request import CONFIG_PINS
 from cli import flags
 
 # Flags that shape a plan; with --plan they would be ignored, so giving them is an error.
-_PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", "micro_batch", "grad_accum", "seq_len", "image_size",
-               "precision", "optimizer", "pure_bf16_update", "compile", "channels_last", "grad_ckpt", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload", "gpu",
+_PLAN_FLAGS = ("model", "hf_config", "module", "input_shape", *CONFIG_PINS, "gpu",
                "gpus", "interconnect", "network", "cpus_per_gpu", "data_format", "loader", "batch_size", "dataset_size", "epochs", "deadline",
                "base_lr", "base_batch", "processes", "warmup_steps", "num_workers", "task")
 

@@ -43,6 +43,13 @@ def _paren(c) -> str:
     return f"({text})" if isinstance(c, (All, Any_)) else text
 
 
+def _constraint_dict(c) -> dict:
+    from advisor.setup.constraints import LAUNCH_ONLY
+
+    return {"id": c.id, "why": c.why, "fix": c.fix, "launch_only": c.id in LAUNCH_ONLY,
+            "file": "advisor/setup/constraints.py"}
+
+
 def _rule_dict(rule) -> dict:
     d = rule.model_dump(mode="json", by_alias=True, exclude={"file"})
     d["condition"] = condition_text(rule.when)
@@ -53,6 +60,7 @@ def _rule_dict(rule) -> dict:
 def run(args: argparse.Namespace) -> int:
     from advisor.errors import close_names
     from advisor.errors import UserError
+    from advisor.setup.constraints import BY_ID as CONSTRAINT_IDS, CONSTRAINTS, LAUNCH_ONLY
     from rules.engine import get_rule, load_rules
     from rules.tree import load_tree
 
@@ -62,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             out = {"rules": [{k: v for k, v in _rule_dict(r).items() if k in ("id", "name", "phase", "level", "summary", "source")}
                              for r in rules],
-                   "tree": [{"node": n.id, "question": n.question, "summary": n.summary} for n in nodes.values()]}
+                   "tree": [{"node": n.id, "question": n.question, "summary": n.summary} for n in nodes.values()],
+                   "constraints": [_constraint_dict(c) for c in CONSTRAINTS]}
             sys.stdout.write(json.dumps(out, indent=2) + "\n")
             return 0
         _render_list(rules, nodes)
@@ -75,9 +84,19 @@ def run(args: argparse.Namespace) -> int:
             return 0
         _render_node(n)
         return 0
+    if key in CONSTRAINT_IDS:
+        c = CONSTRAINT_IDS[key]
+        if args.json:
+            sys.stdout.write(json.dumps(_constraint_dict(c), indent=2) + "\n")
+            return 0
+        _print_panel(f"[bold]{c.id}[/bold]: a combination refused", [
+            ("why", c.why), ("fix", c.fix), ("checked", "before any search or launch, by every caller that plans"
+                                                        + (" a launch" if c.id in LAUNCH_ONLY else "")),
+            ("defined in", "advisor/setup/constraints.py")])
+        return 0
     rule = get_rule(key)
     if rule is None:
-        near = close_names(key, [r.id for r in rules])
+        near = close_names(key, [r.id for r in rules] + list(CONSTRAINT_IDS))
         raise UserError(f"unknown rule '{key}'", fix=(f"did you mean {', '.join(near)}? " if near else "")
                         + "`advise rules` lists every rule")
     table, render = _DEFAULT_TABLES.get(rule.id, (None, None))
@@ -180,6 +199,17 @@ def _render_list(rules, nodes) -> None:
     for rule in rules:
         r.add_row(rule.id, rule.phase + (" (warns)" if rule.level == "warning" else ""), rule.summary)
     console.print(r)
+    console.print()
+    from advisor.setup.constraints import CONSTRAINTS
+
+    c = Table(title=f"what combines ({len(CONSTRAINTS)} refused combinations; advisor/setup/constraints.py)",
+              title_justify="left", show_edge=False)
+    c.add_column("id", style="bold", no_wrap=True)
+    c.add_column("why refused")
+    c.add_column("fix")
+    for row in CONSTRAINTS:
+        c.add_row(row.id, row.why, row.fix)
+    console.print(c)
     console.print("`advise rules ID` explains one: what, why, example, source.", style="dim")
 
 

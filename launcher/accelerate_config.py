@@ -21,6 +21,8 @@ from typing import Any
 from advisor.config import Strategy
 from advisor.errors import UserError
 from advisor.plan import Plan
+from advisor.setup.constraints import ACCELERATE_ROWS, Combo, check
+from launcher.setup_launch import CONFIG, FSDP_SECTION, apply
 
 # Environment a CPU plan needs on top of the config file (see module docstring).
 CPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "true"}
@@ -31,33 +33,18 @@ _ZOO_TRANSFORMER_LAYER = "Block"
 
 
 def distributed_type(plan: Plan) -> str:
-    """Accelerate's ``distributed_type`` for the plan (see the module docstring for CPU)."""
+    """Accelerate's ``distributed_type`` for the plan (see the module docstring for CPU); what Accelerate
+    cannot launch is refused by advisor.setup.constraints (DataParallel, FSDP on CPU ranks, one strategy
+    single over several ranks)."""
     strategy = plan.config.strategy
     if plan.config.cpu_offload and strategy is not Strategy.ddp:
         strategy = Strategy.fsdp  # CPU offload is FSDP's, on one process too (FSDP over world size 1)
-    if strategy is Strategy.dp:
-        raise UserError("DataParallel plans are for `advise bench` only: Accelerate launches one process per device",
-                        fix="use --strategy ddp (one process per GPU), or run `advise bench --modes dp,ddp` to compare")
+    check(Combo(strategy=strategy, ranks=plan.world_size, cpu=plan.cpu), only=ACCELERATE_ROWS, launch=True)
     if strategy.sharded:
-        if plan.cpu:
-            refuse_fsdp_on_cpu()
         return "FSDP"
     if plan.world_size == 1:
         return "NO"  # DDP over one rank is plain single-device training
-    if strategy is Strategy.single:
-        raise UserError(f"the plan says --strategy single but has {plan.world_size} ranks",
-                        fix="use --strategy ddp (or fsdp) for several processes, or --gpus 1 / --processes 1")
     return "MULTI_GPU"
-
-
-def refuse_fsdp_on_cpu() -> None:
-    """FSDP (fsdp, fsdp-keep, hsdp) on --cpu ranks: torch's fully_shard itself trains over gloo (the
-    fsdp-keep test runs it), but Accelerate (1.16) only sets up FSDP for GPU-like distributed types
-    (AcceleratorState: MULTI_GPU, MULTI_XPU, ...; not MULTI_CPU), so it silently runs DDP with
-    use_cpu, and a plain single process with FSDP and no GPU: refuse rather than report a run as FSDP
-    that was not."""
-    raise UserError("Accelerate cannot launch FSDP on CPU processes (it would silently run DDP instead)",
-                    fix="use --strategy ddp with --cpu, or drop --cpu and run on GPUs")
 
 
 def fsdp_section(plan: Plan) -> dict[str, Any]:
@@ -70,12 +57,9 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     """
     sec: dict[str, Any] = {
         "fsdp_version": 2,
-        # ZeRO-3: free gathered weights after each unit's forward; fsdp-keep keeps them through the backward
-        # and, with launcher.keep_gathered's per-micro-batch switch, across the accumulation steps
-        "fsdp_reshard_after_forward": plan.config.strategy is not Strategy.fsdp_keep,
-        # --cpu-offload: FSDP2's CPUOffloadPolicy (Accelerate maps fsdp_offload_params to it): sharded
-        # parameters, gradients and optimizer states live in host memory, the optimizer steps on the CPU.
-        "fsdp_offload_params": bool(plan.config.cpu_offload),
+        # ZeRO-3: free gathered weights after each unit's forward (fsdp-keep keeps them: launcher.setup_launch)
+        "fsdp_reshard_after_forward": True,
+        "fsdp_offload_params": False,  # CPU offload's: launcher.setup_launch
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",  # each rank saves its shard: no rank-0 gather
         "fsdp_cpu_ram_efficient_loading": False,
         "fsdp_activation_checkpointing": bool(plan.config.grad_ckpt),
@@ -92,6 +76,7 @@ def fsdp_section(plan: Plan) -> dict[str, Any]:
     else:
         sec["fsdp_auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
         sec["fsdp_transformer_layer_cls_to_wrap"] = layers
+    apply(FSDP_SECTION, plan, sec)  # the active setups' own settings
     return sec
 
 
@@ -150,11 +135,7 @@ def accelerate_config(plan: Plan, *, machine_rank: int = 0, main_address: str | 
                                 "dynamo_use_dynamic": False, "dynamo_use_fullgraph": False}
     if dtype == "FSDP":
         cfg["fsdp_config"] = fsdp_section(plan)
-    if plan.config.strategy is Strategy.hsdp:
-        # FSDP2 hybrid sharding through Accelerate's ParallelismConfig (accelerate >= 1.10): shard over
-        # the GPUs of a node, replicate across nodes (accelerate/commands/launch.py, ParallelismConfig args).
-        cfg["parallelism_config"] = {"parallelism_config_dp_replicate_size": plan.nodes,
-                                     "parallelism_config_dp_shard_size": plan.processes_per_node}
+    apply(CONFIG, plan, cfg)  # the active setups' own sections (HSDP's ParallelismConfig)
     return cfg
 
 

@@ -21,6 +21,7 @@ from advisor.errors import UserError
 from advisor.plan import Plan
 from advisor.request import Request
 from advisor.schedule import LrRecipe, schedule
+from advisor.setup.constraints import Combo, check
 from advisor.starting_config import starting_config
 
 
@@ -54,11 +55,9 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
         except Exception:
             spec = None  # the launch reports unknown names; scripts may not use the catalog
     if req.strategy is Strategy.fsdp_keep:
-        from launcher.accelerate_config import refuse_fsdp_on_cpu
-
-        # before the config, whose accumulation check would hide the reason (plain fsdp plans are built:
-        # the probe refuses them with its own words, the launch with these)
-        refuse_fsdp_on_cpu()
+        # refused before the plan, whose accumulation would hide the reason (plain fsdp plans are built:
+        # the probe refuses them with its own words, the launch with the table's)
+        check(Combo(strategy=req.strategy, cpu=True), only=("fsdp.not-on-cpu",))
     # The one Request -> TrainConfig step (advisor.starting_config): pins, else its CPU defaults.
     start, start_notes = starting_config(req, spec, device="cpu", ranks=ranks)
     notes += start_notes

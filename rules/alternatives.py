@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from advisor.compromise_names import NO_ACCUMULATION
+from advisor.setup import CPU_OFFLOAD, NO_ACCUMULATION
 from advisor.units import format_hours
-from advisor.compromise_names import CPU_OFFLOAD
 from rules.compromise import find, gives_up, name_of, risk_text
 from rules.host_ram import host_short, host_text
 from rules.recommend import Alternative, Cost

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor import compromise_names as names
-from advisor.compromise_names import EIGHT_BIT_FSDP, setting
+from advisor import setup as names
+from advisor.setup import setting
+from advisor.setup.constraints import EIGHT_BIT_FSDP, SHARDING_ROWS, Combo, refusal
 from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
 from rules.host_ram import host_short, host_text
@@ -191,7 +192,7 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
         if not p.hw.gpu.supports_bf16:
             return f"{p.hw.gpu.name} has no bf16 (QLoRA computes in bf16)"
         return ""
-    if "optimizer" in u and u["optimizer"].eight_bit and (base.cpu_offload or (req.strategy and req.strategy.full_shard)):
+    if "optimizer" in u and _refused(p, level, n, ("8bit.not-fsdp",)):
         return EIGHT_BIT_FSDP
     if "precision" in u and (req.precision is not None or not p.hw.gpu.supports_bf16):
         return "the precision is pinned" if req.precision is not None else f"{p.hw.gpu.name} has no bf16"
@@ -204,17 +205,24 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
             return f"--no-{field.replace('_', '-')} is pinned"
     if level.accum1 and req.grad_accum is not None and req.grad_accum > 1:
         return "--grad-accum is pinned"
-    if level.single_only and (n > 1 or req.strategy not in (None, Strategy.single) or base.cpu_offload):
-        return "needs one process without FSDP (strategy single)"
-    if u.get("cpu_offload") and base.optimizer_in_backward:
-        return "the optimizer step in backward needs strategy single; CPU offload is FSDP's"
-    if u.get("cpu_offload") and base.optimizer is Optimizer.adamw_8bit:
-        return "bitsandbytes' 8-bit AdamW steps on the GPU; CPU offload steps on the CPU"
-    if u.get("cpu_offload") and req.strategy in (Strategy.ddp, Strategy.single):
-        return f"CPU offload runs under FSDP; --strategy {req.strategy.value} is pinned"
+    row = _refused(p, level, n, ("in-backward.one-process", "8bit.not-fsdp", "offload.fsdp-only"))
+    if row is not None:  # the table refuses; the ladder says it in a word
+        if row.id == "offload.fsdp-only":
+            return f"CPU offload runs under FSDP; --strategy {req.strategy.value} is pinned"
+        if not u.get("cpu_offload"):
+            return "needs one process without FSDP (strategy single)"
+        return ("the optimizer step in backward needs strategy single; CPU offload is FSDP's" if row.id.startswith("in-")
+                else "bitsandbytes' 8-bit AdamW steps on the GPU; CPU offload steps on the CPU")
     if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and base.optimizer_in_backward):
         return "already part of the configuration"
     return ""
+
+
+def _refused(p: Planner, level: Level, n: int, rows: tuple[str, ...], strategy: Strategy | None = None):
+    """The row of advisor.setup.constraints that refuses ``level`` on ``n`` GPUs (the pinned strategy, or
+    ``strategy``), or None."""
+    c = Combo.of_config(p.base.model_copy(update=_update(p, level)), ranks=n)
+    return refusal(c.but(strategy=strategy or p.req.strategy, grad_accum=None), only=rows)
 
 
 def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
@@ -222,8 +230,7 @@ def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
         out = [Strategy.fsdp]
     else:
         out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]
-    if (level.update.get("optimizer") or p.base.optimizer).eight_bit or level.name == names.QLORA or p.base.quantize_base:
-        out = [s for s in out if not s.full_shard]  # EIGHT_BIT_FSDP; QLoRA's 4-bit base is not sharded here
+    out = [s for s in out if _refused(p, level, n, SHARDING_ROWS, strategy=s) is None]  # 8-bit, 4-bit: not FSDP
     pin = p.req.strategy
     return [s for s in out if pin is None or s is pin]
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.calibration import Calibration
-from advisor.compromise_names import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
+from advisor.setup import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
+from advisor.setup.constraints import SHARDING_ROWS, Combo, check, refusal
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.hardware import HardwareSpec, Machine
@@ -67,34 +68,10 @@ class Run:
 
 
 def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None:
-    """Pins that cannot work together, refused before any search."""
-    if req.lora_rank is not None and spec.arch is None:
-        raise UserError(f"--lora-rank needs a transformer; {spec.name} is a {spec.family} model",
-                        fix="drop --lora-rank for this model")
-    if req.optimizer_in_backward and ((req.grad_accum or 1) > 1 or req.strategy in (Strategy.ddp, Strategy.fsdp, Strategy.hsdp)
-                                      or hardware.total_gpus > 1 and req.strategy is None):
-        what = (f"--grad-accum {req.grad_accum}" if (req.grad_accum or 1) > 1 else
-                f"--strategy {req.strategy.value}" if req.strategy else f"{hardware.total_gpus} GPUs and no --strategy single")
-        raise UserError(f"--optimizer-in-backward with {what}: each parameter steps in its gradient hook, so there is "
-                        "no gradient to accumulate or all-reduce", fix="use it on one process: drop --grad-accum and "
-                        "add --strategy single (or --gpus 1), or drop --optimizer-in-backward")
-    if req.optimizer is not None and req.optimizer.eight_bit and ((req.strategy and req.strategy.full_shard) or req.cpu_offload):
-        from advisor.compromise_names import EIGHT_BIT_FSDP
-
-        raise UserError(f"--optimizer {req.optimizer.value} with "
-                        f"{'--cpu-offload' if req.cpu_offload else '--strategy ' + req.strategy.value}: "
-                        + EIGHT_BIT_FSDP, fix="use --strategy ddp or single, or drop --optimizer")
-    if req.strategy is Strategy.fsdp_keep and hardware.total_gpus < 2:
-        raise UserError("--strategy fsdp-keep with one GPU: it shards the model over several GPUs and keeps the "
-                        "gathered weights across accumulation; one GPU holds the whole model anyway",
-                        fix="add --gpus N (N >= 2), or use --strategy single")
-    if req.cpu_offload and req.strategy is Strategy.fsdp_keep:
-        raise UserError("--cpu-offload with --strategy fsdp-keep: fsdp-keep keeps the gathered weights on the GPUs "
-                        "across accumulation, CPU offload keeps them in host memory",
-                        fix="use --strategy fsdp with --cpu-offload, or drop --cpu-offload")
-    if req.cpu_offload and req.strategy in (Strategy.ddp, Strategy.single):
-        raise UserError(f"--cpu-offload with --strategy {req.strategy.value}: CPU offload is FSDP's",
-                        fix="use --strategy fsdp (one GPU or several), or drop --cpu-offload")
+    """Pins that cannot work together, refused before any search (advisor.setup.constraints' table).
+    --strategy single runs on one of the GPUs at hand."""
+    ranks = 1 if req.strategy is Strategy.single else hardware.total_gpus
+    check(Combo.of_request(req, ranks=ranks, model=spec.name, transformer=spec.arch is not None))
 
 
 def check_pins(p: Planner) -> None:
@@ -163,15 +140,12 @@ def tree(run: Run) -> None:
     if strategy is not None and (not isinstance(choice, Choice) or choice.strategy is not strategy
                                  or (strategy is not Strategy.single and one_fsdp)):
         choice = _pinned_strategy(ctx, strategy)  # a pinned flag is never overridden
-    if isinstance(choice, Choice) and choice.strategy.full_shard and (choice.config.optimizer.eight_bit
-                                                                             or choice.config.quantize_base):
-        from advisor.compromise_names import EIGHT_BIT_FSDP
-
-        what = (f"--optimizer {choice.config.optimizer.value}" if choice.config.optimizer.eight_bit
-                else "--quantize-base 4bit")
+    row = refusal(Combo.of_config(choice.config, ranks=choice.gpus), only=SHARDING_ROWS) \
+        if isinstance(choice, Choice) else None
+    if row is not None:  # the pinned 8-bit optimizer or 4-bit base fits only under FSDP
+        what = row.what(Combo.of_config(choice.config)).split(" with ")[0]
         raise UserError(f"{what} on {choice.gpus}x {run.planner.hw.gpu.name} needs FSDP (a full replica does not fit "
-                        f"one GPU), and " + (EIGHT_BIT_FSDP if choice.config.optimizer.eight_bit else
-                                             "QLoRA's 4-bit base is not sharded by FSDP here"),
+                        f"one GPU), and {row.why}",
                         fix=f"drop {what} (the rules pick a compromise that fits), or use GPUs that hold a replica")
     run.fits = isinstance(choice, Choice)
     out = ctx.compromise
@@ -510,7 +484,7 @@ def _changed(one: TrainConfig | None, cfg: TrainConfig) -> list[str]:
         out.append(f"micro-batch {cfg.micro_batch} (baseline: {one.micro_batch})")
     if cfg.compile != one.compile:
         out.append("compile " + ("on" if cfg.compile else "off"))
-    for k in COMPROMISE_FIELDS:  # node H's settings (advisor.compromise_names, rules.compromise.LEVELS)
+    for k in COMPROMISE_FIELDS:  # node H's settings (advisor.setup, rules.compromise.LEVELS)
         if getattr(cfg, k) != getattr(one, k):
             out.append(f"{k.replace('_', ' ')} {getattr(cfg, k).value if hasattr(getattr(cfg, k), 'value') else getattr(cfg, k)}")
     return out

@@ -40,6 +40,7 @@ from advisor.hardware import HardwareSpec
 from advisor.memo import config_key
 from advisor.models import ModelSpec
 from advisor.request import Request
+from advisor.setup.constraints import PLANNER_ROWS, Combo, refusal
 from advisor.throughput import ThroughputEstimate
 from rules.defaults import Defaults
 from advisor.schedule import LrRecipe
@@ -429,14 +430,11 @@ class Planner:
         req = self.req
         if base.cpu_offload and strategy is Strategy.single:
             strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
-        if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
-            return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
+        blocked = self._blocked(n, strategy, base, req.grad_accum)
+        if blocked is not None:
+            return blocked
         if strategy is Strategy.hsdp and strategy not in self.strategies(n, hypothetical):
             return Infeasible(n, strategy, "strategy", "HSDP shards inside a node and replicates across whole nodes")
-        if strategy is Strategy.fsdp_keep:
-            why = self._keep_blocked(n, base)
-            if why:
-                return Infeasible(n, strategy, "strategy", why)
         ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
         if prev is not None:
             ckpts = [prev.config.grad_ckpt]
@@ -515,26 +513,22 @@ class Planner:
         return Choice(n, strategy, cfg, e, global_batch=target, lr=self.lr_for(target, cfg),
                       ckpt_needed=cfg.grad_ckpt and not fits_without_ckpt and req.grad_ckpt is None, fastest_sps=top)
 
-    def _keep_blocked(self, n: int, base: TrainConfig) -> str:
-        """Why fsdp-keep does not apply on ``n`` GPUs with ``base`` ('' when it does)."""
-        if n < 2:
-            return "fsdp-keep shards over several GPUs; one GPU holds the whole model anyway"
-        if base.cpu_offload:
-            return "fsdp-keep keeps the weights on the GPUs; CPU offload keeps them in host memory"
-        if self.req.grad_accum == 1:
-            return "fsdp-keep keeps the weights across accumulation, and --grad-accum 1 has none"
-        return ""
+    @staticmethod
+    def _blocked(n: int, strategy: Strategy, base: TrainConfig, grad_accum: int | None) -> Infeasible | None:
+        """Why ``strategy`` on ``n`` GPUs cannot run ``base`` (advisor.setup.constraints), as an Infeasible."""
+        row = refusal(Combo.of_config(base, ranks=n).but(strategy=strategy, grad_accum=grad_accum), only=PLANNER_ROWS)
+        if row is None:
+            return None
+        return Infeasible(n, strategy, "memory" if row.id.startswith("in-backward") else "strategy", row.why)
 
     def search_accum1(self, n: int, strategy: Strategy, base: TrainConfig, ckpt: bool) -> Choice | Infeasible:
         """No accumulation: the largest micro-batch (a power of two up to the per-GPU share of the
         batch) that fits with ``grad_accum`` 1; the global batch is micro-batch x GPUs."""
         req = self.req
         target = self.target_batch
-        if base.optimizer_in_backward and (strategy is not Strategy.single or n > 1):
-            return Infeasible(n, strategy, "memory", "--optimizer-in-backward runs on one process (strategy single)")
-        if strategy is Strategy.fsdp_keep:
-            return Infeasible(n, strategy, "strategy", "fsdp-keep keeps the weights across accumulation, and this "
-                              "configuration has none")
+        blocked = self._blocked(n, strategy, base, 1)  # no accumulation here
+        if blocked is not None:
+            return blocked
         cfg0 = base.model_copy(update={"grad_ckpt": ckpt, "strategy": strategy, "grad_accum": 1})
         if req.batch_size is not None or req.keep_global_batch:
             if target % n:

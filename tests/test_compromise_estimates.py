@@ -8,7 +8,8 @@ import shlex
 import pytest
 
 from advisor.catalog import catalog_model
-from advisor.compromise_memory import BNB_BLOCK, largest_tensor_params, lora_params, small_tensor_params
+from advisor.setup.adapters import lora_params
+from advisor.setup.optimizers import BNB_BLOCK, largest_tensor_params, small_tensor_params
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
 from advisor.estimate import estimate
@@ -53,10 +54,12 @@ def test_optimizer_in_backward_keeps_one_gradient_alive():
     assert one == 128256 * 4096  # the embedding (and the untied LM head)
     assert oib.detail["gradient_buffer_gib"] == pytest.approx(4 * one / GIB)
     assert oib.peak_gib < std.peak_gib - 5 and oib.peak_at == "backward"  # the optimizer-step moment is gone
-    with pytest.raises(UserError):
-        TrainConfig(optimizer_in_backward=True, grad_accum=2)
-    with pytest.raises(UserError):
-        TrainConfig(optimizer_in_backward=True, strategy=Strategy.ddp)
+    from advisor.setup.constraints import Combo, check
+
+    with pytest.raises(UserError, match="no gradient to accumulate"):  # the table of what combines
+        check(Combo.of_config(TrainConfig(optimizer_in_backward=True, grad_accum=2), ranks=1))
+    with pytest.raises(UserError, match="one process only"):
+        check(Combo.of_config(TrainConfig(optimizer_in_backward=True, strategy=Strategy.ddp), ranks=2))
 
 
 def test_cpu_offload_keeps_states_in_host_ram():
@@ -240,7 +243,7 @@ def test_pins_and_compromises_never_crash_and_the_command_gives_the_plan_back(pi
 
 def test_qlora_alternative_launches_what_it_estimates():
     """The QLoRA alternative's command gives back a plan with the 4-bit base (not plain LoRA's), and
-    its estimate holds the 4-bit weights: 0.516 bytes per projection weight (compromise_memory)."""
+    its estimate holds the 4-bit weights: 0.516 bytes per projection weight (advisor.setup.adapters)."""
     from cli.flags import request_from_namespace
     from cli.main import build_parser
     from rules.api import plan

@@ -19,7 +19,8 @@ from advisor.hardware import HardwareSpec
 from advisor.memory import trainable_params
 from advisor.plan import Plan
 from advisor.sources import resolve_model
-from advisor.throughput import _OPT_BYTES, estimate_throughput
+from advisor.setup.optimizers import STREAM_BYTES as _OPT_BYTES
+from advisor.throughput import estimate_throughput
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration" / "results" / "h200-compromises"
 ROW = RESULTS / "adamw-8bit.json"

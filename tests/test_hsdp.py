@@ -43,8 +43,10 @@ def test_hsdp_launches_as_fsdp2_with_accelerates_parallelism_config():
 
 
 def test_hsdp_on_one_node_is_refused():
-    with pytest.raises(UserError, match="--strategy hsdp with one node"):
-        Request(model=ModelRef(name="gpt2"), strategy=Strategy.hsdp)
+    from advisor.setup.constraints import Combo, check
+
+    with pytest.raises(UserError, match="--strategy hsdp with one node"):  # the request's pins, as the callers check them
+        check(Combo.of_request(Request(model=ModelRef(name="gpt2"), strategy=Strategy.hsdp)))
 
 
 def test_the_planner_offers_hsdp_only_on_whole_nodes():

@@ -79,8 +79,11 @@ def test_keep_without_accumulation_is_plain_fsdp():
 
 
 def test_keep_one_accumulation_step_is_refused():
+    from advisor.setup.constraints import Combo, check
+
+    # the table of what combines (advisor.setup.constraints), as every caller with a configuration checks it
     with pytest.raises(UserError, match="fsdp-keep with accumulation 1"):
-        TrainConfig(micro_batch=4, grad_accum=1, strategy="fsdp-keep")
+        check(Combo.of_config(TrainConfig(micro_batch=4, grad_accum=1, strategy="fsdp-keep"), ranks=8))
 
 
 def _recommend(argv: list[str]):

@@ -8,14 +8,14 @@ import torch
 
 from advisor.calibration import default_calibration
 from advisor.catalog import catalog_model
-from advisor.compromise_memory import KAHAN_BYTES
+from advisor.setup.optimizers import KAHAN_BYTES
 from advisor.config import Optimizer, Precision, PureBf16Update, TrainConfig
 from advisor.estimate import estimate
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
 from advisor.plan import ModelRef, Plan
 from advisor.request import Request
-from advisor.throughput import _OPT_BYTES
+from advisor.setup.optimizers import STREAM_BYTES as _OPT_BYTES
 from cli.main import main
 from launcher.compromises import make_optimizer
 from launcher.compromises.kahan import KahanAdamW

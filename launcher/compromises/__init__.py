@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.compromise_names import LORA, in_config
+from advisor.setup import LORA, in_config
 from advisor.config import Optimizer, Precision
 from advisor.plan import Plan
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 
-from advisor.compromise_names import EIGHT_BIT_FSDP
-from advisor.config import Optimizer, Precision, Strategy
+from advisor.config import Precision
 from advisor.errors import UserError
 from advisor.plan import Plan
+from advisor.setup.constraints import Combo, check
 
 # Host bytes per parameter that FSDP CPU offload keeps in RAM: fp32 weights 4 + fp32 gradients 4 + AdamW's
 # two fp32 moments 8 = 16 (the accounting of Rajbhandari et al. 2020, ZeRO, section 3.1, with the
@@ -48,50 +48,24 @@ def _model_spec(plan: Plan):
 
 
 def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=None) -> None:
-    """Refuse (UserError) a plan whose compromises cannot run here; ``available_gib``: host RAM, measured when None."""
+    """Refuse (UserError) a plan whose compromises cannot run here; ``available_gib``: host RAM, measured when None.
+
+    The packages each needs first, then what combines (advisor.setup.constraints, with the rows the
+    runtime alone cannot build), then host RAM for CPU offload."""
     c = plan.config
     if c.optimizer.eight_bit:
         _require("bitsandbytes", f"--optimizer {c.optimizer.value}")
-        if c.strategy.full_shard or c.cpu_offload:
-            raise UserError(f"--optimizer {c.optimizer.value} under FSDP: " + EIGHT_BIT_FSDP,
-                            fix="use --strategy single or ddp with it, or --optimizer adamw under FSDP")
-        if c.optimizer is Optimizer.paged_adamw_8bit and plan.cpu:
-            # bitsandbytes would warn and run the non-paged AdamW8bit: not what the plan says
-            raise UserError("--optimizer paged-adamw-8bit pages its states between GPU and host memory (CUDA unified "
-                            "memory); a --cpu run has no GPU to page from",
-                            fix="use --optimizer adamw-8bit (or adamw) with --cpu, or run on a GPU")
     if c.quantize_base:  # bitsandbytes >= 0.45 runs NF4 on CPU too (its torch fallback): CPU runs test the path
         _require("bitsandbytes", "--quantize-base 4bit")
-        if c.strategy.full_shard or c.cpu_offload:
-            raise UserError("--quantize-base 4bit under FSDP: sharding 4-bit weights needs a quantized storage dtype "
-                            "FSDP can flatten (not built here)", fix="use --strategy single or ddp with QLoRA")
+    transformer = None
     if c.lora_rank:
         _require("peft", f"--lora-rank {c.lora_rank}")
-        if c.precision in (Precision.fp32, Precision.tf32):
-            raise UserError(f"--lora-rank trains fp32 adapters on a frozen bf16 base under bf16 autocast; "
-                            f"--precision {c.precision.value} does not apply",
-                            fix="drop --precision (or use --precision bf16) with --lora-rank")
         if plan.model.name:
             spec = spec or _model_spec(plan)
-            if spec.arch is None:
-                raise UserError(f"--lora-rank puts adapters on attention and MLP projections; {plan.model.name} has none",
-                                fix="drop --lora-rank, or pick a transformer (see `advise models`)")
-    if c.optimizer_in_backward:
-        if c.grad_accum != 1:
-            raise UserError(f"--optimizer-in-backward steps each parameter during backward, so it cannot accumulate "
-                            f"{c.grad_accum} micro-batches", fix="use --grad-accum 1 (a smaller --batch-size), or drop "
-                                                                "--optimizer-in-backward")
-        if plan.world_size != 1 or c.strategy is not Strategy.single or c.cpu_offload:
-            raise UserError("--optimizer-in-backward runs on one process only (its hooks step before DDP/FSDP would "
-                            "reduce the gradient)", fix="use --strategy single on one GPU (--gpus 1 / --processes 1), "
-                                                       "or drop --optimizer-in-backward")
+            transformer = spec.arch is not None
+    check(Combo.of_config(c, ranks=plan.world_size, nodes=plan.nodes, cpu=plan.cpu, model=plan.model.label(),
+                          transformer=transformer), launch=True)
     if c.cpu_offload:
-        if plan.cpu:
-            raise UserError("--cpu-offload moves GPU state to host memory; a --cpu run has it there already",
-                            fix="drop --cpu-offload with --cpu, or drop --cpu and run on a GPU")
-        if c.strategy is Strategy.ddp:
-            raise UserError("--cpu-offload is FSDP's (parameters, gradients and optimizer states sharded to host "
-                            "memory), not DDP's", fix="use --strategy fsdp (or single, one process) with --cpu-offload")
         spec = spec or _model_spec(plan)
         need = offload_host_gib(plan, spec.params)
         if available_gib is None:

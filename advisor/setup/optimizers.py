@@ -1,5 +1,5 @@
-"""Bytes the memory compromises change: optimizer states per trainable parameter, LoRA's adapters,
-the largest single tensor (what the optimizer step in backward keeps alive).
+"""Optimizers that save memory: bitsandbytes' 8-bit AdamW, its paged variant, and the optimizer step
+in backward; with the optimizer-state bytes of every optimizer (the standard AdamW and SGD too).
 
 The semantics are the ones the runtime runs (launcher/compromises/):
 
@@ -15,20 +15,24 @@ The semantics are the ones the runtime runs (launcher/compromises/):
   allocated in CUDA unified memory (bitsandbytes/functional.py ``get_paged``, cudaMallocManaged),
   so torch's allocator never counts them and the driver pages them to host RAM when the GPU runs
   short (Dettmers et al. 2023, QLoRA, sec. 3 "Paged Optimizers").
-* LoRA: peft on every linear projection of attention and MLP (Hu et al. 2021), rank r: A is
-  r x in, B is out x r.
-* QLoRA (``--quantize-base 4bit``): those projections' frozen weights in 4-bit NF4 (bitsandbytes
-  ``Linear4bit``, blocksize 64) with double quantization: 0.5 byte a weight plus one 8-bit absmax
-  per 64 weights and one fp32 constant per 256 of those (Dettmers et al. 2023, sec. 3: 0.127 bits a
-  weight instead of 0.5); embeddings, the LM head and norms stay bf16.
+* the step in backward: each parameter's optimizer step runs in its post-accumulate-grad hook and
+  its gradient is freed at once (PyTorch tutorial "How to save memory by fusing the optimizer step
+  into the backward pass"): about one parameter's gradient is alive, never a full buffer.
 """
 
 from __future__ import annotations
 
-from advisor.config import Optimizer, Precision, TrainConfig
-from advisor.errors import UserError
-from advisor.models import ModelSpec
+from typing import TYPE_CHECKING
 
+from advisor.config import Optimizer, Precision, TrainConfig
+from advisor.models import ModelSpec
+from advisor.setup.adapters import lora_shapes
+from advisor.setup.base import Setup
+
+if TYPE_CHECKING:
+    from advisor.setup.ledger import MemoryLedger
+
+GIB = float(2**30)
 # bitsandbytes Optimizer8bit defaults: block size of the blockwise quantisation and the smallest
 # tensor that gets 8-bit states (bitsandbytes/optim/optimizer.py: blocks = n // 256 + bool(n % 256),
 # min_8bit_size=4096).
@@ -37,32 +41,58 @@ BNB_MIN_8BIT = 4096
 # Kahan-compensated AdamW for pure-bf16: one bf16 compensation buffer per parameter
 # (launcher/compromises/kahan.py; Zamirai et al. 2020).
 KAHAN_BYTES = 2
-# NF4 with double quantization, bytes per quantized weight (bitsandbytes Linear4bit defaults:
-# blocksize 64, compress_statistics=True -> nested absmax blocks of 256): 4/8 + 1/64 + 4/(64 x 256).
-NF4_BLOCK = 64
-NF4_NESTED_BLOCK = 256
-NF4_BYTES = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_NESTED_BLOCK)
+# Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
+# and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
+# not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
+STREAM_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0, Optimizer.paged_adamw_8bit: 16.0}
 
 
-def quantized_base_params(model: ModelSpec) -> int:
-    """Frozen weights QLoRA quantizes: the adapted projections' (every layer's attention and MLP)."""
-    return model.arch.n_layers * sum(i * o for i, o in lora_shapes(model))
+class AdamW8bit(Setup):
+    name, flag, kind, family, tier = "adamw-8bit", "--optimizer adamw-8bit", "compromise", "optimizers", "close"
+    field, value = "optimizer", Optimizer.adamw_8bit
+    summary = "bitsandbytes AdamW8bit: AdamW moments quantized block-wise to 8 bits"
 
 
-def lora_shapes(model: ModelSpec) -> list[tuple[int, int]]:
-    """(in, out) of the linear projections of one layer that LoRA adapts: q, k, v, o and the MLP's."""
-    a = model.arch
-    kv = a.kv_heads * a.head_dim
-    h, f = a.d_model, a.d_ff
-    mlp = [(h, f), (h, f), (f, h)] if a.mlp == "swiglu" else [(h, f), (f, h)]
-    return [(h, h), (h, kv), (h, kv), (h, h)] + mlp
+class PagedAdamW8bit(AdamW8bit):
+    name, flag, value = "paged-adamw-8bit", "--optimizer paged-adamw-8bit", Optimizer.paged_adamw_8bit
+    summary = "bitsandbytes PagedAdamW8bit: 8-bit moments in CUDA unified memory, paged to host RAM when short"
+
+    def resident_terms(self, led: MemoryLedger) -> None:
+        if not led.config.cpu_offload:
+            # Unified memory: not in torch's peak; resident as far as the GPU has room (after_fit).
+            led.paged, led.states = led.states, 0.0
+
+    def after_fit(self, led: MemoryLedger) -> None:
+        paged = led.paged
+        if paged:
+            # Paged states fill the room left; the rest is paged out to host RAM while backward needs the GPU and
+            # in again for the step (bitsandbytes prefetches each tensor's state before its update).
+            resident = min(paged, max(0.0, led.usable_gib - led.device_gib) * GIB)
+            led.paged_out = paged - resident
+            led.device_gib += resident / GIB
+            led.host += led.paged_out
+            led.notes.append(f"paged 8-bit AdamW: {paged / GIB:.1f} GiB of optimizer states in CUDA unified memory "
+                             f"(not in torch's max_memory_allocated)" + (
+                                 f"; ~{led.paged_out / GIB:.1f} GiB of them paged to host RAM and back every step"
+                                 if led.paged_out > 0 else ", all resident"))
 
 
-def lora_params(model: ModelSpec, rank: int) -> int:
-    if model.arch is None:
-        raise UserError("LoRA estimates need a transformer (catalog LLM/encoder/ViT or --hf-config)",
-                        fix="drop --lora-rank for this model")
-    return model.arch.n_layers * rank * sum(i + o for i, o in lora_shapes(model))
+class OptimizerInBackward(Setup):
+    name, flag, kind, family, tier = ("optimizer-in-backward", "--optimizer-in-backward", "compromise", "optimizers",
+                                      "close")
+    field, value = "optimizer_in_backward", True
+    summary = "each parameter steps in its gradient hook and its gradient is freed: no full gradient buffer"
+
+    def ends_grad_moment(self, led: MemoryLedger) -> bool:
+        return True
+
+    def gradient_terms(self, led: MemoryLedger) -> None:
+        led.live_grads = led.grads = largest_tensor_params(led.model, led.config.lora_rank) * led.gb / led.shard
+        led.accum_grads = led.live_grads
+        led.notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
+
+
+OPTIMIZERS: tuple[Setup, ...] = (AdamW8bit(), OptimizerInBackward(), PagedAdamW8bit())
 
 
 def small_tensor_params(model: ModelSpec, config: TrainConfig) -> int:

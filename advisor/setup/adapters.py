@@ -1,0 +1,109 @@
+"""Adapters: LoRA (rank-r adapters on attention and MLP projections, the base frozen in bf16; Hu et
+al. 2021) and QLoRA (the same on a base whose projections are 4-bit NF4; Dettmers et al. 2023).
+
+* LoRA: peft on every linear projection of attention and MLP, rank r: A is r x in, B is out x r.
+* QLoRA (``--quantize-base 4bit``): those projections' frozen weights in 4-bit NF4 (bitsandbytes
+  ``Linear4bit``, blocksize 64) with double quantization: 0.5 byte a weight plus one 8-bit absmax
+  per 64 weights and one fp32 constant per 256 of those (Dettmers et al. 2023, sec. 3: 0.127 bits a
+  weight instead of 0.5); embeddings, the LM head and norms stay bf16.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from advisor.config import Precision
+from advisor.errors import UserError
+from advisor.models import ModelSpec
+from advisor.setup.base import Setup
+
+if TYPE_CHECKING:
+    from advisor.setup.ledger import MemoryLedger
+
+# NF4 with double quantization, bytes per quantized weight (bitsandbytes Linear4bit defaults:
+# blocksize 64, compress_statistics=True -> nested absmax blocks of 256): 4/8 + 1/64 + 4/(64 x 256).
+NF4_BLOCK = 64
+NF4_NESTED_BLOCK = 256
+NF4_BYTES = 0.5 + 1.0 / NF4_BLOCK + 4.0 / (NF4_BLOCK * NF4_NESTED_BLOCK)
+
+
+class Lora(Setup):
+    name, flag, kind, family, tier = "lora", "--lora-rank R", "compromise", "adapters", "different"
+    field, value = "lora_rank", None
+    summary = "rank-r adapters on every attention and MLP projection; the bf16 base frozen"
+
+    def on(self, config) -> bool:
+        return config.lora_rank is not None and not config.quantize_base  # adapters on a 4-bit base are QLoRA's
+
+    def quantized(self, model: ModelSpec) -> int:
+        return 0
+
+    def bytes_terms(self, led: MemoryLedger) -> None:
+        # peft users load the frozen base in bf16; adapters (and their gradients, states) stay fp32.
+        p = led.config.precision
+        base_b = 2 if p is not Precision.fp32 and p is not Precision.tf32 else 4
+        q = self.quantized(led.model)
+        led.weights = ((led.n - led.nt - q) * base_b + q * NF4_BYTES + led.nt * 4) / led.shard
+        led.gb = 4
+        if q:
+            # bitsandbytes' 4-bit matmul for training dequantizes the projection's weight to bf16, then
+            # runs the GEMM (MatMul4Bit): one projection's bf16 copy at a time.
+            led.dequantized = max(i * o for i, o in lora_shapes(led.model)) * 2.0
+
+    def activation_terms(self, led: MemoryLedger) -> None:
+        if led.config.precision.autocast and led.model.arch is not None:
+            # autocast copies only fp32 weights: the bf16 base passes through, the fp32 adapters are cast
+            led.copies = 2.0 * led.nt
+
+    def ends_grad_moment(self, led: MemoryLedger) -> bool:
+        return True
+
+    def describe(self, led: MemoryLedger) -> None:
+        led.notes.append(f"LoRA rank {led.config.lora_rank}: {led.nt:,} trainable of {led.n:,} parameters; frozen base "
+                         "in bf16, adapters fp32")
+
+
+class Qlora(Lora):
+    name, flag = "qlora", "--lora-rank R --quantize-base 4bit"
+    field, value = "quantize_base", "4bit"
+    summary = "LoRA on a frozen base whose projections are 4-bit NF4 (double quantization), dequantized per GEMM"
+
+    def on(self, config) -> bool:
+        return config.quantize_base == self.value
+
+    def setting(self, value: object = None) -> dict[str, object]:
+        return {"lora_rank": value, self.field: self.value}
+
+    def quantized(self, model: ModelSpec) -> int:
+        return quantized_base_params(model)
+
+    def describe(self, led: MemoryLedger) -> None:
+        if led.dequantized:
+            led.notes.append(f"QLoRA: {quantized_base_params(led.model):,} base weights in 4-bit NF4 with double "
+                             f"quantization ({NF4_BYTES:.3f} bytes each); each projection is dequantized to bf16 for "
+                             "its GEMMs")
+        super().describe(led)
+
+
+ADAPTERS: tuple[Setup, ...] = (Lora(), Qlora())
+
+
+def quantized_base_params(model: ModelSpec) -> int:
+    """Frozen weights QLoRA quantizes: the adapted projections' (every layer's attention and MLP)."""
+    return model.arch.n_layers * sum(i * o for i, o in lora_shapes(model))
+
+
+def lora_shapes(model: ModelSpec) -> list[tuple[int, int]]:
+    """(in, out) of the linear projections of one layer that LoRA adapts: q, k, v, o and the MLP's."""
+    a = model.arch
+    kv = a.kv_heads * a.head_dim
+    h, f = a.d_model, a.d_ff
+    mlp = [(h, f), (h, f), (f, h)] if a.mlp == "swiglu" else [(h, f), (f, h)]
+    return [(h, h), (h, kv), (h, kv), (h, h)] + mlp
+
+
+def lora_params(model: ModelSpec, rank: int) -> int:
+    if model.arch is None:
+        raise UserError("LoRA estimates need a transformer (catalog LLM/encoder/ViT or --hf-config)",
+                        fix="drop --lora-rank for this model")
+    return model.arch.n_layers * rank * sum(i + o for i, o in lora_shapes(model))
