@@ -53,6 +53,11 @@ from rules.lr import LrPlan, lr_plan, recipe
 # over DDP (its gathers hidden under compute, the optimizer step sharded) is unmeasured; DDP is one
 # all-reduce a step, the simplest to debug, and what practitioners run when a replica fits.
 DDP_PREFERENCE = 0.045
+# ... except across nodes, where DDP's all-reduce crosses the network every step and HSDP's replica
+# all-reduce moves 1/GPUs-per-node of it: an HSDP edge larger than anything the multi-GPU estimator has got
+# wrong (its worst held-out row is 21.4% off in samples/s, benchmarks/calibration/results/multi-gpu.md) is
+# taken (GPT-2-XL on 16 nodes of 8 H100: HSDP 22 h, DDP 56 h). Within a node DDP stays (issue 38).
+SHARDED_CLEAR_GAIN = 0.25
 # FSDP with the weights kept gathered across accumulation (fsdp-keep) is taken over plain FSDP only when
 # it is at least this much faster: it holds a full unsharded copy of the weights and the gradients
 # (less headroom for the allocator's fragmentation), and no run has measured it yet (docs/design.md
@@ -623,6 +628,10 @@ class Planner:
                         f"a replica fits, but {won.strategy.value.upper()} measured on this machine (advise bench) is "
                         f"{won_gain:.0%} faster than DDP measured here, more than {DDP_PREFERENCE:.1%}"))
             name = fastest.strategy.value.upper()
+            if fastest.strategy is Strategy.hsdp and gain > SHARDED_CLEAR_GAIN:
+                return dataclasses.replace(fastest, strategy_rule=(
+                    f"a replica fits, but across nodes {name}'s estimate is {gain:.0%} faster than DDP: more than "
+                    f"{SHARDED_CLEAR_GAIN:.0%}, beyond the multi-GPU estimator's worst held-out error"))
             return dataclasses.replace(ddp, sharded_gain=gain, strategy_rule=(
                 f"a full replica fits per GPU: DDP; {name}'s estimate is {gain:.0%} faster, but sharding's "
                 f"communication model is not measured (fit on published DDP rows only)"
