@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -108,6 +109,14 @@ def submitter_env(names: list[str], environ: dict[str, str] | None = None) -> di
     return out
 
 
+def _recorded(store: RunStore, rid: str) -> bool:
+    """Whether the insert of ``rid`` committed: a Ctrl-C can land after the commit, before ``create`` returns."""
+    try:
+        return store.get(rid).id == rid
+    except UserError:
+        return False
+
+
 def submit(home: Path, plan, target: Target, options: RunOptions, *, label: str | None = None,
            need_gib: float | None = None, cwd: str | None = None,
            env_names: list[str] = ()) -> tuple[RunRecord, list[str]]:
@@ -151,8 +160,12 @@ def submit(home: Path, plan, target: Target, options: RunOptions, *, label: str 
         write_private_atomic(submission_path(rdir), sub.model_dump_json(indent=2) + "\n")
         rec = store.create(run_id=rid, label=label or f"{plan.model.label()} · {target.label()}",
                            plan=plan.model_dump(mode="json"), run_dir=rdir)
-    except BaseException:  # not queued (store unwritable, disk full, Ctrl-C): leave no folder without a record
-        shutil.rmtree(rdir, ignore_errors=True)
+    except BaseException as exc:  # not queued (store unwritable, disk full, Ctrl-C): no folder without a record
+        if not _recorded(store, rid):
+            shutil.rmtree(rdir, ignore_errors=True)
+        elif isinstance(exc, KeyboardInterrupt):  # it landed after the insert committed: the run IS queued
+            print(f"advise: note: run {rid} was queued before the interrupt; `advise cancel {rid}` withdraws it",
+                  file=sys.stderr)
         raise
     return rec, notes
 
