@@ -39,7 +39,7 @@ class ActivationProfile(BaseModel):
 
 
 def _trace_key(p: Precision) -> str:
-    if p in (Precision.bf16, Precision.fp16):
+    if p.autocast:  # fp8: bf16 autocast around its float8 Linears
         return "bf16"
     if p is Precision.pure_bf16:
         return "pure-bf16"

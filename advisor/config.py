@@ -14,17 +14,26 @@ from advisor.errors import UserError
 class Precision(str, Enum):
     """fp32/tf32: fp32 everywhere (tf32 lets matmuls use TF32 tensor cores).
     bf16/fp16: autocast with fp32 master weights (Accelerate's ``mixed_precision``).
-    pure-bf16: weights, gradients and optimizer states all in bf16."""
+    pure-bf16: weights, gradients and optimizer states all in bf16.
+    fp8: bf16 autocast with fp32 master weights, and the transformer blocks' Linear layers run their three
+    GEMMs in float8 (torchao's ``convert_to_float8_training``, tensorwise dynamic scaling; Hopper/Ada only:
+    advisor.setup.precision.Fp8)."""
 
     fp32 = "fp32"
     tf32 = "tf32"
     bf16 = "bf16"
     fp16 = "fp16"
     pure_bf16 = "pure-bf16"
+    fp8 = "fp8"
 
     @property
     def autocast(self) -> bool:
-        return self in (Precision.bf16, Precision.fp16)
+        return self in (Precision.bf16, Precision.fp16, Precision.fp8)
+
+    @property
+    def runs_as(self) -> "Precision":
+        """The precision of everything but fp8's converted Linear layers: fp8 is bf16 autocast around them."""
+        return Precision.bf16 if self is Precision.fp8 else self
 
     @property
     def weight_bytes(self) -> int:
@@ -105,6 +114,9 @@ class TrainConfig(BaseModel):
     compile: bool = False
     channels_last: bool = False
     grad_ckpt: bool = False
+    grad_ckpt_every: int | None = Field(
+        None, description="selective activation checkpointing: every k-th block (residual stage) is checkpointed, "
+                          "torchtitan's selective layer AC (k >= 2; k = 1 is grad_ckpt); None: grad_ckpt says")
     strategy: Strategy = Strategy.single
     lora_rank: int | None = Field(None, description="LoRA rank on attention/MLP projections; None = full fine-tune")
     optimizer_in_backward: bool = Field(
@@ -126,9 +138,12 @@ class TrainConfig(BaseModel):
     def _positive(self) -> "TrainConfig":
         """Each number on its own; what combines with what is advisor.setup.constraints' table (which
         imports this module: a validator here never calls it)."""
-        for name in ("micro_batch", "grad_accum", "seq_len", "image_size", "lora_rank"):
+        for name in ("micro_batch", "grad_accum", "seq_len", "image_size", "lora_rank", "grad_ckpt_every"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 flag = "--" + name.replace("_", "-")
                 raise UserError(f"{flag} must be a positive integer, got {v}", fix=f"e.g. {flag} 8")
+        if self.grad_ckpt_every == 1:
+            raise UserError("--grad-ckpt-every 1 checkpoints every block", fix="use --grad-ckpt, or --grad-ckpt-every 2 "
+                            "(every second block)")
         return self

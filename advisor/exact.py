@@ -30,9 +30,11 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
         # A named GPU needs no NVML (only the CPU core count).
         machine = Machine(cpu_cores=os.cpu_count() or 1) if req.gpu else detect_machine()
     hw = resolve_hardware(machine, **req.hardware_args())
-    check(Combo.of_request(req, ranks=hw.total_gpus, nodes=hw.nodes), only=REQUEST_ROWS)
+    cc = hw.gpu.compute_capability
+    check(Combo.of_request(req, ranks=hw.total_gpus, nodes=hw.nodes, compute_capability=cc), only=REQUEST_ROWS)
     cfg, notes = starting_config(req, spec, device="gpu", gpu=hw.gpu, ranks=hw.total_gpus)
-    check(Combo.of_config(cfg, ranks=hw.total_gpus, nodes=hw.nodes), only=ESTIMATE_ROWS)
+    check(Combo.of_config(cfg, ranks=hw.total_gpus, nodes=hw.nodes, compute_capability=cc,
+                          transformer=spec.arch is not None, model=spec.name), only=ESTIMATE_ROWS)
     applied += notes
     est = estimate(spec, cfg, hw, dataset_size=req.dataset_size, epochs=req.epochs, calibration=calibration)
     return est, applied

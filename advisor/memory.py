@@ -161,6 +161,7 @@ def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal
     if led.params_gathered or led.copies is not None:
         led.prof = led.prof.model_copy(update={"fixed_bytes": 0.0 if led.params_gathered else led.copies})
     led.acts, led.temps = backward_bytes(led.prof, config.micro_batch, config.grad_ckpt, cal.ckpt_fraction)
+    led.each("saved_terms")
     # Later in backward the gradients accumulated so far can put more above the saved bytes still
     # alive than the loss's temporaries did at its start (the tracer's grad moment: a classifier's
     # wide Linear or an untied LM head has its gradient while nearly every activation is still

@@ -122,11 +122,12 @@ class Plan(BaseModel):
 
     @property
     def mixed_precision(self) -> Literal["no", "bf16", "fp16"]:
-        """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead."""
+        """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead. fp8 is bf16
+        autocast around torchao's float8 Linears (launcher.model_setups), not Accelerate's own "fp8"."""
         p = self.config.precision
         if self.config.lora_rank:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
             return "fp16" if p is Precision.fp16 else "bf16"
-        return p.value if p.autocast else "no"
+        return p.runs_as.value if p.autocast else "no"
 
     @model_validator(mode="after")
     def _batch_adds_up(self) -> "Plan":

@@ -36,7 +36,7 @@ DEFAULT_MARGIN = 0.15
 
 # Request fields that are configuration flags: given = pinned (DESIGN.md).
 CONFIG_PINS = ("micro_batch", "grad_accum", "seq_len", "image_size", "precision", "optimizer", "pure_bf16_update", "compile",
-               "channels_last", "grad_ckpt", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload")
+               "channels_last", "grad_ckpt", "grad_ckpt_every", "strategy", "lora_rank", "quantize_base", "optimizer_in_backward", "cpu_offload")
 
 # field -> (flag, how it is written). "value": --flag VALUE; "toggle": --flag / --no-flag
 # (BooleanOptionalAction); "switch": --flag when true; "hours": --flag <hours>h.
@@ -51,7 +51,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "precision": ("--precision", "value"), "optimizer": ("--optimizer", "value"),
     "pure_bf16_update": ("--pure-bf16-update", "value"),
     "compile": ("--compile", "toggle"), "channels_last": ("--channels-last", "toggle"),
-    "grad_ckpt": ("--grad-ckpt", "toggle"), "lora_rank": ("--lora-rank", "value"),
+    "grad_ckpt": ("--grad-ckpt", "toggle"), "grad_ckpt_every": ("--grad-ckpt-every", "value"),
+    "lora_rank": ("--lora-rank", "value"),
     "quantize_base": ("--quantize-base", "value"),
     "optimizer_in_backward": ("--optimizer-in-backward", "toggle"), "cpu_offload": ("--cpu-offload", "toggle"),
     "dataset_size": ("--dataset-size", "value"), "epochs": ("--epochs", "value"),
@@ -96,6 +97,8 @@ class Request(BaseModel):
     compile: bool | None = None
     channels_last: bool | None = None
     grad_ckpt: bool | None = None
+    grad_ckpt_every: int | None = Field(None, ge=2, le=MAX_BATCH, description="selective checkpointing: every K-th "
+                                        "block (advisor.setup.checkpointing)")
     strategy: Strategy | None = None
     lora_rank: int | None = Field(None, ge=1, le=MAX_IMAGE_SIZE)
     quantize_base: Literal["4bit"] | None = Field(None, description="QLoRA: LoRA's frozen base in 4-bit NF4")

@@ -95,7 +95,8 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
         notes.append("pure-bf16 update kahan (cardwise's KahanAdamW; --pure-bf16-update plain for torch AdamW on bf16 weights)")
     config = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image_size,
                          precision=precision, optimizer=optimizer, compile=bool(req.compile),
-                         channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
+                         channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt),
+                         grad_ckpt_every=req.grad_ckpt_every, strategy=strategy,
                          lora_rank=req.lora_rank, quantize_base=req.quantize_base,
                          optimizer_in_backward=bool(req.optimizer_in_backward),
                          cpu_offload=bool(req.cpu_offload),

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from advisor.activations import activation_precision, compiled_attention_keeps_probs, shared_activation_profile
 from advisor.calibration import Calibration
 from advisor.setup.adapters import NF4_BYTES, lora_shapes, quantized_base_params
+from advisor.setup.checkpointing import recomputed_share
 from advisor.config import Precision, TrainConfig
 from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec
@@ -219,20 +220,23 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     lora = config.lora_rank is not None
     if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
         _scale(work, _GEMM_WORK, 2.0 / 3.0)
-    if config.grad_ckpt:
+    # The share of the forward backward recomputes: 1 with --grad-ckpt, the checkpointed blocks' with
+    # --grad-ckpt-every k (advisor.setup.checkpointing).
+    again = recomputed_share(model, config)
+    if again:
         fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward
         # With LoRA the frozen matmuls' backward is the input gradient alone (one forward's FLOPs), so the
         # recomputed forward is half of what is left, not a third.
-        _scale(work, _GEMM_WORK, 1 + (1.0 / 2.0 if lora else fwd))
-        _scale(work, _FORWARD_SHARE_WORK, 1 + fwd)
-        work.attn_flops *= 1 + 1 / FLASH_PASSES  # its forward once more
+        _scale(work, _GEMM_WORK, 1 + again * (1.0 / 2.0 if lora else fwd))
+        _scale(work, _FORWARD_SHARE_WORK, 1 + again * fwd)
+        work.attn_flops *= 1 + again / FLASH_PASSES  # its forward once more
         # the statistics' pass again: one of the four passes a block makes (1 forward, 3 backward)
-        work.bn_block_elems = {c: v * 1.25 for c, v in work.bn_block_elems.items()}
+        work.bn_block_elems = {c: v * (1 + 0.25 * again) for c, v in work.bn_block_elems.items()}
     if lora and model.arch is not None:
         a = model.arch
         tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size) * mb
         shapes = lora_shapes(model)
-        fwds = 2 if config.grad_ckpt else 1
+        fwds = 1 + again
         per_tok = sum(fwds * (LORA_FWD_BYTES_IN * i + LORA_FWD_BYTES_OUT * o) + LORA_BWD_BYTES_IN * i + LORA_BWD_BYTES_OUT * o
                       for i, o in shapes)
         work.bytes += a.n_layers * per_tok * tokens
@@ -263,7 +267,7 @@ def _add_math_attention(work: StepWork, model: ModelSpec, config: TrainConfig, f
     a = model.arch
     tokens = a.tokens(config.seq_len or model.default_seq_len, config.image_size)
     probs = a.n_layers * a.n_heads * tokens * tokens * config.micro_batch
-    forwards = 2.0 if config.grad_ckpt else 1.0
+    forwards = 1.0 + recomputed_share(model, config)
     fp32 = config.precision.autocast
     work.matmul_flops += forward_flops * (forwards + (1.0 if fp32 else 2.0))  # forward(s), dV + dP (+ dQ + dK)
     work.matmul_fp32_flops += forward_flops if fp32 else 0.0  # dQ + dK

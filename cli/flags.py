@@ -107,6 +107,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
+    g.add_argument("--grad-ckpt-every", type=request_number("grad_ckpt_every"), metavar="K",
+                   help="selective checkpointing: every K-th block (K >= 2; torchtitan's selective layer AC)")
     g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
     g.add_argument("--lora-rank", type=request_number("lora_rank"), metavar="R", help="LoRA rank (train adapters only)")
     g.add_argument("--quantize-base", choices=_choices("quantize_base"),

@@ -194,6 +194,9 @@ class Runtime:
             model = model.to(memory_format=torch.channels_last)
         if self.plan.sync_batchnorm and self.world_size > 1:  # rule batchnorm.sync: small per-GPU batches
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        from launcher import model_setups
+
+        model_setups.apply(self.plan, model)  # fp8's float8 Linears, selective checkpointing's wrappers
         if c.grad_ckpt and not self._fsdp_checkpoints():
             if hasattr(model, "set_grad_checkpointing"):  # advisor.zoo models
                 model.set_grad_checkpointing(True)

@@ -260,7 +260,7 @@ def try_level(p: Planner, level: Level, n: int, update: dict | None = None, labe
         if why:
             return Tried(level, None, why)
         update = _update(p, level)
-    ckpts = [p.req.grad_ckpt] if p.req.grad_ckpt is not None else [False, True]
+    ckpts = ([bool(p.req.grad_ckpt)] if p.req.grad_ckpt is not None or p.req.grad_ckpt_every else [False, True])
     fitting: list[Choice] = []
     closest: Infeasible | None = None
     for strategy in _strategies(p, level, n):

@@ -71,7 +71,8 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     """Pins that cannot work together, refused before any search (advisor.setup.constraints' table).
     --strategy single runs on one of the GPUs at hand."""
     ranks = 1 if req.strategy is Strategy.single else hardware.total_gpus
-    check(Combo.of_request(req, ranks=ranks, model=spec.name, transformer=spec.arch is not None))
+    check(Combo.of_request(req, ranks=ranks, model=spec.name, transformer=spec.arch is not None,
+                           compute_capability=hardware.gpu.compute_capability))
 
 
 def check_pins(p: Planner) -> None:

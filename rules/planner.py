@@ -440,7 +440,9 @@ class Planner:
             return blocked
         if strategy is Strategy.hsdp and strategy not in self.strategies(n, hypothetical):
             return Infeasible(n, strategy, "strategy", "HSDP shards inside a node and replicates across whole nodes")
-        ckpts = [base.grad_ckpt] if req.grad_ckpt is not None else [ckpt] if ckpt is not None else [False, True]
+        # --grad-ckpt-every K pins selective checkpointing (base.grad_ckpt_every): full checkpointing is not tried
+        ckpts = ([base.grad_ckpt] if req.grad_ckpt is not None or req.grad_ckpt_every else [ckpt] if ckpt is not None
+                 else [False, True])
         if prev is not None:
             ckpts = [prev.config.grad_ckpt]
         if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once

@@ -1,7 +1,8 @@
 """The ways of training, one module per family, and the registry that lists them.
 
     strategies  single, ddp, fsdp, fsdp-keep, hsdp (and dp, the bench's)      kind "strategy"
-    precision   autocast (bf16/fp16 copies), pure-bf16 (kahan | plain)         kind "precision" | "compromise"
+    precision   autocast (bf16/fp16 copies), pure-bf16 (kahan | plain), fp8   kind "precision" | "compromise"
+    checkpointing  selective-ckpt (every k-th block)                          kind "checkpointing"
     optimizers  adamw-8bit, optimizer-in-backward, paged-adamw-8bit           kind "compromise"
     offload     cpu-offload                                                    kind "compromise"
     adapters    lora, qlora                                                    kind "compromise"
@@ -18,6 +19,7 @@ from __future__ import annotations
 from advisor.config import Strategy, TrainConfig
 from advisor.setup.adapters import ADAPTERS
 from advisor.setup.base import Setup
+from advisor.setup.checkpointing import CHECKPOINTING
 from advisor.setup.offload import OFFLOAD
 from advisor.setup.optimizers import OPTIMIZERS
 from advisor.setup.precision import PRECISIONS
@@ -26,7 +28,7 @@ from advisor.setup.strategies import STRATEGIES, Single
 # The registry, in the ladder's order. The optimizers and offload interleave: paged 8-bit AdamW (states
 # in unified memory, paging costs PCIe time) ranks after CPU offload and the step in backward.
 _OPT = {s.name: s for s in OPTIMIZERS}
-SETUPS: tuple[Setup, ...] = (*STRATEGIES, *PRECISIONS, _OPT["adamw-8bit"], _OPT["optimizer-in-backward"], *OFFLOAD,
+SETUPS: tuple[Setup, ...] = (*STRATEGIES, *PRECISIONS, *CHECKPOINTING, _OPT["adamw-8bit"], _OPT["optimizer-in-backward"], *OFFLOAD,
                              _OPT["paged-adamw-8bit"], *ADAPTERS)
 BY_NAME: dict[str, Setup] = {s.name: s for s in SETUPS}
 COMPROMISES: tuple[Setup, ...] = tuple(s for s in SETUPS if s.kind == "compromise")

@@ -26,8 +26,8 @@ class Setup:
 
     name: ClassVar[str]  # as reports, recommendation.compromise and compromise.json say it
     flag: ClassVar[str]  # the flag that asks for it
-    kind: ClassVar[str]  # "strategy" | "precision" | "compromise"
-    family: ClassVar[str]  # the module it lives in: strategies, precision, optimizers, offload, adapters
+    kind: ClassVar[str]  # "strategy" | "precision" | "checkpointing" | "compromise"
+    family: ClassVar[str]  # the module it lives in: strategies, precision, checkpointing, optimizers, offload, adapters
     tier: ClassVar[str] = ""  # the ladder's tier of a compromise: exact | close | different
     field: ClassVar[str]  # the TrainConfig field it sets
     value: ClassVar[object] = None  # the value it sets; None: any truthy value (LoRA's rank)
@@ -51,6 +51,9 @@ class Setup:
 
     def activation_terms(self, led: MemoryLedger) -> None:
         """Autocast copies, gathered units: what backward holds besides the saved activations."""
+
+    def saved_terms(self, led: MemoryLedger) -> None:
+        """What backward keeps of the saved activations, and its transients (selective checkpointing)."""
 
     def ends_grad_moment(self, led: MemoryLedger) -> bool:
         """True where the gradients are not all kept to one plain step (advisor.memory's grad moment)."""

@@ -41,6 +41,9 @@ class Combo:
     cpu: bool = False  # --cpu ranks
     model: str | None = None
     transformer: bool | None = None  # the model has attention and MLP projections (LoRA's targets)
+    grad_ckpt: bool | None = None
+    grad_ckpt_every: int | None = None
+    compute_capability: tuple[int, int] | None = None  # the GPU's, where the caller knows the GPU
 
     @classmethod
     def of_config(cls, c: TrainConfig, **known) -> Combo:
@@ -48,7 +51,8 @@ class Combo:
         strategy = Strategy.fsdp if c.cpu_offload and c.strategy is Strategy.single else c.strategy
         return cls(strategy=strategy, precision=c.precision, optimizer=c.optimizer,
                    optimizer_in_backward=c.optimizer_in_backward, cpu_offload=c.cpu_offload, lora_rank=c.lora_rank,
-                   quantize_base=c.quantize_base, grad_accum=c.grad_accum, **known)
+                   quantize_base=c.quantize_base, grad_accum=c.grad_accum, grad_ckpt=c.grad_ckpt,
+                   grad_ckpt_every=c.grad_ckpt_every, **known)
 
     @classmethod
     def of_request(cls, req, **known) -> Combo:
@@ -64,7 +68,7 @@ class Combo:
 
 
 _PINS = ("strategy", "precision", "optimizer", "pure_bf16_update", "optimizer_in_backward", "cpu_offload", "lora_rank",
-         "quantize_base", "grad_accum", "nodes")
+         "quantize_base", "grad_accum", "nodes", "grad_ckpt", "grad_ckpt_every")
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,29 @@ CONSTRAINTS: tuple[Constraint, ...] = (
                lambda c: f"--quantize-base {c.quantize_base} with {_sharded_how(c)}",
                "QLoRA's 4-bit base is not sharded by FSDP here (sharding 4-bit weights needs a quantized storage "
                "dtype FSDP can flatten)", "use --strategy single or ddp with QLoRA"),
+    # float8 tensor cores: Ada (8.9) and Hopper (9.0) on; torch._scaled_mm refuses older GPUs ("FP8 is only
+    # supported on H100+, SM 8.9 and MI300+ devices", pytorch test/test_scaled_matmul_cuda.py).
+    Constraint("fp8.needs-cc89", lambda c: c.precision is Precision.fp8 and c.compute_capability is not None
+               and tuple(c.compute_capability) < (8, 9),
+               lambda c: f"--precision fp8 on a GPU of compute capability {c.compute_capability[0]}."
+                         f"{c.compute_capability[1]}",
+               "float8 matmuls need float8 tensor cores: compute capability 8.9 (Ada: L4, L40S, RTX 4090) or 9.0 "
+               "(H100, H200) and later", "use --precision bf16, or a GPU with float8 tensor cores (--gpu h100)"),
+    Constraint("fp8.needs-gpu", lambda c: c.precision is Precision.fp8 and c.cpu,
+               lambda c: "--precision fp8 with --cpu", "torchao's float8 Linears run torch._scaled_mm on CUDA GPUs",
+               "use --precision bf16 (or fp32) with --cpu"),
+    Constraint("fp8.not-lora", lambda c: c.precision is Precision.fp8 and c.lora_rank is not None,
+               lambda c: "--precision fp8 with --lora-rank",
+               "LoRA's frozen base is cast to bf16 and peft wraps its Linears; float8 conversion of those is not "
+               "built here", "drop --precision fp8 (LoRA runs bf16 autocast), or drop --lora-rank"),
+    Constraint("fp8.needs-transformer", lambda c: c.precision is Precision.fp8 and c.transformer is False,
+               lambda c: f"--precision fp8 needs a transformer; {c.model} has none",
+               "fp8 converts the Linear layers of a transformer's blocks (torchao); the estimate counts them from the "
+               "architecture", "use --precision bf16, or pick a transformer (see `advise models`)"),
+    Constraint("selective-ckpt.not-with-grad-ckpt", lambda c: bool(c.grad_ckpt_every) and bool(c.grad_ckpt),
+               lambda c: f"--grad-ckpt-every {c.grad_ckpt_every} with --grad-ckpt",
+               "--grad-ckpt checkpoints every block, --grad-ckpt-every K every K-th one",
+               "keep one: --grad-ckpt (every block) or --grad-ckpt-every K (e.g. 2)"),
     Constraint("lora.autocast", lambda c: c.lora_rank is not None and c.precision in (Precision.fp32, Precision.tf32),
                lambda c: f"--lora-rank with --precision {c.precision.value}",
                "LoRA trains fp32 adapters on a frozen bf16 base under bf16 autocast; fp32 does not apply",
@@ -199,10 +226,11 @@ CONSTRAINTS: tuple[Constraint, ...] = (
 BY_ID: dict[str, Constraint] = {c.id: c for c in CONSTRAINTS}
 # The rows a request's pins decide alone, whatever the planner chooses next (advisor.starting_config) ...
 REQUEST_ROWS = ("dp.bench-only", "pure-bf16-update.needs-pure-bf16", "fp16.needs-gpu", "hsdp.whole-nodes",
-                "single.one-rank", "qlora.needs-lora", "fsdp-keep.needs-accumulation")
+                "single.one-rank", "qlora.needs-lora", "fsdp-keep.needs-accumulation", "fp8.needs-cc89", "fp8.needs-gpu",
+                "fp8.not-lora", "selective-ckpt.not-with-grad-ckpt")
 # ... and with the step in backward, what one exact configuration must hold (advisor.exact: `advise estimate`
 # answers what-ifs the planner would not choose, an 8-bit optimizer under FSDP among them).
-ESTIMATE_ROWS = REQUEST_ROWS + ("in-backward.no-accumulation", "in-backward.one-process")
+ESTIMATE_ROWS = REQUEST_ROWS + ("in-backward.no-accumulation", "in-backward.one-process", "fp8.needs-transformer")
 # The planner's candidate filter: a strategy and a GPU count the base configuration cannot run with.
 PLANNER_ROWS = ("in-backward.one-process", "fsdp-keep.several-gpus", "offload.not-fsdp-keep",
                 "fsdp-keep.needs-accumulation")

@@ -8,6 +8,10 @@ weight copies are counted with the saved activations (advisor.activations: ``fix
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.config import Optimizer, Precision, PureBf16Update
@@ -15,6 +19,8 @@ from advisor.setup.base import Setup
 
 if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger, StepLedger
+
+GIB = float(2**30)
 
 
 class Autocast(Setup):
@@ -53,4 +59,126 @@ class PureBf16(Setup):
         step.grad_bytes = step.nt * 2
 
 
-PRECISIONS: tuple[Setup, ...] = (Autocast(), PureBf16())
+
+# --- fp8: torchao float8 Linears inside bf16 autocast -----------------------------------------------------
+# What the runtime converts (launcher.model_setups): the Linear layers of the repeated blocks whose in and out
+# features are multiples of 16 (torch._scaled_mm's requirement, torchao's _auto_filter_for_recipe); the head
+# and embeddings stay bf16 under autocast, as torchtitan leaves its output projection.
+FP8_DIM_MULTIPLE = 16
+# torchao's tensorwise dynamic cast of one tensor, eager, op by op (torchao/float8/float8_utils.py tensor_to_amax,
+# amax_to_scale; float8_training_tensor.py _ToFloat8ConstrFunc, to_fp8_saturated), bytes per element of a bf16
+# input: abs (read 2, write 2), max (read 2), .to(float32) (read 2, write 4), * scale (read 4, write 4), clamp
+# (read 4, write 4), .to(float8) (read 4, write 1) = 33. An fp32 weight skips the upcast and reads 4 in abs/max:
+# 4+4+4 + 4+4 + 4+4 + 4+1 = 33 as well.
+FP8_CAST_BYTES = 33.0
+# Kernels of one eager cast: abs, max, .to(float32), mul, clamp, .to(float8), and amax_to_scale's float64 upcast,
+# clamp, division and float32 downcast on the one-element amax.
+FP8_CAST_KERNELS = 10
+# Casts per Linear per micro-batch (float8_linear.py matmul_with_hp_or_float8_args): forward input and weight;
+# backward grad_output twice (dim0 for grad_input, dim1 for grad_weight), the weight again and the input again.
+# _scaled_mm wants its second operand column-major: grad_weight's two operands are transposed copies (1 byte
+# read and written per element each, torchao float8_ops' `.t().contiguous().t()`).
+FP8_CASTS_ACT, FP8_CASTS_WEIGHT, FP8_CASTS_GRAD = 2, 2, 2
+FP8_TRANSPOSE_BYTES = 2.0
+
+
+def fp8_linears(model) -> list[tuple[int, int]]:
+    """(in, out) features of every Linear the runtime converts to float8, all layers (catalog transformers)."""
+    a = model.arch
+    if a is None:
+        return []
+    h, f, kv = a.d_model, a.d_ff, a.kv_heads * a.head_dim
+    per = [(h, h), (h, kv), (h, kv), (h, h)] + [(h, f)] * (2 if a.mlp == "swiglu" else 1) + [(f, h)]
+    per = [(i, o) for i, o in per if i % FP8_DIM_MULTIPLE == 0 and o % FP8_DIM_MULTIPLE == 0]
+    return per * a.n_layers
+
+
+class Fp8(Setup):
+    name, flag, kind, family = "fp8", "--precision fp8", "precision", "precision"
+    field, value = "precision", Precision.fp8
+    summary = ("bf16 autocast with fp32 master weights; the blocks' Linear layers run their three GEMMs in float8 "
+               "(torchao convert_to_float8_training, tensorwise dynamic scaling; compute capability >= 8.9). Never "
+               "chosen for the user: its numerical risk (e4m3/e5m2 casts of activations and gradients) is the user's "
+               "call, `--precision fp8`")
+
+    def activation_terms(self, led: MemoryLedger) -> None:
+        # torchao's matmul_with_hp_or_float8_args saves the bf16 input and a view of the fp32 weight for backward
+        # (ctx.save_for_backward(input_hp, weight_hp_t)), so a converted Linear keeps no bf16 weight copy; the
+        # Linears left to autocast (head) keep theirs. The saved inputs are what autocast's F.linear saves.
+        a = led.model.arch
+        if a is not None:
+            converted = sum(i * o for i, o in fp8_linears(led.model))
+            led.copies = 2.0 * max(0, a.matmul_params() - converted)
+
+    def gradient_terms(self, led: MemoryLedger) -> None:
+        # In backward one Linear at a time holds its casts: grad_output's two fp8 copies and its fp32 scaled
+        # temporary (the largest operand, 4 bytes), the input's and the weight's fp8 copies.
+        lin = fp8_linears(led.model)
+        if not lin:
+            return
+        tokens = led.prof.tokens * led.config.micro_batch
+        casts = max(tokens * (4 * max(i, o) + 2 * o + i) + i * o * 5 for i, o in lin)
+        led.detail["fp8_casts_gib"] = casts / GIB
+        led.temps = max(led.temps, casts)
+
+    def describe(self, led: MemoryLedger) -> None:
+        led.notes.append(f"fp8: {len(fp8_linears(led.model))} Linear layers in float8 (torchao, tensorwise); fp32 "
+                         "master weights, no bf16 weight copies for them; the head stays bf16")
+
+    def dispatch_terms(self, step: StepLedger) -> None:
+        """The converted Linears' GEMMs at the float8 rate instead of bf16's, plus torchao's eager casts."""
+        fp8_step = fp8_step_change(step.model, step.config, step.hw.gpu, step.cal)
+        step.gpu_s += fp8_step.gpu_s
+        step.host_s += fp8_step.host_s
+        step.notes.extend(fp8_step.notes)
+
+
+@dataclass
+class Fp8Step:
+    gpu_s: float = 0.0  # change of one micro-batch's GPU time (negative: faster)
+    host_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def fp8_step_change(model, config, gpu, cal) -> Fp8Step:
+    """One micro-batch's change under fp8: each converted Linear's 6 x tokens x in x out FLOPs (plus a recomputed
+    forward's share) move from bf16's rate to float8's (the datasheet's dense fp8 peak times the GEMM efficiency
+    fit by benchmarks/calibration/fit_fp8_selective.py), and its six eager casts stream their bytes and launch
+    their kernels (compiled: inductor fuses each cast into one kernel, FP8_CAST_KERNELS -> 1, bytes read once and
+    written once: 3 per element)."""
+    from advisor.gpu_perf import work_kind
+    from advisor.setup.checkpointing import recomputed_share
+
+    lin = fp8_linears(model)
+    if not lin:
+        return Fp8Step()
+    rates = fp8_rates()
+    tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size) * config.micro_batch
+    gemm = (6.0 + 2.0 * recomputed_share(model, config)) * tokens * sum(i * o for i, o in lin)
+    e = cal.rate_efficiency["matmul|tensor"]
+    bf16 = gpu.matmul_flops("bf16") * gpu.fraction_vs_h200(work_kind(gpu, "bf16", conv=False)) * e
+    fp8 = gpu.matmul_flops("fp8") * gpu.fraction_vs_h200(work_kind(gpu, "bf16", conv=False)) * e * rates["fp8_gemm_efficiency"]
+    acts = sum((FP8_CASTS_ACT * i + FP8_CASTS_GRAD * o) * tokens for i, o in lin)
+    weights = sum(FP8_CASTS_WEIGHT * i * o for i, o in lin)
+    per_elem = 3.0 if config.compile else FP8_CAST_BYTES
+    cast_bytes = per_elem * (acts + weights) + FP8_TRANSPOSE_BYTES * sum((i + o) * tokens for i, o in lin)
+    kernels = len(lin) * (FP8_CASTS_ACT + FP8_CASTS_WEIGHT + FP8_CASTS_GRAD) * (1 if config.compile else FP8_CAST_KERNELS)
+    bw = gpu.bandwidth_vs_h200 * cal.rate_efficiency["bytes"]
+    gpu_s = gemm / fp8 - gemm / bf16 + cast_bytes / bw + kernels * cal.gpu_kernel_us * 1e-6
+    light_us = cal.launch_us if cal.light_launch_us is None else cal.light_launch_us
+    host_s = 0.0 if config.compile else kernels * light_us * 1e-6 * cal.host_factor
+    notes = [] if config.compile else [
+        f"fp8 eager: torchao's {kernels:,} cast kernels a micro-batch ({cast_bytes / 1e9:.0f} GB) cost "
+        f"{(cast_bytes / bw) * 1e3:.0f} ms against {(gemm / bf16 - gemm / fp8) * 1e3:.0f} ms the float8 GEMMs save; "
+        "--compile fuses them"]
+    return Fp8Step(gpu_s, host_s, notes)
+
+
+@lru_cache(maxsize=1)
+def fp8_rates() -> dict:
+    """The float8 GEMM efficiency (benchmarks/calibration/fit_fp8_selective.py writes advisor/data/fp8_rates.json)."""
+    return json.loads(FP8_RATES.read_text())
+
+
+FP8_RATES = Path(__file__).resolve().parents[1] / "data" / "fp8_rates.json"
+PRECISIONS: tuple[Setup, ...] = (Autocast(), PureBf16(), Fp8())

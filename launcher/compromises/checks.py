@@ -23,7 +23,7 @@ OFFLOAD_BYTES_PER_PARAM = {"fp32-master": 16, "pure-bf16": 10, "pure-bf16-plain"
 # themselves (the same margin launcher.host_fit uses for CPU ranks).
 RAM_FRACTION = 0.9
 
-EXTRAS = {"bitsandbytes": "8bit", "peft": "lora"}
+EXTRAS = {"bitsandbytes": "8bit", "peft": "lora", "torchao": "fp8"}
 
 
 def _require(package: str, what: str) -> None:
@@ -60,11 +60,17 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
     transformer = None
     if c.lora_rank:
         _require("peft", f"--lora-rank {c.lora_rank}")
-        if plan.model.name:
-            spec = spec or _model_spec(plan)
-            transformer = spec.arch is not None
+    if (c.lora_rank or c.precision is Precision.fp8) and plan.model.name:
+        spec = spec or _model_spec(plan)
+        transformer = spec.arch is not None
+    from advisor.gpus import find_gpu
+
+    gpu = find_gpu(plan.gpu) if plan.gpu and not plan.cpu else None
     check(Combo.of_config(c, ranks=plan.world_size, nodes=plan.nodes, cpu=plan.cpu, model=plan.model.label(),
-                          transformer=transformer), launch=True)
+                          transformer=transformer, compute_capability=gpu.compute_capability if gpu else None),
+          launch=True)
+    if c.precision is Precision.fp8:  # after the table: fp8 on --cpu is refused for the CPU, not for torchao
+        _require("torchao", "--precision fp8")
     if c.cpu_offload:
         spec = spec or _model_spec(plan)
         need = offload_host_gib(plan, spec.params)
