@@ -35,6 +35,7 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -46,6 +47,16 @@ CKPTS = (("none", {}), ("every2", {"grad_ckpt_every": 2}), ("full", {"grad_ckpt"
 # A compiled row compiles the whole model's forward and backward before its first step: start one only with
 # this much of the budget left (llama3.2-1b compiles in ~20-40 s on an H100 host; a guess, the row records its own).
 COMPILE_RESERVE_S = 35.0
+# Seconds kept at the end for writing the results: a row still running then is stopped (SIGALRM).
+WRITE_RESERVE_S = 2.0
+
+
+class BudgetSpent(BaseException):
+    """Raised by the alarm at the budget's end inside whatever row is running (a compile that ran long)."""
+
+
+def _alarm(signum, frame):
+    raise BudgetSpent()
 
 
 def configs(micro_batches, tiny: bool):
@@ -63,17 +74,21 @@ def configs(micro_batches, tiny: bool):
 
 
 def estimate_of(model: str, config, gpu_name: str, host_us: float | None) -> dict:
+    """advise estimate's figures for ``config`` on one ``gpu_name``, with this host's dispatch speed (``host_us``:
+    launcher.host_dispatch's reference step, as `advise probe` stores it) when measured."""
     from advisor.calibration import default_calibration
     from advisor.catalog import catalog_model
     from advisor.estimate import estimate
     from advisor.gpus import get_gpu
     from advisor.hardware import HardwareSpec
+    from advisor.host_speed import HostSpeed
 
+    gpu = get_gpu(gpu_name)
     cal = default_calibration()
-    if host_us and cal.host_dispatch_ref_us:  # this host's dispatch speed, as advise probe stores it
-        cal = cal.model_copy(update={"host_factor": host_us / cal.host_dispatch_ref_us})
-    est = estimate(catalog_model(model), config, HardwareSpec(gpu=get_gpu(gpu_name), gpus_per_node=1, nodes=1),
-                   calibration=cal)
+    if host_us:
+        cal = cal.model_copy(update={"host": HostSpeed(us_per_step=host_us, device=gpu.name,
+                                                       source="benchmarks/gpu_checks/fp8_selective.py")})
+    est = estimate(catalog_model(model), config, HardwareSpec(gpu=gpu, gpus_per_node=1, nodes=1), calibration=cal)
     m, t = est.memory, est.throughput
     return {"peak_gib": m.peak_gib, "activations_gib": m.activations_gib, "autocast_copies_gib": m.autocast_copies_gib,
             "samples_per_s": t.samples_per_s, "gpu_s": t.gpu_s, "host_s": t.host_s, "notes": m.notes + t.notes}
@@ -140,6 +155,8 @@ def run_row(name: str, model_name: str, overrides: dict, seq_len: int, device, s
             row["measured"].update(peak_gib=torch.cuda.max_memory_allocated() / 2**30,
                                    reserved_gib=torch.cuda.max_memory_reserved() / 2**30)
         row["status"] = "ok"
+    except BudgetSpent:
+        row.update(status="stopped: the budget ended during this row")
     except torch.cuda.OutOfMemoryError as exc:
         row.update(status="oom", error=str(exc).splitlines()[0])
     except Exception as exc:  # the other rows are still worth having
@@ -183,39 +200,50 @@ def main() -> int:
     gpu_name = None
     if not tiny:
         header["compute_capability"] = list(torch.cuda.get_device_capability(0))
-        gpu_name = "h200" if "H200" in header["device"] else "h100"
+        from advisor.gpus import find_gpu
+
+        found = find_gpu(header["device"])
+        gpu_name = found.name if found is not None else "h100"
         header["gpu"] = gpu_name
         header["host_dispatch"] = host_dispatch.measure("cuda", windows=5, steps_per_window=10)
     host_us = (header.get("host_dispatch") or {}).get("us_per_step")
+    signal.signal(signal.SIGALRM, _alarm)  # the budget holds even if a row runs past what was expected
+    signal.setitimer(signal.ITIMER_REAL, max(1.0, args.budget_s - WRITE_RESERVE_S - (time.perf_counter() - T0)))
     rows, longest = [], 5.0
     path = args.out / "fp8_selective.json"
-    for name, overrides, compiled in configs(mbs, tiny):
-        spent = time.perf_counter() - T0
-        need = COMPILE_RESERVE_S if compiled else longest
-        if compiled and (args.no_compile or tiny):
-            continue
-        if spent + need > args.budget_s:
-            rows.append({"name": name, "status": f"skipped: {spent:.0f} s spent, {need:.0f} s needed, "
-                                                  f"budget {args.budget_s:.0f} s"})
-            continue
-        if overrides["precision"].value == "fp8" and header["torchao"] is None:
-            rows.append({"name": name, "status": "skipped: torchao is not installed"})
-            continue
-        row = run_row(name, model, overrides, seq, device, steps)
-        if not compiled:
-            longest = max(longest, row["wall_s"])
-        if gpu_name:
-            try:
-                from advisor.config import TrainConfig
+    try:
+        for name, overrides, compiled in configs(mbs, tiny):
+            spent = time.perf_counter() - T0
+            need = COMPILE_RESERVE_S if compiled else longest
+            if compiled and (args.no_compile or tiny):
+                continue
+            if spent + need > args.budget_s:
+                rows.append({"name": name, "status": f"skipped: {spent:.0f} s spent, {need:.0f} s needed, "
+                                                      f"budget {args.budget_s:.0f} s"})
+                continue
+            if overrides["precision"].value == "fp8" and header["torchao"] is None:
+                rows.append({"name": name, "status": "skipped: torchao is not installed"})
+                continue
+            row = run_row(name, model, overrides, seq, device, steps)
+            if not compiled:
+                longest = max(longest, row["wall_s"])
+            if gpu_name:
+                try:
+                    from advisor.config import TrainConfig
 
-                row["estimate"] = estimate_of(model, TrainConfig(seq_len=seq, **overrides), gpu_name, host_us)
-            except Exception as exc:
-                row["estimate"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        rows.append(row)
-        header["elapsed_s"] = time.perf_counter() - T0
-        path.write_text(json.dumps({"header": header, "rows": rows}, indent=1, default=str))  # what it has so far
-        print(f"{name}: {row.get('status')} {row.get('measured', {}).get('samples_per_s', 0):.2f} samples/s "
-              f"peak {row.get('measured', {}).get('peak_gib', 0):.2f} GiB ({row['wall_s']:.1f} s)", flush=True)
+                    row["estimate"] = estimate_of(model, TrainConfig(seq_len=seq, **overrides), gpu_name, host_us)
+                except Exception as exc:
+                    row["estimate"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            rows.append(row)
+            if str(row.get("status", "")).startswith("stopped"):
+                break
+            header["elapsed_s"] = time.perf_counter() - T0
+            path.write_text(json.dumps({"header": header, "rows": rows}, indent=1, default=str))  # what it has so far
+            print(f"{name}: {row.get('status')} {row.get('measured', {}).get('samples_per_s', 0):.2f} samples/s "
+                  f"peak {row.get('measured', {}).get('peak_gib', 0):.2f} GiB ({row['wall_s']:.1f} s)", flush=True)
+    except BudgetSpent:  # between rows (an estimate, a write): what ran is kept
+        rows.append({"name": "-", "status": "stopped: the budget ended between rows"})
+    signal.setitimer(signal.ITIMER_REAL, 0)
     header["elapsed_s"] = time.perf_counter() - T0
     path.write_text(json.dumps({"header": header, "rows": rows}, indent=1, default=str))
     print(f"wrote {path} after {header['elapsed_s']:.1f} s", file=sys.stderr)
