@@ -114,8 +114,9 @@ class TrainConfig(BaseModel):
     compile: bool = False
     channels_last: bool = False
     grad_ckpt: bool = False
+    # Left out of a dump when None (exclude_if): plans and reports of runs without it stay as they were.
     grad_ckpt_every: int | None = Field(
-        None, description="selective activation checkpointing: every k-th block (residual stage) is checkpointed, "
+        None, exclude_if=lambda v: v is None, description="selective activation checkpointing: every k-th block (residual stage) is checkpointed, "
                           "torchtitan's selective layer AC (k >= 2; k = 1 is grad_ckpt); None: grad_ckpt says")
     strategy: Strategy = Strategy.single
     lora_rank: int | None = Field(None, description="LoRA rank on attention/MLP projections; None = full fine-tune")

@@ -62,6 +62,7 @@ def render(est, applied: list[str], console=None) -> None:
     title = (f"{est.model.name} ({est.model.params:,} params) on {hw.count}x {hw.gpu}: {c.strategy.value}, micro-batch "
              f"{c.micro_batch} x accum {c.grad_accum}, {c.precision.value}, {c.optimizer.value}"
              + (", compile" if c.compile else "") + (", checkpointing" if c.grad_ckpt else "")
+             + (f", checkpointing every {c.grad_ckpt_every}" if c.grad_ckpt_every and not c.grad_ckpt else "")
              + (f", LoRA r{c.lora_rank}" if c.lora_rank else "")
              + (", optimizer step in backward" if c.optimizer_in_backward else "") + (", CPU offload" if c.cpu_offload else ""))
     console.print(Text(title, style="bold"))

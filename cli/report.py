@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from advisor.setup.checkpointing import checkpointing_words
 from advisor.units import format_efficiency, format_hours
 
 # ---------------------------------------------------------------- the recommendation panel's rows
@@ -88,7 +89,7 @@ def _row_task(rec):
 def _row_training(rec):
     r = rec.recommendation
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
-              f"checkpointing {'on' if r.grad_ckpt else 'off'}"]
+              f"checkpointing {checkpointing_words(r.grad_ckpt, r.grad_ckpt_every)}"]
     if r.channels_last:
         extras.append("channels_last")
     if r.sync_batchnorm:

@@ -35,12 +35,14 @@ TORCHAO_FIX = "pip install torchao (or pip install 'cardwise[fp8]')"
 
 
 def repeated_blocks(model: torch.nn.Module) -> torch.nn.ModuleList | None:
-    """The longest ModuleList whose children are all of one class (two at least), or None."""
+    """The longest ModuleList whose children are all of one class (two at least; a checkpoint-wrapped block counts
+    as the class it wraps), or None."""
     import torch
 
     best = None
     for m in model.modules():
-        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2 and len({type(c) for c in m}) == 1:
+        kinds = {type(getattr(c, "_checkpoint_wrapped_module", c)) for c in m} if isinstance(m, torch.nn.ModuleList) else ()
+        if isinstance(m, torch.nn.ModuleList) and len(m) >= 2 and len(kinds) == 1:
             if best is None or len(m) > len(best):
                 best = m
     return best
@@ -97,6 +99,14 @@ def _selective(plan: Plan, model: torch.nn.Module) -> None:
 # setup name -> what it does to the model, in the order applied (float8 before the checkpoint wrappers,
 # whose inner modules it would otherwise have to find through them)
 MODEL: dict[str, Callable[[Plan, torch.nn.Module], None]] = {"fp8": _fp8, "selective-ckpt": _selective}
+
+
+def describe(model: torch.nn.Module) -> dict:
+    """What runs (compromise.json): the float8 Linears and the checkpoint-wrapped blocks, by index."""
+    blocks = repeated_blocks(model)
+    wrapped = [i for i, b in enumerate(blocks or []) if type(b).__name__ == "CheckpointWrapper"]
+    return {"float8_linears": sum(type(m).__name__ == "Float8Linear" for m in model.modules()),
+            "checkpointed_blocks": wrapped}
 
 
 def apply(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:

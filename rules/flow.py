@@ -265,7 +265,7 @@ def _core(run: Run, command: str) -> RecommendationCore:
     return RecommendationCore(
         strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, micro_batch=cfg.micro_batch,
         grad_accum=cfg.grad_accum, global_batch=ch.global_batch, precision=cfg.precision.value,
-        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=lr.lr_scaling,
+        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, grad_ckpt_every=cfg.grad_ckpt_every, lr=lr.lr, lr_scaling=lr.lr_scaling,
         warmup_steps=extra.get("warmup_steps", lr.warmup_steps), num_workers=extra.get("num_workers", 0),
         fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, task=lr.task, optimizer=cfg.optimizer.value,
         channels_last=cfg.channels_last, lora_rank=cfg.lora_rank, seq_len=cfg.seq_len,

@@ -13,6 +13,7 @@ from typing import Callable
 
 from advisor.config import Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.estimate import Estimate
+from advisor.setup.checkpointing import checkpointing_words
 from advisor.units import format_efficiency, format_hours
 from rules.planner import Choice, Infeasible
 from rules.tree import Answer, Measure, Step, TreeContext, load_tree
@@ -36,6 +37,7 @@ def _precision_text(cfg: TrainConfig) -> str:
                                  else "Kahan-compensated update)")),
         Precision.fp32: "fp32",
         Precision.tf32: "tf32 matmuls, fp32 storage",
+        Precision.fp8: "fp8 Linears (torchao float8) in bf16 autocast with fp32 master weights",
     }[cfg.precision]
 
 
@@ -53,6 +55,8 @@ def describe(ch: Choice) -> str:
         parts.append("FSDP CPU offload")
     if c.grad_ckpt:
         parts.append("activation checkpointing")
+    elif c.grad_ckpt_every:
+        parts.append(f"activation checkpointing of {checkpointing_words(False, c.grad_ckpt_every)}")
     return ", ".join(parts)
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from advisor.config import Precision, PureBf16Update
 from advisor.estimate import Estimate
 from advisor.plan import Plan
+from advisor.setup.checkpointing import checkpointing_words
 from advisor.units import format_hours
 from rules.engine import RuleTrace
 
@@ -33,6 +34,8 @@ class RecommendationCore(BaseModel):
     precision: str
     compile: bool
     grad_ckpt: bool
+    grad_ckpt_every: int | None = Field(None, exclude_if=lambda v: v is None,
+                                        description="selective checkpointing: every K-th block (--grad-ckpt-every)")
     lr: float
     lr_scaling: str
     warmup_steps: int
@@ -279,7 +282,8 @@ def render_text(rec: Recommendation) -> str:
     if r.task_rule:
         lines.append(f"  task {r.task}: {r.task_rule}" + (f" ({r.task_flag} overrides)" if r.task_flag != r.task_rule else ""))
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
-                 f"checkpointing {'on' if r.grad_ckpt else 'off'}" + (", channels_last" if r.channels_last else "")
+                 f"checkpointing {checkpointing_words(r.grad_ckpt, r.grad_ckpt_every)}"
+                 + (", channels_last" if r.channels_last else "")
                  + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))
     lines.append(f"  lr {r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), "
                  f"warmup {r.warmup_steps} steps, "
@@ -319,6 +323,7 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                 batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
                 channels_last=config.channels_last or None, grad_ckpt=config.grad_ckpt or None,
+                grad_ckpt_every=config.grad_ckpt_every,
                 lora_rank=config.lora_rank, quantize_base=config.quantize_base, base_lr=base_lr, base_batch=base_batch,
                 optimizer_in_backward=config.optimizer_in_backward or None, cpu_offload=config.cpu_offload or None,
                 # only plain is written: kahan is the default, and the flag needs --precision pure-bf16

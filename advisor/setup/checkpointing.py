@@ -37,6 +37,13 @@ def recomputed_share(model, config) -> float:
     return checkpointed_blocks(layers, k) / layers if layers else 1.0 / k
 
 
+def checkpointing_words(grad_ckpt: bool, every: int | None) -> str:
+    """How reports say the checkpointing: on (every block), off, or "every 2nd block"."""
+    if every and not grad_ckpt:
+        return f"every {every}{'nd' if every == 2 else 'rd' if every == 3 else 'th'} block"
+    return "on" if grad_ckpt else "off"
+
+
 def layer_count(model) -> int:
     if model.arch is not None:
         return model.arch.n_layers

@@ -122,6 +122,9 @@ def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict
         # rank OMP_NUM_THREADS=1 when the environment sets none; advisor.compromise_cost's fit assumes one)
         "host_threads": torch.get_num_threads(),
     }
+    from launcher import model_setups
+
+    info.update(model_setups.describe(model))  # float8 Linears, checkpointed blocks
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
         info["fsdp_version"] = getattr(plugin, "fsdp_version", None)

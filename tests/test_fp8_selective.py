@@ -1,0 +1,159 @@
+"""fp8 (torchao float8 Linears) and selective activation checkpointing (every k-th block): their estimate terms
+(advisor.setup.precision.Fp8, advisor.setup.checkpointing.SelectiveCkpt), their refusals, the runtime's model
+changes (launcher.model_setups) and a real selective-checkpointing launch on two CPU processes. The GPU
+measurement is benchmarks/gpu_checks/fp8_selective.py; its table benchmarks/calibration/results/fp8-selective.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from advisor.calibration import default_calibration
+from advisor.catalog import catalog_model
+from advisor.config import Precision, TrainConfig
+from advisor.errors import UserError
+from advisor.estimate import estimate
+from advisor.gpus import get_gpu
+from advisor.hardware import HardwareSpec
+from advisor.plan import ModelRef, Plan
+from advisor.setup.checkpointing import recomputed_share
+from advisor.setup.precision import fp8_linears, fp8_step_change
+from cli.main import main
+from launcher import model_setups
+from launcher.compromises.checks import check_compromises
+
+H100 = HardwareSpec(gpu=get_gpu("h100"), gpus_per_node=1, nodes=1)
+LLAMA = catalog_model("llama3.2-1b")
+
+
+def _est(model=LLAMA, **config):
+    return estimate(model, TrainConfig(micro_batch=4, seq_len=1024, **config), H100, calibration=default_calibration())
+
+
+# ---------------------------------------------------------------- selective checkpointing: memory and recompute
+def test_selective_checkpointing_keeps_the_unchecked_blocks_and_the_inputs_of_the_others():
+    none, every2, full = _est(), _est(grad_ckpt_every=2), _est(grad_ckpt=True)
+    assert full.memory.peak_gib < every2.memory.peak_gib < none.memory.peak_gib
+    from advisor.activations import activation_profile
+
+    p = activation_profile(LLAMA, TrainConfig(micro_batch=4, seq_len=1024))
+    outside = p.per_sample_bytes - p.layers * p.layer_bytes
+    # 16 blocks, every 2nd checkpointed: 8 keep everything, 8 keep their input (the residual stream)
+    kept = 4 * (8 * p.layer_bytes + 8 * p.boundary_bytes + outside) + p.fixed_bytes
+    assert every2.memory.detail["saved_activations_gib"] == pytest.approx(kept / 2**30)
+    assert "8 of 16" in " ".join(every2.memory.notes)
+
+
+def test_selective_recompute_is_the_checkpointed_share_of_the_forward():
+    assert recomputed_share(LLAMA, TrainConfig(grad_ckpt_every=2)) == 0.5
+    assert recomputed_share(LLAMA, TrainConfig(grad_ckpt_every=3)) == 5 / 16  # blocks 2, 5, 8, 11, 14
+    assert recomputed_share(LLAMA, TrainConfig(grad_ckpt=True)) == 1.0
+    none, every2, full = (_est(**c).throughput.samples_per_s for c in ({}, {"grad_ckpt_every": 2}, {"grad_ckpt": True}))
+    assert full < every2 < none
+
+
+def test_torchtitans_block_choice():
+    assert model_setups.checkpointed_indices(16, 2) == [1, 3, 5, 7, 9, 11, 13, 15]
+    assert model_setups.checkpointed_indices(7, 3) == [2, 5]
+
+
+# ---------------------------------------------------------------- fp8: memory and step terms
+def test_fp8_converts_the_blocks_linears_and_keeps_the_heads_bf16_copy():
+    a = LLAMA.arch
+    assert len(fp8_linears(LLAMA)) == 7 * a.n_layers  # q k v o gate up down
+    bf16, fp8 = _est(precision=Precision.bf16), _est(precision=Precision.fp8)
+    # torchao saves a view of the fp32 weight, not a bf16 copy: only the (tied) LM head's copy is left
+    assert fp8.memory.autocast_copies_gib == pytest.approx(2 * a.vocab * a.d_model / 2**30)
+    assert fp8.memory.activations_gib == pytest.approx(bf16.memory.activations_gib)
+    assert fp8.memory.peak_gib < bf16.memory.peak_gib
+
+
+def test_fp8_gemms_run_at_the_float8_peak_and_eager_casts_cost_their_bytes():
+    cal, gpu = default_calibration(), get_gpu("h100")
+    eager = fp8_step_change(LLAMA, TrainConfig(micro_batch=4, seq_len=1024, precision=Precision.fp8), gpu, cal)
+    compiled = fp8_step_change(LLAMA, TrainConfig(micro_batch=4, seq_len=1024, precision=Precision.fp8, compile=True),
+                               gpu, cal)
+    assert compiled.gpu_s < 0 < eager.gpu_s  # compiled casts are fused: the float8 GEMMs win
+    assert compiled.host_s == 0 < eager.host_s and eager.notes and not compiled.notes
+    assert _est(precision=Precision.fp8, compile=True).throughput.samples_per_s > \
+        _est(precision=Precision.bf16, compile=True).throughput.samples_per_s
+
+
+# ---------------------------------------------------------------- refusals
+@pytest.mark.parametrize("argv, words", [
+    (["estimate", "--model", "llama3.2-1b", "--gpu", "a100", "--precision", "fp8"], "compute capability 8.0"),
+    (["estimate", "--model", "resnet50", "--gpu", "h100", "--precision", "fp8"], "needs a transformer"),
+    (["estimate", "--model", "llama3.2-1b", "--gpu", "h100", "--precision", "fp8", "--lora-rank", "8"], "--lora-rank"),
+    (["--model", "llama3.2-1b", "--gpu", "h100", "--grad-ckpt", "--grad-ckpt-every", "2"], "--grad-ckpt-every 2 with"),
+    (["estimate", "--model", "llama3.2-1b", "--gpu", "h100", "--grad-ckpt-every", "1"], "must be at least 2"),
+    (["launch", "--cpu", "--model", "mini-transformer", "--precision", "fp8", "--recipe", "synthetic", "--dry-run"],
+     "--precision fp8 with --cpu"),
+])
+def test_refused_in_one_line_with_exit_2(argv, words, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse's range check, or run_guarded's exit 2
+        rc = main(argv)
+        raise SystemExit(rc)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and words in err and "Traceback" not in err
+
+
+def test_fp8_launch_without_torchao_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    plan = Plan(model=ModelRef(name="llama3.2-1b"), config=TrainConfig(micro_batch=1, precision=Precision.fp8),
+                gpu="H100-SXM", processes_per_node=1, global_batch=1, lr=1e-5, base_lr=1e-5, base_batch=1)
+    with pytest.raises(UserError) as err:
+        check_compromises(plan)
+    assert "torchao" in err.value.what and "pip install" in err.value.fix
+    assert Plan.model_validate_json(plan.model_dump_json()).mixed_precision == "bf16"  # autocast around float8
+
+
+def test_a_plan_without_selective_checkpointing_keeps_its_old_json():
+    dumped = TrainConfig().model_dump(mode="json")
+    assert "grad_ckpt_every" not in dumped and TrainConfig(grad_ckpt_every=2).model_dump()["grad_ckpt_every"] == 2
+
+
+# ---------------------------------------------------------------- the runtime's model changes
+def test_checkpoint_every_wraps_every_kth_block_and_keeps_the_state_dict_names():
+    from advisor.zoo import build_trainable
+
+    spec = catalog_model("mini-transformer")
+    torch.manual_seed(0)
+    ref = build_trainable(spec)
+    torch.manual_seed(0)
+    net = build_trainable(spec)
+    assert model_setups.checkpoint_every(net, 2) == [1, 3, 5]
+    assert model_setups.describe(net)["checkpointed_blocks"] == [1, 3, 5]
+    assert list(net.state_dict()) == list(ref.state_dict())
+    x, y = torch.randint(0, spec.arch.vocab, (2, 8)), torch.randint(0, 2, (2,))
+    ref.eval(), net.eval()  # no dropout: the same numbers through the wrappers
+    ref(x, y).backward()
+    net(x, y).backward()
+    for (name, a), b in zip(ref.named_parameters(), net.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6), name
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed here")
+def test_float8_linears_converts_only_the_blocks_aligned_linears():
+    from advisor.zoo import build_trainable
+
+    net = build_trainable(catalog_model("mini-transformer"))
+    assert model_setups.float8_linears(net) == 6 * 6  # 6 blocks x q k v o up down, all multiples of 16
+    assert model_setups.describe(net)["float8_linears"] == 36
+
+
+# ---------------------------------------------------------------- a real launch
+@pytest.mark.slow
+def test_selective_checkpointing_runs_on_two_cpu_processes(tmp_path, capsys):
+    rc = main(["launch", "--cpu", "--processes", "2", "--model", "mini-transformer", "--seq-len", "8", "--micro-batch",
+               "2", "--grad-ckpt-every", "2", "--recipe", "synthetic", "--max-steps", "4", "--base-lr", "0.001",
+               "--home", str(tmp_path), "--json", "--", "--pool", "1", "--log-every", "1"])
+    rec = json.loads(capsys.readouterr().out)
+    assert rc == 0 and rec["status"] == "succeeded"
+    assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
+    what = json.loads((Path(rec["run_dir"]) / "compromise.json").read_text())
+    assert what["checkpointed_blocks"] == [1, 3, 5] and what["float8_linears"] == 0
