@@ -39,7 +39,7 @@ class ActivationProfile(BaseModel):
 
 
 def _trace_key(p: Precision) -> str:
-    if p.autocast:  # fp8: bf16 autocast around its float8 Linears
+    if p.autocast:  # every autocast precision traces as bf16 (Precision.runs_as)
         return "bf16"
     if p is Precision.pure_bf16:
         return "pure-bf16"

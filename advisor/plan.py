@@ -122,8 +122,8 @@ class Plan(BaseModel):
 
     @property
     def mixed_precision(self) -> Literal["no", "bf16", "fp16"]:
-        """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead. fp8 is bf16
-        autocast around torchao's float8 Linears (launcher.model_setups), not Accelerate's own "fp8"."""
+        """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead. A precision that
+        runs as another outside its own layers (``Precision.runs_as``) asks for that one's autocast."""
         p = self.config.precision
         if self.config.lora_rank:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
             return "fp16" if p is Precision.fp16 else "bf16"

@@ -220,8 +220,8 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     lora = config.lora_rank is not None
     if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
         _scale(work, _GEMM_WORK, 2.0 / 3.0)
-    # The share of the forward backward recomputes: 1 with --grad-ckpt, the checkpointed blocks' with
-    # --grad-ckpt-every k (advisor.setup.checkpointing).
+    # The share of the forward backward recomputes: 1 with --grad-ckpt, the checkpointed blocks' share with
+    # selective checkpointing (advisor.setup.checkpointing).
     again = recomputed_share(model, config)
     if again:
         fwd = 1.0 / 3.0  # recompute one forward: a third of forward + backward

@@ -152,7 +152,7 @@ def conv_dominated(model: ModelSpec) -> bool:
 def peak_flops(model: ModelSpec, config: TrainConfig, hw: HardwareSpec) -> float:
     """Dense datasheet peak the step's main work runs at, FLOP/s (DESIGN.md's precision names:
     fp32 convolutions run TF32 where the GPU has it, cudnn.allow_tf32 being True by default)."""
-    p = config.precision.runs_as.value  # fp8: MFU against the bf16 peak, as torchtitan reports it
+    p = config.precision.runs_as.value  # MFU against the peak of what the rest of the step runs in (runs_as)
     return hw.gpu.conv_flops(p) if conv_dominated(model) else hw.gpu.matmul_flops(p)
 
 
@@ -163,8 +163,8 @@ def channels_last(config: TrainConfig) -> bool:
 
 
 def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibration) -> tuple[float, float]:
-    """(matmul-class seconds, all GPU seconds) of one micro-step: each kind of work at its rate (fp8's
-    float8 GEMMs and casts are its setup's change, advisor.setup.precision.Fp8: bf16 here)."""
+    """(matmul-class seconds, all GPU seconds) of one micro-step: each kind of work at its rate, in the precision
+    the step runs as (``Precision.runs_as``; what a precision setup runs otherwise is its ``dispatch_terms``)."""
     p = config.precision.runs_as
     e = cal.rate_efficiency
     cls = "fp32" if p is Precision.fp32 else "tensor"  # fp32 GEMMs and attention run on CUDA cores

@@ -54,6 +54,7 @@ def render(est, applied: list[str], console=None) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from advisor.setup.checkpointing import checkpointing_words
     from advisor.units import format_efficiency, format_hours
     from cli.recommend_cmd import memory_bar
 
@@ -61,8 +62,8 @@ def render(est, applied: list[str], console=None) -> None:
     m, t, c, hw = est.memory, est.throughput, est.config, est.hardware
     title = (f"{est.model.name} ({est.model.params:,} params) on {hw.count}x {hw.gpu}: {c.strategy.value}, micro-batch "
              f"{c.micro_batch} x accum {c.grad_accum}, {c.precision.value}, {c.optimizer.value}"
-             + (", compile" if c.compile else "") + (", checkpointing" if c.grad_ckpt else "")
-             + (f", checkpointing every {c.grad_ckpt_every}" if c.grad_ckpt_every and not c.grad_ckpt else "")
+             + (", compile" if c.compile else "")
+             + {"on": ", checkpointing", "off": ""}.get(ckpt := checkpointing_words(c), f", checkpointing {ckpt}")
              + (f", LoRA r{c.lora_rank}" if c.lora_rank else "")
              + (", optimizer step in backward" if c.optimizer_in_backward else "") + (", CPU offload" if c.cpu_offload else ""))
     console.print(Text(title, style="bold"))

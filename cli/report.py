@@ -89,7 +89,7 @@ def _row_task(rec):
 def _row_training(rec):
     r = rec.recommendation
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
-              f"checkpointing {checkpointing_words(r.grad_ckpt, r.grad_ckpt_every)}"]
+              f"checkpointing {checkpointing_words(r)}"]
     if r.channels_last:
         extras.append("channels_last")
     if r.sync_batchnorm:

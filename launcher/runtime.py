@@ -196,7 +196,7 @@ class Runtime:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         from launcher import model_setups
 
-        model_setups.apply(self.plan, model)  # fp8's float8 Linears, selective checkpointing's wrappers
+        model_setups.apply(self.plan, model)  # what the active setups change in the model itself
         if c.grad_ckpt and not self._fsdp_checkpoints():
             if hasattr(model, "set_grad_checkpointing"):  # advisor.zoo models
                 model.set_grad_checkpointing(True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from advisor import setup as names
 from advisor.setup import setting
+from advisor.setup.checkpointing import checkpointing_pinned
 from advisor.setup.constraints import EIGHT_BIT_FSDP, SHARDING_ROWS, Combo, refusal
 from advisor.config import Optimizer, PureBf16Update, Strategy
 from advisor.estimate import Estimate
@@ -260,7 +261,7 @@ def try_level(p: Planner, level: Level, n: int, update: dict | None = None, labe
         if why:
             return Tried(level, None, why)
         update = _update(p, level)
-    ckpts = ([bool(p.req.grad_ckpt)] if p.req.grad_ckpt is not None or p.req.grad_ckpt_every else [False, True])
+    ckpts = [bool(p.req.grad_ckpt)] if checkpointing_pinned(p.req) else [False, True]
     fitting: list[Choice] = []
     closest: Infeasible | None = None
     for strategy in _strategies(p, level, n):

@@ -53,10 +53,9 @@ def describe(ch: Choice) -> str:
         parts.append("optimizer step in backward")
     if c.cpu_offload:
         parts.append("FSDP CPU offload")
-    if c.grad_ckpt:
-        parts.append("activation checkpointing")
-    elif c.grad_ckpt_every:
-        parts.append(f"activation checkpointing of {checkpointing_words(False, c.grad_ckpt_every)}")
+    ckpt = checkpointing_words(c)
+    if ckpt != "off":
+        parts.append("activation checkpointing" + ("" if ckpt == "on" else f" of {ckpt}"))
     return ", ".join(parts)
 
 

@@ -40,6 +40,7 @@ from advisor.hardware import HardwareSpec
 from advisor.memo import config_key
 from advisor.models import ModelSpec
 from advisor.request import Request
+from advisor.setup.checkpointing import checkpointing_pinned
 from advisor.setup.constraints import PLANNER_ROWS, Combo, refusal
 from advisor.throughput import ThroughputEstimate
 from rules.defaults import Defaults
@@ -440,9 +441,7 @@ class Planner:
             return blocked
         if strategy is Strategy.hsdp and strategy not in self.strategies(n, hypothetical):
             return Infeasible(n, strategy, "strategy", "HSDP shards inside a node and replicates across whole nodes")
-        # --grad-ckpt-every K pins selective checkpointing (base.grad_ckpt_every): full checkpointing is not tried
-        ckpts = ([base.grad_ckpt] if req.grad_ckpt is not None or req.grad_ckpt_every else [ckpt] if ckpt is not None
-                 else [False, True])
+        ckpts = ([base.grad_ckpt] if checkpointing_pinned(req) else [ckpt] if ckpt is not None else [False, True])
         if prev is not None:
             ckpts = [prev.config.grad_ckpt]
         if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once

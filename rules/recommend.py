@@ -282,7 +282,7 @@ def render_text(rec: Recommendation) -> str:
     if r.task_rule:
         lines.append(f"  task {r.task}: {r.task_rule}" + (f" ({r.task_flag} overrides)" if r.task_flag != r.task_rule else ""))
     lines.append(f"  precision {r.precision}, optimizer {r.optimizer}, compile {'on' if r.compile else 'off'}, "
-                 f"checkpointing {checkpointing_words(r.grad_ckpt, r.grad_ckpt_every)}"
+                 f"checkpointing {checkpointing_words(r)}"
                  + (", channels_last" if r.channels_last else "")
                  + (", SyncBatchNorm" if r.sync_batchnorm else "") + (f", LoRA r{r.lora_rank}" if r.lora_rank else ""))
     lines.append(f"  lr {r.lr:.3g} ({r.task + ' recipe, ' if r.task else ''}{r.lr_scaling} from {r.base_lr:g} at {r.base_batch}), "

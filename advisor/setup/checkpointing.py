@@ -37,11 +37,18 @@ def recomputed_share(model, config) -> float:
     return checkpointed_blocks(layers, k) / layers if layers else 1.0 / k
 
 
-def checkpointing_words(grad_ckpt: bool, every: int | None) -> str:
-    """How reports say the checkpointing: on (every block), off, or "every 2nd block"."""
-    if every and not grad_ckpt:
+def checkpointing_words(c) -> str:
+    """How reports say a configuration's (or a recommendation's) checkpointing: on (every block), off, or
+    "every 2nd block"."""
+    every = getattr(c, "grad_ckpt_every", None)
+    if every and not c.grad_ckpt:
         return f"every {every}{'nd' if every == 2 else 'rd' if every == 3 else 'th'} block"
-    return "on" if grad_ckpt else "off"
+    return "on" if c.grad_ckpt else "off"
+
+
+def checkpointing_pinned(req) -> bool:
+    """The user chose the checkpointing (--grad-ckpt, --no-grad-ckpt or --grad-ckpt-every): the planner tries no other."""
+    return req.grad_ckpt is not None or bool(req.grad_ckpt_every)
 
 
 def layer_count(model) -> int:

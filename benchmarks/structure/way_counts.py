@@ -36,6 +36,9 @@ WAYS: dict[str, str] = {
     "optimizer-in-backward": r"optimizer_in_backward|optimizer-in-backward|OPTIMIZER_IN_BACKWARD",
     "lora": r"lora_rank|lora-rank|\bLORA\b",
     "qlora": r"quantize_base|quantize-base|\bQLORA\b",
+    # issue 38's two new setups: the precision member, its flag, its setup class and torchao's float8
+    "fp8": r"Precision\.fp8\b|precision fp8|\bFp8|float8",
+    "selective-ckpt": r"grad_ckpt_every|grad-ckpt-every|selective-ckpt|SelectiveCkpt",
 }
 
 

@@ -124,7 +124,7 @@ def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict
     }
     from launcher import model_setups
 
-    info.update(model_setups.describe(model))  # float8 Linears, checkpointed blocks
+    info.update(model_setups.describe(model))  # what the setups changed in the model
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
         info["fsdp_version"] = getattr(plugin, "fsdp_version", None)
