@@ -157,3 +157,12 @@ def test_selective_checkpointing_runs_on_two_cpu_processes(tmp_path, capsys):
     assert rec["metrics"]["last_loss"] < rec["metrics"]["first_loss"]
     what = json.loads((Path(rec["run_dir"]) / "compromise.json").read_text())
     assert what["checkpointed_blocks"] == [1, 3, 5] and what["float8_linears"] == 0
+
+
+def test_the_packaged_fp8_rates_are_what_the_fit_writes(tmp_path, capsys):
+    from advisor.setup.precision import FP8_RATES
+    from benchmarks.calibration import fit_fp8_selective as fit
+
+    out = tmp_path / "fp8_rates.json"
+    assert fit.main(["--rates", str(out), "--no-table"]) == 0
+    assert out.read_text() == FP8_RATES.read_text(), "run: python -m benchmarks.calibration.fit_fp8_selective"
