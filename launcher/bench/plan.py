@@ -113,7 +113,13 @@ def _variant_skip(spec, v: Variant, request: BenchRequest, hardware) -> str | No
         return "fp16 autocast needs a GPU (CPUs autocast to bf16: use bf16)"
     if not request.cpu and hardware is not None and v.precision.value in ("bf16", "pure-bf16") and not hardware.gpu.supports_bf16:
         return f"{hardware.gpu.name} has no bf16 tensor cores (compute capability < 8.0): use fp16"
-    return None
+    from advisor.setup.constraints import Combo, refusal  # what a precision needs of the device and the model
+
+    cc = hardware.gpu.compute_capability if hardware is not None and not request.cpu else None
+    combo = Combo(precision=v.precision, cpu=request.cpu, model=spec.name, transformer=spec.arch is not None,
+                  compute_capability=cc)
+    row = refusal(combo)
+    return f"{row.what(combo)}: {row.why}" if row else None
 
 
 def _mode_skip(mode: str, count: int, v: Variant, request: BenchRequest, available: int, cores: int) -> str | None:
@@ -127,6 +133,9 @@ def _mode_skip(mode: str, count: int, v: Variant, request: BenchRequest, availab
                 "the plain module, so there is nothing to compare (DDP over gloo is the CPU comparison)")
     if mode == "dp" and v.compile:
         return "torch.compile cannot wrap DataParallel's per-step replicas: bench dp without +compile"
+    if mode == "dp" and v.precision.runs_as is not v.precision:
+        return (f"the dp recipe runs its own loop without {v.precision.value}'s model changes (launcher.model_setups): "
+                "bench it as single, ddp or fsdp")
     if not request.cpu and count > available:
         return f"{count} GPUs asked, {available} visible"
     if request.cpu and count > cores:
