@@ -19,6 +19,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from advisor.errors import UserError
+from advisor.setup.checkpointing import checkpointing_words
 from advisor.units import format_efficiency
 from advisor.units import format_hours
 from tui import compute
@@ -47,7 +48,8 @@ def config_text(rec: Recommendation) -> str:
         lines.append(f"[b yellow]compromise: {r.compromise}[/] · gives up {escape(r.gives_up or '')}")
     lines += [
         f"[b]{r.strategy.upper()}[/b] on {where} · precision [b]{r.precision}[/b]"
-        f" · compile {_yn(r.compile)} · checkpointing {_yn(r.grad_ckpt)}"
+        f" · compile {_yn(r.compile)} · checkpointing "
+        + (_yn(r.grad_ckpt) if (ckpt := checkpointing_words(r)) in ("on", "off") else ckpt)
         + (f" · optimizer {r.optimizer}" if r.optimizer in ("adamw-8bit", "paged-adamw-8bit") else "")
         + (f" · {'QLoRA' if (r.compromise or '').endswith('qlora') else 'LoRA'} r{r.lora_rank}" if r.lora_rank else "")
         + (" · optimizer step in backward" if r.optimizer_in_backward else "")
