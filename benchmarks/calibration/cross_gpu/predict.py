@@ -1,11 +1,13 @@
-"""Predicted vs published training throughput on other GPU kinds (issue 14).
+"""Predicted vs published training throughput on other GPU kinds (issues 14 and 39).
 
 Each row of ``published.jsonl`` is a published measurement (source URL and what the row is:
-framework, batch, precision, GPU count) with its split, declared before any fit. This script
-runs ``advise estimate``'s own path (``advisor.exact.estimate_request`` on a ``Request`` with the
-closest catalog model and configuration: --model, --gpu, --gpus, --micro-batch, --precision,
---seq-len/--image-size, --channels-last, --interconnect) for every row and writes
-``benchmarks/calibration/results/cross-gpu.md``: predicted vs published per row, median/worst per split.
+framework, batch, precision, GPU count) with its split, by source, and what the source ran
+(``source_facts.py``). This script runs ``advise estimate``'s own path (``starting_config`` and
+``advisor.estimate.estimate`` for a ``Request`` with the closest catalog configuration: --model, --gpu,
+--gpus, --micro-batch, --precision, --seq-len/--image-size, --channels-last, --interconnect) on the
+model the source ran (``source_spec``), at its harness's efficiency (``harness.json``), for every row
+and writes ``benchmarks/calibration/results/cross-gpu.md``: predicted vs published per row, median,
+worst and sign per source and split.
 
     python -m benchmarks.calibration.cross_gpu.predict            # writes the report
     python -m benchmarks.calibration.cross_gpu.predict --print    # prints it only
