@@ -249,7 +249,7 @@ def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, 
                        shard: int, rate: float | None = None, threads: int | None = None) -> tuple[float, float]:
     """(copy time not hidden by GPU compute, host optimizer time) of one FSDP2 CPU-offload step (see above)."""
     link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
-    weight_b = 2 if config.precision is Precision.pure_bf16 else 4  # the host shards' dtype (fp32 master weights)
+    weight_b = config.precision.weight_bytes  # the host shards' dtype (fp32 master weights)
     copy_in = weight_b * model.params / shard / link  # one pass of unit-by-unit copies over all parameters
     copy_out = weight_b * trainable / shard / link  # gradients, in the weights' dtype
     accum = max(1, config.grad_accum)

@@ -134,13 +134,6 @@ class StepWork(BaseModel):
     traced: bool = False
 
 
-def trace_key(p: Precision) -> str:
-    """The traced precision a configuration runs as (fp16 autocast casts like bf16)."""
-    if p.autocast:
-        return "bf16"
-    return "pure-bf16" if p is Precision.pure_bf16 else "fp32"
-
-
 def _scales(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     """(linear, attention) scale of a trace's per-sample figures to this configuration's input:
     pixels scale everything by area; tokens scale linear work by tokens and attention by tokens^2
@@ -175,7 +168,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     the matmul FLOPs)."""
     mb = config.micro_batch
     t = model.trace
-    key = trace_key(config.precision)
+    key = config.precision.trace_key
     if t is not None and t.work.get(key):
         w, fixed = t.work[key], t.work_fixed.get(key, {})
         lin, quad = _scales(model, config)
@@ -303,5 +296,5 @@ def math_attention_bytes(p: Precision, forwards: float = 1.0) -> float:
     (c), one fused dropout-softmax backward reads dP, the mask and the probabilities (2c + 1) and
     writes dS (c), and the dQ and dK GEMMs read dS (2c). Softmax runs in fp32 under autocast
     (torch.amp's fp32 list), so c = 4 there; 2 in pure-bf16."""
-    c = 2 if p is Precision.pure_bf16 else 4
+    c = p.weight_bytes
     return forwards * (5 * c + 1) + 7 * c + 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from advisor.config import Optimizer, Precision, TrainConfig
+from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.adapters import lora_shapes
 from advisor.setup.base import Setup
@@ -122,7 +122,7 @@ def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
         small = min(trainable, small_tensor_params(model, config))
         big = trainable - small
         return big * (2 + 2 * 4 / BNB_BLOCK) + small * 8
-    pure = p is Precision.pure_bf16 and not lora  # LoRA adapters stay fp32
+    pure = p.casts_model and not lora  # LoRA adapters stay fp32
     if opt is Optimizer.sgd:
         return trainable * (2 if pure else 4)
     return trainable * ((4 + (KAHAN_BYTES if config.kahan else 0)) if pure else 8)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from advisor.comm import Topology, comm_constants, ddp_comm, fsdp_comm, fsdp_keep_comm
-from advisor.config import Precision, Strategy, TrainConfig
+from advisor.config import Strategy, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.base import Setup
 
@@ -109,7 +109,7 @@ class FSDP(Replicated):
 
     def collectives(self, step: StepLedger, topo: Topology, k):
         p = step.config.precision
-        pbytes = step.model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
+        pbytes = step.model.params * p.compute_bytes  # FSDP2's param_dtype: bf16 under any mixed precision
         return fsdp_comm(pbytes, step.grad_bytes, shard_units(step.model), topo, step.micro_s, step.config.grad_accum,
                          k, hybrid=self.hybrid, decoded_input=step.decoded)
 
@@ -140,7 +140,7 @@ class FSDPKeep(FSDP):
     def collectives(self, step: StepLedger, topo: Topology, k):
         # gathered weights and reduced gradients both in FSDP2's param_dtype (keep_gathered_bytes)
         p = step.config.precision
-        per = 2 if p.autocast or p is Precision.pure_bf16 else 4
+        per = p.compute_bytes
         return fsdp_keep_comm(step.model.params * per, step.nt * per, shard_units(step.model), topo, step.micro_s,
                               step.config.grad_accum, k, decoded_input=step.decoded)
 
@@ -170,7 +170,7 @@ def keep_gathered_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -
     is nothing to keep across, and the step is plain FSDP's."""
     if config.grad_accum < 2:
         return None
-    per = 2 if config.precision.autocast or config.precision is Precision.pure_bf16 else 4
+    per = config.precision.compute_bytes  # param_dtype = reduce_dtype: bf16 under any mixed precision
     return {"weights": model.params * per, "gradients": trainable * per}
 
 
