@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.compiled import TRANSFORMERS_LOSS_BYTES, compiled_loss_temp_bytes
 from advisor.config import Precision, TrainConfig
+from advisor.setup import bf16_params
 from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec, TransformerArch
 
@@ -158,7 +159,7 @@ def activation_precision(config: TrainConfig) -> Precision:
     LoRA likewise: the runtime casts the frozen base to bf16 before peft wraps it
     (launcher/compromises/lora.py; peft's own casts for the fp32 adapters are step_work's and memory's)."""
     p = config.precision
-    if p.autocast and (config.strategy.sharded or config.cpu_offload or config.lora_rank is not None):
+    if p.autocast and bf16_params(config):
         return Precision.pure_bf16
     return p
 

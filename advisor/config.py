@@ -135,6 +135,12 @@ class TrainConfig(BaseModel):
                           "(bitsandbytes Linear4bit; Dettmers et al. 2023); needs lora_rank")
 
     @property
+    def adapters(self) -> bool:
+        """Trains adapters only, the base frozen (LoRA, QLoRA): the trainable parameters, the step's
+        work and the learning-rate row follow."""
+        return self.lora_rank is not None
+
+    @property
     def kahan(self) -> bool:
         """pure-bf16 AdamW stepped by KahanAdamW (the compensated update), not plain torch AdamW."""
         return (self.precision is Precision.pure_bf16 and self.optimizer is Optimizer.adamw

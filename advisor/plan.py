@@ -124,7 +124,7 @@ class Plan(BaseModel):
     def mixed_precision(self) -> Literal["no", "bf16", "fp16"]:
         """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead."""
         p = self.config.precision
-        if self.config.lora_rank:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
+        if self.config.adapters:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
             return "fp16" if p is Precision.fp16 else "bf16"
         return p.value if p.autocast else "no"
 

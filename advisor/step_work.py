@@ -209,7 +209,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     attn_forward = work.attn_flops / FLASH_PASSES if math_path else 0.0  # the forward's QK^T and PV
     if math_path:
         work.attn_flops = 0.0
-    lora = config.lora_rank is not None
+    lora = config.adapters
     if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
         _scale(work, _GEMM_WORK, 2.0 / 3.0)
     if config.grad_ckpt:

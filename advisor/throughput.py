@@ -133,7 +133,7 @@ def model_flops_per_sample(model: ModelSpec, config: TrainConfig) -> float:
     its step needs no base weight gradient: the base costs 4N (forward and input gradients), the
     adapters 6 per adapter parameter; counting 6N would show a LoRA run's MFU a third too high."""
     dense, attn = forward_flops(model, config)
-    if config.lora_rank is None or model.arch is None:
+    if not config.adapters or model.arch is None:
         return 3.0 * dense + 3.0 * attn
     tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size)
     return 2.0 * dense + 3.0 * attn + 6.0 * trainable_params(model, config) * tokens

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(est, applied: list[str], console=None) -> None:
+    from advisor.setup import labels
     from cli.console import report_console
     from rich.panel import Panel
     from rich.table import Table
@@ -62,8 +63,7 @@ def render(est, applied: list[str], console=None) -> None:
     title = (f"{est.model.name} ({est.model.params:,} params) on {hw.count}x {hw.gpu}: {c.strategy.value}, micro-batch "
              f"{c.micro_batch} x accum {c.grad_accum}, {c.precision.value}, {c.optimizer.value}"
              + (", compile" if c.compile else "") + (", checkpointing" if c.grad_ckpt else "")
-             + (f", LoRA r{c.lora_rank}" if c.lora_rank else "")
-             + (", optimizer step in backward" if c.optimizer_in_backward else "") + (", CPU offload" if c.cpu_offload else ""))
+             + "".join(f", {t}" for t in labels(c)))
     console.print(Text(title, style="bold"))
     console.print(Text(f"estimated code: {est.model.implementation or 'unnamed'}"
                        + (f"; loss assumed: {est.model.loss}" if est.model.loss else ""), style="dim"))

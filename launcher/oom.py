@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from advisor.config import Strategy
+from advisor.setup import no_accumulation
 from advisor.plan import Plan
 from advisor.schedule import planned_steps, scaled_lr
 
@@ -82,8 +83,9 @@ def accumulation_stays_off(plan: Plan) -> str | None:
     """Why this plan's retries must keep accumulation at 1, or None."""
     if plan.no_accumulation:
         return "no-accumulation (node H's compromise, or --grad-accum 1 pinned)"
-    if plan.config.optimizer_in_backward:
-        return "optimizer-in-backward (it steps on every backward)"
+    held = no_accumulation(plan.config)
+    if held is not None:
+        return f"{held.name} ({held.accum1_why})"
     return None
 
 

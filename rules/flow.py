@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.calibration import Calibration
-from advisor.setup import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
+from advisor.setup import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION, no_accumulation, offloads, one_process
 from advisor.setup.constraints import SHARDING_ROWS, Combo, check, refusal
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
@@ -86,7 +86,7 @@ def check_pins(p: Planner) -> None:
         raise UserError(f"{pins} does not divide {source} {target}: micro-batch x accumulation x GPUs must equal it",
                         fix=f"pick values whose product divides {target}, give --batch-size, or drop "
                             f"{'--grad-accum' if pa else '--micro-batch'} and let cardwise derive it")
-    counts = [n for n in p.counts() if p.strategies(n) and not (req.optimizer_in_backward and n > 1)]
+    counts = [n for n in p.counts() if p.strategies(n) and not (one_process(req) and n > 1)]
     if not any(target % (n * per) == 0 for n in counts):
         over = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1]) if counts else "any"
         with_pins = f" x {pins}" if pins else ""
@@ -99,7 +99,7 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
     seq_len = None if spec.is_vision else req.seq_len or (spec.default_seq_len if spec.is_text else None)
-    rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.lora_rank is not None,
+    rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.adapters,
                     optimizer=req.optimizer.value if req.optimizer else None)
     base_lr, base_batch, lr_defaulted = rec.base_lr, rec.base_batch, rec.defaulted
     applied = [f"task {rec.task_rule}"] + ([f"base lr {base_lr:g} at batch {base_batch} ({rec.source})"] if lr_defaulted else [])
@@ -110,7 +110,7 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
     planner.start_recipe = rec
-    if not (req.batch_size or req.keep_global_batch or req.lora_rank or req.optimizer_in_backward):
+    if not (req.batch_size or req.keep_global_batch or req.adapters or no_accumulation(req)):
         planner.batch_span = lr_batch_range(defaults, spec, rec)
     check_pins(planner)
     return Run(req, planner, Engine(), lr_defaulted, f"{rec.task} recipe: {rec.source}", applied)
@@ -163,7 +163,7 @@ def tree(run: Run) -> None:
         if lvs:
             run.compromise = "+".join(lv.name for lv in lvs)
             run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
-            if choice.config.cpu_offload and choice.estimate.memory.host_node_gib:
+            if offloads(choice.config) and choice.estimate.memory.host_node_gib:
                 from rules.host_ram import host_text
 
                 run.gives_up += f"; {host_text(choice.estimate)}"
@@ -371,14 +371,14 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
     n = inf.gpus if inf is not None else 1
     strategy = inf.strategy if inf is not None else Strategy.single
     if e is None:
-        if p.base.optimizer_in_backward:
+        if one_process(p.base):
             strategy, n = Strategy.single, 1
         cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
         e = p.est(cfg, n)
     target = p.target_batch
     cfg = e.config
     share = max(1, target // n)
-    if share % cfg.micro_batch == 0 and not cfg.optimizer_in_backward:
+    if share % cfg.micro_batch == 0 and not no_accumulation(cfg):
         cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
         e = p.est(cfg, n)
     gb = cfg.micro_batch * cfg.grad_accum * n

@@ -13,6 +13,7 @@ from typing import Callable
 
 from advisor.config import Precision, PureBf16Update, Strategy, TrainConfig
 from advisor.estimate import Estimate
+from advisor.setup import labels, one_process
 from advisor.units import format_efficiency, format_hours
 from rules.planner import Choice, Infeasible
 from rules.tree import Answer, Measure, Step, TreeContext, load_tree
@@ -45,12 +46,7 @@ def describe(ch: Choice) -> str:
              + f" = global batch {ch.global_batch}", _precision_text(c), c.optimizer.value]
     if c.strategy is Strategy.fsdp_keep:
         parts.insert(1, keep_gathered_text(c.grad_accum))
-    if c.lora_rank:
-        parts.append(f"LoRA rank {c.lora_rank}")
-    if c.optimizer_in_backward:
-        parts.append("optimizer step in backward")
-    if c.cpu_offload:
-        parts.append("FSDP CPU offload")
+    parts += labels(c, style="sentence")  # the ways of training it runs (advisor.setup)
     if c.grad_ckpt:
         parts.append("activation checkpointing")
     return ", ".join(parts)
@@ -122,9 +118,10 @@ def node_C(ctx: TreeContext) -> Answer:
     need = ctx.min_fit.gpus if ctx.min_fit else None
     need_text = (f"at least {need}x {p.hw.gpu.name} ({ctx.min_fit.strategy.value.upper()})" if need
                  else "more than 256 GPUs of this kind")
-    pinned_single = ctx.req.strategy is Strategy.single or p.base.optimizer_in_backward
+    one = one_process(p.base)
+    pinned_single = ctx.req.strategy is Strategy.single or one is not None
     if p.available < 2 or pinned_single or need is None or need > p.available:
-        have = (("--optimizer-in-backward runs on one GPU" if p.base.optimizer_in_backward else "--strategy single is pinned")
+        have = ((f"{one.flag} runs on one GPU" if one is not None else "--strategy single is pinned")
                 if pinned_single else f"{p.available} at hand")
         return Answer("unavailable", f"it needs {need_text}; {have}: node H finds what runs on the GPUs given",
                       "No standard configuration runs here; node H ranks the memory compromises that would.",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.adapters import lora_shapes
-from advisor.setup.base import Setup
+from advisor.setup.base import Option, Setup
 
 if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger
@@ -51,14 +51,32 @@ class AdamW8bit(Setup):
     name, flag, kind, family, tier = "adamw-8bit", "--optimizer adamw-8bit", "compromise", "optimizers", "close"
     field, value = "optimizer", Optimizer.adamw_8bit
     summary = "bitsandbytes AdamW8bit: AdamW moments quantized block-wise to 8 bits"
+    order, ladder_rank, takes_partners, numerical_risk = 20, 40, True, "quantized-states"
+    gives_up = ("32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
+                "bitsandbytes; one GPU or DDP, not FSDP)")
+    risk = "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes"
+    source = "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)"
+
+    def ladder_blocked(self, req, base, model, gpu, refused) -> str | None:
+        row = refused(("8bit.not-fsdp",))
+        if row is not None:
+            return row.why
+        if req.optimizer is not None or base.optimizer is not Optimizer.adamw:
+            return "the optimizer is pinned" if req.optimizer is not None else f"the family's optimizer is {base.optimizer.value}"
+        return None
 
 
 class PagedAdamW8bit(AdamW8bit):
     name, flag, value = "paged-adamw-8bit", "--optimizer paged-adamw-8bit", Optimizer.paged_adamw_8bit
     summary = "bitsandbytes PagedAdamW8bit: 8-bit moments in CUDA unified memory, paged to host RAM when short"
+    order, ladder_rank = 50, 50
+    gives_up = ("32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
+                "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)")
+    risk = "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit"
+    source = "Dettmers et al. 2023 (QLoRA, sec. 3: paged optimizers)"
 
     def resident_terms(self, led: MemoryLedger) -> None:
-        if not led.config.cpu_offload:
+        if not any(s.host_offload for s in led.setups):
             # Unified memory: not in torch's peak; resident as far as the GPU has room (after_fit).
             led.paged, led.states = led.states, 0.0
 
@@ -82,6 +100,19 @@ class OptimizerInBackward(Setup):
                                       "close")
     field, value = "optimizer_in_backward", True
     summary = "each parameter steps in its gradient hook and its gradient is freed: no full gradient buffer"
+    order, ladder_rank, accum1, single_only, takes_partners, numerical_risk = 30, 60, True, True, True, "no-global-clip"
+    accum1_why = "it steps on every backward"
+    options = (Option("--optimizer-in-backward", "optimizer_in_backward", "toggle",
+                      "step each parameter in its gradient hook (no full gradient buffer; no accumulation)", rank=3),)
+    gives_up = ("gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
+                "gradient hook as soon as its gradient is ready, and the gradient is freed")
+    risk = "medium: no global-norm clipping (per-parameter clipping only); same update otherwise"
+    source = "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)"
+
+    label_rank = 2
+
+    def label(self, config, compromise=None, style="short") -> str:
+        return "optimizer step in backward"
 
     def ends_grad_moment(self, led: MemoryLedger) -> bool:
         return True

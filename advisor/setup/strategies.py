@@ -93,6 +93,8 @@ class FSDP(Replicated):
     name, flag, value = "fsdp", "--strategy fsdp", Strategy.fsdp
     summary = "weights, gradients and optimizer states sharded over every GPU; units gathered per micro-batch"
 
+    bf16_params = True  # FSDP2's MixedPrecisionPolicy gathers bf16 parameters
+
     def shard(self, world: int, hw: Hardware) -> int:
         return world
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.setup import LORA, in_config
+from advisor.setup import COMPROMISES
 from advisor.config import Optimizer, Precision
 from advisor.plan import Plan
 
@@ -37,7 +37,7 @@ COMPROMISE_FILE = "compromise.json"
 def names(plan: Plan) -> list[str]:
     """The compromises a plan asks for, in decision node H's order (empty: the standard setup)."""
     c = plan.config
-    return [f"lora-r{c.lora_rank}" if name == LORA else name for name in in_config(c)]  # the record names the rank
+    return [s.record_name(c) for s in COMPROMISES if s.on(c)]
 
 
 def apply_to_model(plan: Plan, model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
