@@ -15,6 +15,7 @@ pin a choice (a rule that would change it does not fire); the rules fill in the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from advisor.calibration import Calibration
@@ -258,17 +259,22 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
     return rec
 
 
+# The recommendation's fields that are the chosen config's own, as they are (the sizes, the toggles, the
+# compromises' toggles and rank); its enums are written as their values.
+_CORE_AS_IS = tuple(k for k in RecommendationCore.model_fields if k in TrainConfig.model_fields
+                    and not isinstance(TrainConfig.model_fields[k].default, Enum))
+
+
 def _core(run: Run, command: str) -> RecommendationCore:
     req, ch, extra = run.req, run.final, run.plan_set
     cfg, est, lr = ch.config, ch.estimate, ch.lr
     return RecommendationCore(
-        strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, micro_batch=cfg.micro_batch,
-        grad_accum=cfg.grad_accum, global_batch=ch.global_batch, precision=cfg.precision.value,
-        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, lr=lr.lr, lr_scaling=lr.lr_scaling,
+        **{k: getattr(cfg, k) for k in _CORE_AS_IS},
+        strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, global_batch=ch.global_batch,
+        precision=cfg.precision.value, lr=lr.lr, lr_scaling=lr.lr_scaling,
         warmup_steps=extra.get("warmup_steps", lr.warmup_steps), num_workers=extra.get("num_workers", 0),
         fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, task=lr.task, optimizer=cfg.optimizer.value,
-        channels_last=cfg.channels_last, lora_rank=cfg.lora_rank, seq_len=cfg.seq_len,
-        image_size=cfg.image_size, sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
+        sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         task_rule=run.planner.recipe(cfg).task_rule, task_flag=run.planner.recipe(cfg).task_flag,
@@ -277,8 +283,6 @@ def _core(run: Run, command: str) -> RecommendationCore:
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
         compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
         risk_rule=run.risk_rule, numerical_risk=_numerical_risk(run.compromise, cfg),
-        optimizer_in_backward=cfg.optimizer_in_backward,
-        cpu_offload=cfg.cpu_offload,
         standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
 

@@ -101,6 +101,12 @@ def request_settings(req) -> dict[str, object]:
     return out
 
 
+def compromise_words() -> str:
+    """The memory compromises in words, in the registry's order, for the help and the decision tree's
+    answers ("no accumulation, pure-bf16, 8-bit AdamW, ...")."""
+    return ", ".join(["no accumulation"] + [s.phrase for s in COMPROMISES if s.phrase])
+
+
 def labels(config, compromise: str | None = None, style: str = "short") -> list[str]:
     """The words of a report's training line for the setups ``config`` runs (a TrainConfig or a
     recommendation, whose fields have the same names), in their ``label_rank`` order (0: no label)."""

@@ -36,6 +36,7 @@ class Lora(Setup):
     summary = "rank-r adapters on every attention and MLP projection; the bf16 base frozen"
     order, ladder_rank = 60, 70
     bf16_params = True  # the runtime casts the frozen base to bf16 before peft wraps it
+    phrase = "LoRA"
     options = (Option("--lora-rank", "lora_rank", "number", "LoRA rank (train adapters only)", metavar="R", rank=1),)
     gives_up = (f"the full fine-tune: rank-{OFFERED_RANK} adapters on every attention and MLP projection are trained, "
                 "the base (bf16) stays frozen")
@@ -100,7 +101,7 @@ class Qlora(Lora):
     name, flag = "qlora", "--lora-rank R --quantize-base 4bit"
     field, value = "quantize_base", "4bit"
     summary = "LoRA on a frozen base whose projections are 4-bit NF4 (double quantization), dequantized per GEMM"
-    order, ladder_rank, numerical_risk = 70, 80, "quantized-states"
+    order, ladder_rank, numerical_risk, phrase = 70, 80, "quantized-states", ""
     options = (Option("--quantize-base", "quantize_base", "choice",
                       "QLoRA: LoRA's frozen base in 4-bit NF4 (bitsandbytes; needs --lora-rank)", rank=2),)
     gives_up = (f"the full fine-tune and the bf16 base: rank-{OFFERED_RANK} adapters are trained on a frozen base whose "

@@ -135,6 +135,7 @@ class Setup:
 
     # --- how reports show it in the configuration's line (cli, tui) ---
     label_rank: ClassVar[int] = 0  # its place among the labels
+    phrase: ClassVar[str] = ""  # its words where the compromises are listed (advisor.setup.compromise_words)
 
     def label(self, config: Any, compromise: str | None = None, style: str = "short") -> str:
         """Its words in a report's training line ("" for none); ``config``: a TrainConfig or a

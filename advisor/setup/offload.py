@@ -26,6 +26,7 @@ class CpuOffload(Setup):
     # variant that fits a node whose RAM the plain offload exceeds (close arithmetic then: rules.compromise.tier)
     order, ladder_rank, takes_partners, host_offload = 40, 10, True, True
     bf16_params = True  # FSDP's, with its mixed-precision policy
+    phrase = "CPU offload"
     options = (Option("--cpu-offload", "cpu_offload", "toggle",
                       "FSDP CPU offload of parameters, gradients and optimizer states", rank=4),)
     gives_up = ("speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "

@@ -52,6 +52,7 @@ class AdamW8bit(Setup):
     field, value = "optimizer", Optimizer.adamw_8bit
     summary = "bitsandbytes AdamW8bit: AdamW moments quantized block-wise to 8 bits"
     order, ladder_rank, takes_partners, numerical_risk = 20, 40, True, "quantized-states"
+    phrase = "8-bit AdamW"
     gives_up = ("32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
                 "bitsandbytes; one GPU or DDP, not FSDP)")
     risk = "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes"
@@ -69,7 +70,7 @@ class AdamW8bit(Setup):
 class PagedAdamW8bit(AdamW8bit):
     name, flag, value = "paged-adamw-8bit", "--optimizer paged-adamw-8bit", Optimizer.paged_adamw_8bit
     summary = "bitsandbytes PagedAdamW8bit: 8-bit moments in CUDA unified memory, paged to host RAM when short"
-    order, ladder_rank = 50, 50
+    order, ladder_rank, phrase = 50, 50, ""
     gives_up = ("32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
                 "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)")
     risk = "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit"
@@ -102,6 +103,7 @@ class OptimizerInBackward(Setup):
     summary = "each parameter steps in its gradient hook and its gradient is freed: no full gradient buffer"
     order, ladder_rank, accum1, single_only, takes_partners, numerical_risk = 30, 60, True, True, True, "no-global-clip"
     accum1_why = "it steps on every backward"
+    phrase = "optimizer in backward"
     options = (Option("--optimizer-in-backward", "optimizer_in_backward", "toggle",
                       "step each parameter in its gradient hook (no full gradient buffer; no accumulation)", rank=3),)
     gives_up = ("gradient accumulation and clipping by the global gradient norm: each parameter steps in its "

@@ -32,6 +32,7 @@ class PureBf16(Setup):
     summary = ("weights, gradients and optimizer states in bf16; the AdamW update Kahan-compensated "
                "(--pure-bf16-update kahan) or plain")
     variants = tuple(u.value for u in PureBf16Update)
+    phrase = "pure-bf16"
     options = (Option("--pure-bf16-update", "pure_bf16_update", "choice",
                       "with --precision pure-bf16: kahan = cardwise's KahanAdamW (default), "
                       "plain = torch AdamW on bf16 weights (what model.to(torch.bfloat16) scripts run)", after="--optimizer"),)
@@ -97,3 +98,18 @@ class PureBf16(Setup):
 
 
 PRECISIONS: tuple[Setup, ...] = (Autocast(), PureBf16())
+
+
+def precision_text(config) -> str:
+    """The configuration's number formats in words (the decision tree's answers)."""
+    return {
+        Precision.bf16: "bf16 autocast with fp32 master weights",
+        Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
+        Precision.pure_bf16: ("pure bf16 (weights and states in bf16, "
+                              + ("plain AdamW update)" if config.pure_bf16_update is PureBf16Update.plain
+                                 # bitsandbytes steps the bf16 weights itself: no compensation (PureBf16.risk_class)
+                                 else "uncompensated 8-bit update)" if config.optimizer.eight_bit
+                                 else "Kahan-compensated update)")),
+        Precision.fp32: "fp32",
+        Precision.tf32: "tf32 matmuls, fp32 storage",
+    }[config.precision]
