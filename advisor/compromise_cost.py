@@ -168,7 +168,7 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.optimizer_s = host + kernel
         out.notes.append(f"{'paged ' if config.optimizer is Optimizer.paged_adamw_8bit else ''}8-bit AdamW (bitsandbytes): {tensors} per-tensor steps, each synchronised; "
                          f"~{kernel * 1e3:.0f} ms of blockwise (de)quantising kernels + ~{host * 1e3:.0f} ms on the host")
-    elif config.kahan and config.lora_rank is None and not config.cpu_offload:
+    elif config.kahan and not config.adapters and not config.cpu_offload:
         host, gpu = kahan_step_s(trainable / shard, tensors, bw, launch_us, gpu_kernel_us)
         out.optimizer_s = max(host, gpu)
         opt_host, opt_gpu = host, gpu

@@ -51,7 +51,7 @@ class Lora(Setup):
             return "--lora-rank is pinned" if req.lora_rank is not None else "LoRA needs a transformer"
         return None
 
-    label_rank = 1
+    label_rank = 2
 
     def label(self, config, compromise=None, style="short") -> str:
         if style == "sentence":
@@ -68,6 +68,11 @@ class Lora(Setup):
 
     def trainable_params(self, model: ModelSpec, config) -> int:
         return lora_params(model, config.lora_rank)
+
+    def largest_trainable(self, model: ModelSpec, config) -> int | None:
+        if model.arch is None:
+            return None
+        return config.lora_rank * max(max(i, o) for i, o in lora_shapes(model))  # the largest adapter matrix
 
     def bytes_terms(self, led: MemoryLedger) -> None:
         # peft users load the frozen base in bf16; adapters (and their gradients, states) stay fp32.

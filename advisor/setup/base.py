@@ -140,8 +140,8 @@ class Setup:
     def label(self, config: Any, compromise: str | None = None, style: str = "short") -> str:
         """Its words in a report's training line ("" for none); ``config``: a TrainConfig or a
         recommendation; ``compromise``: the recommendation's compromise name; ``style``: "short" (the
-        estimate's title, the TUI), "report" (the report's training row) or "sentence" (the decision
-        tree's answer)."""
+        estimate's title), "tui" (the TUI's configuration line), "report" (the report's training row) or
+        "sentence" (the decision tree's answer)."""
         return ""
 
     def trainable_params(self, model: Any, config: TrainConfig) -> int | None:
@@ -151,6 +151,10 @@ class Setup:
     def starting_notes(self, req: Any, config: TrainConfig) -> list[str]:
         """The defaults it applied to ``req``'s starting configuration, to say (advisor.starting_config)."""
         return []
+
+    def largest_trainable(self, model: Any, config: TrainConfig) -> int | None:
+        """Elements of the largest tensor it trains, when it changes what trains (None: the model's)."""
+        return None
 
     def record_name(self, config: TrainConfig) -> str:
         """Its name in a run's record (compromise.json)."""

@@ -34,10 +34,10 @@ class CpuOffload(Setup):
     risk = "none (same arithmetic), but slower; needs the host RAM"
     source = "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload"
 
-    label_rank = 3
+    label_rank = 4
 
     def label(self, config, compromise=None, style="short") -> str:
-        return "CPU offload" if style == "short" else "FSDP CPU offload"
+        return "CPU offload" if style in ("short", "tui") else "FSDP CPU offload"
 
     def activation_terms(self, led: MemoryLedger) -> None:
         # At the peak, the start of the loss's backward: the root unit (embeddings, head, final norm:

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
-from advisor.setup.adapters import lora_shapes
 from advisor.setup.base import Option, Setup
 
 if TYPE_CHECKING:
@@ -53,6 +52,11 @@ class AdamW8bit(Setup):
     summary = "bitsandbytes AdamW8bit: AdamW moments quantized block-wise to 8 bits"
     order, ladder_rank, takes_partners, numerical_risk = 20, 40, True, "quantized-states"
     phrase = "8-bit AdamW"
+    label_rank = 1
+
+    def label(self, config, compromise=None, style="short") -> str:
+        # the TUI's line names no optimizer but this one (the other lines name every optimizer)
+        return f"optimizer {getattr(config.optimizer, 'value', config.optimizer)}" if style == "tui" else ""
     gives_up = ("32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
                 "bitsandbytes; one GPU or DDP, not FSDP)")
     risk = "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes"
@@ -111,7 +115,7 @@ class OptimizerInBackward(Setup):
     risk = "medium: no global-norm clipping (per-parameter clipping only); same update otherwise"
     source = "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)"
 
-    label_rank = 2
+    label_rank = 3
 
     def label(self, config, compromise=None, style="short") -> str:
         return "optimizer step in backward"
@@ -120,7 +124,7 @@ class OptimizerInBackward(Setup):
         return True
 
     def gradient_terms(self, led: MemoryLedger) -> None:
-        led.live_grads = led.grads = largest_tensor_params(led.model, led.config.lora_rank) * led.gb / led.shard
+        led.live_grads = led.grads = largest_tensor_params(led.model, led.config) * led.gb / led.shard
         led.accum_grads = led.live_grads
         led.notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
 
@@ -128,10 +132,17 @@ class OptimizerInBackward(Setup):
 OPTIMIZERS: tuple[Setup, ...] = (AdamW8bit(), OptimizerInBackward(), PagedAdamW8bit())
 
 
+def _active(config: TrainConfig) -> list[Setup]:
+    """The active setups of ``config`` (advisor.setup.active; imported here, where the registry is built)."""
+    from advisor.setup import active
+
+    return active(config)
+
+
 def small_tensor_params(model: ModelSpec, config: TrainConfig) -> int:
     """Trainable parameters in tensors under bitsandbytes' ``min_8bit_size`` (norms, biases)."""
     a = model.arch
-    if a is None or config.lora_rank is not None:
+    if a is None or config.adapters:
         # LoRA's A and B are r x in and out x r: r x 4096 or more for any model worth adapting.
         return 0
     h, f = a.d_model, a.d_ff
@@ -150,7 +161,7 @@ def small_tensor_params(model: ModelSpec, config: TrainConfig) -> int:
 def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     """Optimizer state bytes over all ``trainable`` parameters (unsharded)."""
     p, opt = config.precision, config.optimizer
-    lora = config.lora_rank is not None
+    lora = config.adapters
     if opt.eight_bit:
         small = min(trainable, small_tensor_params(model, config))
         big = trainable - small
@@ -161,13 +172,15 @@ def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     return trainable * ((4 + (KAHAN_BYTES if config.kahan else 0)) if pure else 8)
 
 
-def largest_tensor_params(model: ModelSpec, lora_rank: int | None = None) -> int:
+def largest_tensor_params(model: ModelSpec, config: TrainConfig | None = None) -> int:
     """Elements of the largest trainable tensor: the one gradient alive when each parameter steps in
-    its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise; with LoRA,
-    the largest adapter matrix)."""
+    its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise; with adapters,
+    the largest adapter matrix: ``Setup.largest_trainable``)."""
     a = model.arch
-    if lora_rank is not None and a is not None:
-        return lora_rank * max(max(i, o) for i, o in lora_shapes(model))
+    for s in (_active(config) if config is not None else ()):
+        n = s.largest_trainable(model, config)
+        if n is not None:
+            return n
     if a is not None:
         biggest = max(a.d_model * a.d_ff, a.d_model * a.d_model)
         if a.vocab:

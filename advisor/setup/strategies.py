@@ -27,6 +27,10 @@ class Single(Setup):
     field, value = "strategy", Strategy.single
     summary = "one process on one GPU"
     distributed = False  # one rank, whatever the GPUs at hand
+    # what an out-of-memory retry falls back to before shrinking the micro-batch (launcher.oom), and
+    # what the retry's note says then; None: shrink at once
+    oom_fallback: Strategy | None = None
+    oom_fallback_note = ""
 
     def world(self, hw: Hardware) -> int:
         return hw.total_gpus if self.distributed else 1
@@ -122,6 +126,8 @@ class FSDPKeep(FSDP):
     name, flag, value = "fsdp-keep", "--strategy fsdp-keep", Strategy.fsdp_keep
     # FSDP that keeps the gathered weights across gradient accumulation (advisor.config.Strategy.fsdp_keep)
     summary = "FSDP whose units stay gathered across the micro-batches of one step: one all-gather a step"
+    oom_fallback = Strategy.fsdp  # the same accumulation, the kept unsharded copy given up
+    oom_fallback_note = "the weights are no longer kept gathered across accumulation"
 
     def activation_terms(self, led: MemoryLedger) -> None:
         super().activation_terms(led)

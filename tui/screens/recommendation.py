@@ -18,7 +18,6 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
-from advisor.config import Optimizer
 from advisor.errors import UserError
 from advisor.setup import labels
 from advisor.units import format_efficiency
@@ -50,8 +49,7 @@ def config_text(rec: Recommendation) -> str:
     lines += [
         f"[b]{r.strategy.upper()}[/b] on {where} · precision [b]{r.precision}[/b]"
         f" · compile {_yn(r.compile)} · checkpointing {_yn(r.grad_ckpt)}"
-        + (f" · optimizer {r.optimizer}" if Optimizer(r.optimizer).eight_bit else "")
-        + "".join(f" · {t}" for t in labels(r, r.compromise)),
+        + "".join(f" · {t}" for t in labels(r, r.compromise, style="tui")),
         f"micro-batch {r.micro_batch} x {r.grad_accum} accumulation x {r.gpus} GPU(s)"
         f" = global batch [b]{r.global_batch}[/b]",
         f"LR {r.lr:.3g} ({r.lr_scaling} scaling) · warmup {r.warmup_steps} steps"
