@@ -21,10 +21,13 @@ The estimator's family efficiencies (``advisor/data/calibration.json``) are frac
 H200's peaks, fit on H200 measurements. A GPU of another architecture reaches
 ``achievable(arch, kind) / achievable(Hopper, kind)`` times that fraction of *its own* datasheet
 peak: ``GpuSpec.fraction_vs_h200(kind)``. Hopper's fractions are the H200's measured ceilings;
-the other architectures' (stored as multiples of Hopper's) are fit by ``python -m benchmarks.calibration.cross_gpu.fit`` on the published
-training throughputs marked "fit" in ``benchmarks/calibration/cross_gpu/published.jsonl`` (one GPU kind per
-architecture; every other kind is held out) and stored in ``advisor/data/gpu_perf.json`` with
-the rows they came from. An architecture with no fit row keeps Hopper's fractions and says so.
+the other architectures' (stored as multiples of Hopper's) are fit by ``python -m benchmarks.calibration.cross_gpu.fit``
+on the published training throughputs of one source, Lambda's (every GPU kind it publishes, one GPU; the split is by
+source, issue 39: NVIDIA's DeepLearningExamples tables are held out), with each source's harness apart (the DLE SQuAD
+script's efficiency, fit on the Hopper rows, where the fractions are the H200's), and stored in
+``advisor/data/gpu_perf.json`` with the rows they came from. An architecture with no fit row keeps Hopper's
+fractions and says so; what a GPU kind never measured should expect is in that file too ("unmeasured": each kind
+of the fit source predicted with its own rows left out of the fit).
 
 Pure data: no torch, no CUDA.
 """
@@ -42,10 +45,14 @@ WORK_KINDS = ("matmul", "matmul_tf32", "conv", "simt", "conv_simt", "bandwidth")
 REFERENCE_ARCH = "Hopper"  # the architecture of the H200 every calibration constant was fit on
 
 # (architecture, first compute capability), newest last; a GPU belongs to the last one at or below
-# its capability (CUDA C Programming Guide, "Compute Capabilities" table).
+# its capability (CUDA C Programming Guide, "Compute Capabilities" table). Ampere's two SM designs are two
+# entries: GA100 (8.0: A100; 64 FP32 lanes, 1,024 dense FP16 tensor FMA per SM per clock, 40 MB L2) and
+# GA10x (8.6: RTX 3090, A10, A40, RTX A6000; 128 FP32 lanes, half the tensor FMA per SM, 6 MB L2; NVIDIA
+# Ampere GA102 whitepaper, "GA10x SM"): one fraction for both had the A100's ResNet-50 rows and the GA10x
+# cards' pulling it apart (benchmarks/calibration/cross_gpu/notes.md, issue 39).
 ARCHES: tuple[tuple[str, tuple[int, int]], ...] = (
-    ("Volta", (7, 0)), ("Turing", (7, 5)), ("Ampere", (8, 0)), ("Ada", (8, 9)), ("Hopper", (9, 0)),
-    ("Blackwell", (10, 0)),
+    ("Volta", (7, 0)), ("Turing", (7, 5)), ("Ampere", (8, 0)), ("Ampere-GA10x", (8, 6)), ("Ada", (8, 9)),
+    ("Hopper", (9, 0)), ("Blackwell", (10, 0)),
 )
 
 
@@ -124,7 +131,8 @@ def _unmeasured() -> dict | None:
 def unmeasured_gpu_note(gpu_name: str) -> str | None:
     """What to expect of the samples/s on a GPU kind no published row and no call of this project has measured
     (``advisor/data/gpu_perf.json`` "unmeasured", written by benchmarks/calibration/cross_gpu/fit.py): the
-    error of the held-out published rows of the kinds no fit row is on. None for a measured kind."""
+    errors of the fit source's rows of each GPU kind predicted with that kind left out of the fit. None for a
+    measured kind."""
     u = _unmeasured()
     if u is None or gpu_name in u["measured_kinds"]:
         return None

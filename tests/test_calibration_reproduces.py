@@ -96,6 +96,9 @@ def test_the_trace_catalog_writes_the_packaged_traces_of_one_model_per_kind():
 def test_the_cross_gpu_fit_writes_the_packaged_fractions(tmp_path):
     _same(_module(tmp_path, "benchmarks.calibration.cross_gpu.fit"), DATA / "gpu_perf.json",
           "python -m benchmarks.calibration.cross_gpu.fit")
+    # and the source harness it fits first (written beside --out)
+    _same((tmp_path / "harness.json").read_text(), ROOT / "benchmarks" / "calibration" / "cross_gpu" / "harness.json",
+          "python -m benchmarks.calibration.cross_gpu.fit")
 
 
 def test_the_compromises_fit_writes_the_packaged_rates(tmp_path, monkeypatch):

@@ -28,9 +28,16 @@ def test_every_named_gpu_has_a_sourced_performance_model(name):
 
 
 def test_architectures_follow_compute_capability():
-    got = {n: get_gpu(n).arch for n in ("V100", "T4", "A100", "RTX 4090", "L40S", "H200", "B200")}
-    assert got == {"V100": "Volta", "T4": "Turing", "A100": "Ampere", "RTX 4090": "Ada", "L40S": "Ada",
-                   "H200": "Hopper", "B200": "Blackwell"}
+    got = {n: get_gpu(n).arch for n in ("V100", "T4", "A100", "RTX 3090", "A10", "RTX 4090", "L40S", "H200", "B200")}
+    assert got == {"V100": "Volta", "T4": "Turing", "A100": "Ampere", "RTX 3090": "Ampere-GA10x", "A10": "Ampere-GA10x",
+                   "RTX 4090": "Ada", "L40S": "Ada", "H200": "Hopper", "B200": "Blackwell"}
+
+
+def test_ga10x_has_fractions_of_its_own():
+    """GA10x (8.6) and GA100 (8.0) are different SMs (issue 39): each has a fitted entry, and they differ."""
+    ga100, ga10x = gpu_perf.arch_perf("Ampere"), gpu_perf.arch_perf("Ampere-GA10x")
+    assert "lambda-rtx-3090" in ga10x.conv.source and "lambda-a100" not in ga10x.conv.source
+    assert ga10x.conv.vs_h200 != ga100.conv.vs_h200
 
 
 def test_tf32_is_its_own_rate_from_ampere_and_fp32_before():

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from launcher.store import RunStore
+from tests.refusals import assert_refused, home_with_a_run
 
 ROOT = Path(__file__).resolve().parents[1]
 _PR_CAPBSET_DROP = 24
@@ -60,19 +61,12 @@ def advise(*argv: str, timeout: float = 120) -> tuple[int, str, str]:
 
 
 def refused(argv: list[str], *words: str) -> str:
-    rc, out, err = advise(*argv)
-    said = [line for line in err.splitlines() if not line.startswith("advise: note:")]
-    assert rc == 2 and len(said) == 2 and "Traceback" not in err, (argv, rc, out, err)
-    for w in words:
-        assert w in err, err
-    return err
+    return assert_refused(advise, argv, *words)
 
 
 @pytest.fixture
 def home(tmp_path) -> Path:
-    h = tmp_path / "home"
-    RunStore.open(h).create(label="a run")
-    return h
+    return home_with_a_run(tmp_path)
 
 
 def test_a_read_only_store_is_refused_by_every_writer_and_read_by_readers(home):

@@ -24,6 +24,7 @@ from launcher.records import EXIT_NAME, OUTCOME_NAME, MetricsSummary, write_json
 from launcher.service import SUBMISSION_NAME, ServiceLock, Submission, reconcile, submit
 from launcher.settle import record_end, settle_one
 from launcher.store import RunStore
+from tests.refusals import assert_refused, home_with_a_run
 
 
 def advise(*argv: str) -> tuple[int, str, str]:
@@ -32,20 +33,12 @@ def advise(*argv: str) -> tuple[int, str, str]:
 
 
 def refused(argv: list[str], *words: str) -> str:
-    """The command exits 2 with a message (what + fix), no traceback, naming ``words``."""
-    rc, out, err = advise(*argv)
-    assert rc == 2, (rc, out, err)
-    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
-    for w in words:
-        assert w in err, err
-    return err
+    return assert_refused(advise, argv, *words)
 
 
 @pytest.fixture
 def home(tmp_path) -> Path:
-    h = tmp_path / "home"
-    RunStore.open(h).create(label="a run")
-    return h
+    return home_with_a_run(tmp_path)
 
 
 # ------------------------------------------------------------------ owner and mode

@@ -1,5 +1,6 @@
-"""A GPU kind no row has measured says what error to expect (issue 39): the held-out published rows of the kinds
-no fit row is on, from advisor/data/gpu_perf.json (benchmarks/calibration/cross_gpu/fit.py writes it)."""
+"""A GPU kind no row has measured says what error to expect (issue 39): the fit source's rows of each GPU kind
+predicted with that kind left out of the fit, from advisor/data/gpu_perf.json (benchmarks/calibration/cross_gpu/fit.py
+writes it)."""
 
 from __future__ import annotations
 
