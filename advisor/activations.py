@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.compiled import TRANSFORMERS_LOSS_BYTES, compiled_loss_temp_bytes
 from advisor.config import Precision, TrainConfig
+from advisor.setup import bf16_params
 from advisor.memo import Memo, config_key
 from advisor.models import ModelSpec, TransformerArch
 
@@ -36,14 +37,6 @@ class ActivationProfile(BaseModel):
                                                       "at their most during backward: fixed part")
     grad_moment_per_sample: float = Field(0.0, description="the same moment's change per sample (freed saved bytes)")
     tokens: int = 1
-
-
-def _trace_key(p: Precision) -> str:
-    if p.autocast:  # every autocast precision traces as bf16 (Precision.runs_as)
-        return "bf16"
-    if p is Precision.pure_bf16:
-        return "pure-bf16"
-    return "fp32"
 
 
 def _norm_bytes(a: TransformerArch, r: int, compiled: bool) -> float:
@@ -102,7 +95,7 @@ def transformer_layer_bytes(a: TransformerArch, p: Precision, compiled: bool = F
     """
     h, f = a.d_model, a.d_ff
     c = p.compute_bytes
-    r = 2 if p is Precision.pure_bf16 else 4
+    r = p.weight_bytes  # the residual stream: the weights' dtype
     swiglu = a.mlp == "swiglu"
     norm = _norm_bytes(a, r, compiled)
     flash = 4 * c * h + 4 * a.n_heads  # q, k, v (after GQA repeat), out; fp32 log-sum-exp per head
@@ -128,7 +121,7 @@ def transformer_base_bytes(a: TransformerArch, p: Precision, compiled: bool = Fa
     ``head_share``: the share of the tokens an LM/MLM head runs on (``TransformerArch.head_positions``)."""
     h = a.d_model
     c = p.compute_bytes
-    r = 2 if p is Precision.pure_bf16 else 4
+    r = p.weight_bytes  # the residual stream: the weights' dtype
     n = 0.0
     if a.patch_size:  # the patch conv keeps its (cast) input: 3*p*p pixels per token
         n += a.channels * a.patch_size**2 * (4 if p in (Precision.fp32, Precision.tf32) else 2)
@@ -166,7 +159,7 @@ def activation_precision(config: TrainConfig) -> Precision:
     LoRA likewise: the runtime casts the frozen base to bf16 before peft wraps it
     (launcher/compromises/lora.py; peft's own casts for the fp32 adapters are step_work's and memory's)."""
     p = config.precision
-    if p.autocast and (config.strategy.sharded or config.cpu_offload or config.lora_rank is not None):
+    if p.autocast and bf16_params(config):
         return Precision.pure_bf16
     return p
 
@@ -183,7 +176,7 @@ def activation_profile(model: ModelSpec, config: TrainConfig, compile_factor: fl
                                         transformers=model.is_transformers) * tokens
         base, loss = transformer_base_bytes(a, p, config.compile, head_share=a.head_tokens(tokens) / max(1, tokens))
         fixed = 2.0 * a.matmul_params() if p.autocast else 0.0
-        r = 2 if p is Precision.pure_bf16 else 4
+        r = p.weight_bytes  # the residual stream: the weights' dtype
         logits = (a.vocab * a.head_tokens(tokens) if a.head in ("lm", "mlm") else
                   a.num_labels * tokens if a.head == "qa" else 0)  # qa: the start and end logits of every token
         # Loss backward: fp32 grad of the log-softmax and of the upcast logits, 8 bytes per logit
@@ -222,7 +215,7 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
     which is linear in tokens), per-sample figures scaled by pixels, or as traced."""
     t = model.trace
     p = activation_precision(config)
-    key = _trace_key(p)
+    key = p.trace_key
     scale = 1.0
     if t.scales_with == "pixels" and config.image_size and t.ref_input:
         scale = (config.image_size / t.ref_input[-1]) ** 2
@@ -251,7 +244,7 @@ def traced_profile(model: ModelSpec, config: TrainConfig, compile_factor: float 
     if t.layers and t.layer_saved_bytes and model.arch is not None:
         layers, layer = t.layers, t.layer_saved_bytes[key] * scale * compiled
         # checkpointing keeps each layer's input: the residual stream, fp32 under autocast
-        boundary = (2 if p is Precision.pure_bf16 else 4) * model.arch.d_model * tokens
+        boundary = p.weight_bytes * model.arch.d_model * tokens
     fixed = t.fixed_saved_bytes.get(key, 0.0)
     if t.fixed_saved_bytes_quadratic and t.scales_with == "tokens":  # [heads, q, k] position biases (hf_seq2seq_trace)
         fixed += t.fixed_saved_bytes_quadratic.get(key, 0.0) * (tokens * tokens - t.ref_input[0] ** 2)

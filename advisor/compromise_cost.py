@@ -168,7 +168,7 @@ def compromise_cost(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, com
         out.optimizer_s = host + kernel
         out.notes.append(f"{'paged ' if config.optimizer is Optimizer.paged_adamw_8bit else ''}8-bit AdamW (bitsandbytes): {tensors} per-tensor steps, each synchronised; "
                          f"~{kernel * 1e3:.0f} ms of blockwise (de)quantising kernels + ~{host * 1e3:.0f} ms on the host")
-    elif config.kahan and config.lora_rank is None and not config.cpu_offload:
+    elif config.kahan and not config.adapters and not config.cpu_offload:
         host, gpu = kahan_step_s(trainable / shard, tensors, bw, launch_us, gpu_kernel_us)
         out.optimizer_s = max(host, gpu)
         opt_host, opt_gpu = host, gpu
@@ -249,7 +249,7 @@ def cpu_offload_step_s(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, 
                        shard: int, rate: float | None = None, threads: int | None = None) -> tuple[float, float]:
     """(copy time not hidden by GPU compute, host optimizer time) of one FSDP2 CPU-offload step (see above)."""
     link = hw.gpu.pcie_gbps / 2 * 1e9 * PCIE_EFFICIENCY
-    weight_b = 2 if config.precision is Precision.pure_bf16 else 4  # the host shards' dtype (fp32 master weights)
+    weight_b = config.precision.weight_bytes  # the host shards' dtype (fp32 master weights)
     copy_in = weight_b * model.params / shard / link  # one pass of unit-by-unit copies over all parameters
     copy_out = weight_b * trainable / shard / link  # gradients, in the weights' dtype
     accum = max(1, config.grad_accum)

@@ -44,6 +44,24 @@ class Precision(str, Enum):
         """Bytes per element of matmul outputs and most activations."""
         return 4 if self in (Precision.fp32, Precision.tf32) else 2
 
+    @property
+    def casts_model(self) -> bool:
+        """The model itself is bf16 (weights, gradients, optimizer states, the inputs cast on the device),
+        not fp32 master weights: what the runtime casts and the tracer traces separately."""
+        return self.weight_bytes == 2
+
+    @property
+    def trace_key(self) -> str:
+        """The traced precision it runs as (advisor.tracer's PRECISIONS; fp16 autocast casts like bf16)."""
+        if self.autocast:
+            return "bf16"
+        return self.value if self.casts_model else "fp32"
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The datasheet column its matmuls run at: a bf16 model computes in bf16, as bf16 autocast does."""
+        return "bf16" if self.casts_model else self.value
+
 
 class PureBf16Update(str, Enum):
     """Which optimizer step pure-bf16 runs (meaningful only with ``Precision.pure_bf16``).
@@ -128,6 +146,12 @@ class TrainConfig(BaseModel):
     quantize_base: Literal["4bit"] | None = Field(
         None, description="QLoRA: LoRA's frozen base projections quantized to 4-bit NF4 with double quantization "
                           "(bitsandbytes Linear4bit; Dettmers et al. 2023); needs lora_rank")
+
+    @property
+    def adapters(self) -> bool:
+        """Trains adapters only, the base frozen (LoRA, QLoRA): the trainable parameters, the step's
+        work and the learning-rate row follow."""
+        return self.lora_rank is not None
 
     @property
     def kahan(self) -> bool:

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.config import Precision
 from advisor.errors import unknown_name
 from advisor.gpu_perf import arch_of, fraction_vs_reference
 
@@ -96,7 +97,7 @@ class GpuSpec(BaseModel):
         Before Ampere there are no bf16 tensor cores: mixed precision there is fp16 with a GradScaler
         (rules/data/precision.toml); a bf16 run asked for anyway gets no tensor cores (cuBLAS's bf16
         GEMMs need compute capability 8.0), so it is estimated at the fp32 rate."""
-        return _PEAK.get(_COLUMN.get(precision, precision), _PEAK["fp32"])(self)
+        return _PEAK.get(_column(precision), _PEAK["fp32"])(self)
 
     def matmul_flops(self, precision: str) -> float:
         """Dense peak of linear layers / matmuls, FLOP/s, under DESIGN.md's precision names
@@ -120,12 +121,19 @@ class GpuSpec(BaseModel):
 
     def tensor_work(self, precision: str, conv: bool) -> bool:
         """Whether a precision's matmuls (conv=False) or convolutions (conv=True) use tensor cores here."""
-        return _TENSOR.get(_COLUMN.get(precision, precision), _TENSOR["fp32"])(self, conv)
+        return _TENSOR.get(_column(precision), _TENSOR["fp32"])(self, conv)
 
 
-# The datasheet column a precision's matmuls run at (pure-bf16 computes in bf16, as bf16 autocast does),
-# that column's dense peak, and whether its work runs on tensor cores (a matmul or a convolution).
-_COLUMN = {"pure-bf16": "bf16"}
+# The datasheet column a precision's matmuls run at (advisor.config.Precision.matmul_dtype: a bf16 model
+# computes in bf16, as bf16 autocast does), that column's dense peak, and whether its work runs on tensor
+# cores (a matmul or a convolution).
+_PRECISIONS = frozenset(p.value for p in Precision)
+
+
+def _column(precision: str) -> str:
+    return Precision(precision).matmul_dtype if precision in _PRECISIONS else precision  # fp8: a column itself
+
+
 _CONV_COLUMN = {"fp32": "tf32"}  # cuDNN runs fp32 convolutions as TF32 (cudnn.allow_tf32, on by default)
 _PEAK = {
     "bf16": lambda g: g.bf16_tflops if g.supports_bf16 else g.fp32_tflops,

@@ -44,7 +44,6 @@ from advisor import setup
 from advisor.config import TrainConfig
 from advisor.hardware import HardwareSpec
 from advisor.models import ModelSpec
-from advisor.setup.adapters import lora_params
 from advisor.setup.ledger import MemoryLedger
 from advisor.setup.optimizers import state_bytes
 
@@ -139,8 +138,12 @@ class MemoryEstimate(BaseModel):
 
 
 def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
-    """All parameters, or LoRA adapters (``advisor.setup.adapters.lora_params``)."""
-    return model.params if config.lora_rank is None else lora_params(model, config.lora_rank)
+    """All parameters, or what an active setup trains instead (the adapters: ``Setup.trainable_params``)."""
+    for s in setup.active(config):
+        n = s.trainable_params(model, config)
+        if n is not None:
+            return n
+    return model.params
 
 
 def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> MemoryEstimate:

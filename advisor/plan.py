@@ -125,7 +125,7 @@ class Plan(BaseModel):
         """Accelerate's ``mixed_precision``: autocast only; pure-bf16 casts the model instead. A precision that
         runs as another outside its own layers (``Precision.runs_as``) asks for that one's autocast."""
         p = self.config.precision
-        if self.config.lora_rank:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
+        if self.config.adapters:  # a frozen bf16 base under bf16 autocast (launcher.compromises.lora)
             return "fp16" if p is Precision.fp16 else "bf16"
         return p.runs_as.value if p.autocast else "no"
 

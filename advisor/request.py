@@ -69,6 +69,11 @@ class Request(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    @property
+    def adapters(self) -> bool:
+        """Asks for adapters only, the base frozen (--lora-rank): the learning-rate row follows."""
+        return self.lora_rank is not None
+
     model: ModelRef
     # hardware
     gpu: str | None = Field(None, description="GPU kind; None = what is detected")

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from advisor.config import Optimizer, Precision, PureBf16Update, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.gpus import GpuSpec
 from advisor.models import ModelSpec
 from advisor.request import Request
+from advisor.setup import active, offloads, request_settings
 from advisor.setup.constraints import REQUEST_ROWS, Combo, check
 
 DEFAULT_MICRO_BATCH = {"gpu": 8, "gpu-llm": 1, "cpu": 4}
@@ -66,7 +67,7 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
                            nodes=req.nodes if device == "cpu" else None), only=REQUEST_ROWS)
     strategy = req.strategy
     if strategy is None:
-        strategy = Strategy.fsdp if req.cpu_offload else Strategy.single if ranks == 1 else Strategy.ddp
+        strategy = Strategy.fsdp if offloads(req) else Strategy.single if ranks == 1 else Strategy.ddp
         if device == "gpu":
             notes.append(f"strategy {strategy.value} ({ranks} GPU{'s' if ranks > 1 else ''})")
     seq_len, image_size = req.seq_len, req.image_size
@@ -91,14 +92,10 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
     optimizer = req.optimizer or Optimizer.adamw
     if req.optimizer is None and device == "gpu":
         notes.append("optimizer adamw")
-    if precision is Precision.pure_bf16 and req.pure_bf16_update is None and optimizer is Optimizer.adamw:
-        notes.append("pure-bf16 update kahan (cardwise's KahanAdamW; --pure-bf16-update plain for torch AdamW on bf16 weights)")
     config = TrainConfig(micro_batch=micro, grad_accum=req.grad_accum or 1, seq_len=seq_len, image_size=image_size,
                          precision=precision, optimizer=optimizer, compile=bool(req.compile),
-                         channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt),
-                         grad_ckpt_every=req.grad_ckpt_every, strategy=strategy,
-                         lora_rank=req.lora_rank, quantize_base=req.quantize_base,
-                         optimizer_in_backward=bool(req.optimizer_in_backward),
-                         cpu_offload=bool(req.cpu_offload),
-                         pure_bf16_update=req.pure_bf16_update or PureBf16Update.kahan)
+                         channels_last=bool(req.channels_last), grad_ckpt=bool(req.grad_ckpt), strategy=strategy,
+                         **request_settings(req))  # the ways of training's own flags (advisor.setup)
+    for s in active(config):
+        notes += s.starting_notes(req, config)
     return config, notes

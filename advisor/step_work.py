@@ -135,13 +135,6 @@ class StepWork(BaseModel):
     traced: bool = False
 
 
-def trace_key(p: Precision) -> str:
-    """The traced precision a configuration runs as (fp16 autocast casts like bf16)."""
-    if p.autocast:
-        return "bf16"
-    return "pure-bf16" if p is Precision.pure_bf16 else "fp32"
-
-
 def _scales(model: ModelSpec, config: TrainConfig) -> tuple[float, float]:
     """(linear, attention) scale of a trace's per-sample figures to this configuration's input:
     pixels scale everything by area; tokens scale linear work by tokens and attention by tokens^2
@@ -176,7 +169,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     the matmul FLOPs)."""
     mb = config.micro_batch
     t = model.trace
-    key = trace_key(config.precision)
+    key = config.precision.trace_key
     if t is not None and t.work.get(key):
         w, fixed = t.work[key], t.work_fixed.get(key, {})
         lin, quad = _scales(model, config)
@@ -217,7 +210,7 @@ def step_work(model: ModelSpec, config: TrainConfig, cal: Calibration) -> StepWo
     attn_forward = work.attn_flops / FLASH_PASSES if math_path else 0.0  # the forward's QK^T and PV
     if math_path:
         work.attn_flops = 0.0
-    lora = config.lora_rank is not None
+    lora = config.adapters
     if lora:  # frozen weights: no weight gradients (LoRA's own are tiny)
         _scale(work, _GEMM_WORK, 2.0 / 3.0)
     # The share of the forward backward recomputes: 1 with --grad-ckpt, the checkpointed blocks' share with
@@ -307,5 +300,5 @@ def math_attention_bytes(p: Precision, forwards: float = 1.0) -> float:
     (c), one fused dropout-softmax backward reads dP, the mask and the probabilities (2c + 1) and
     writes dS (c), and the dQ and dK GEMMs read dS (2c). Softmax runs in fp32 under autocast
     (torch.amp's fp32 list), so c = 4 there; 2 in pure-bf16."""
-    c = 2 if p is Precision.pure_bf16 else 4
+    c = p.weight_bytes
     return forwards * (5 * c + 1) + 7 * c + 1

@@ -133,7 +133,7 @@ def model_flops_per_sample(model: ModelSpec, config: TrainConfig) -> float:
     its step needs no base weight gradient: the base costs 4N (forward and input gradients), the
     adapters 6 per adapter parameter; counting 6N would show a LoRA run's MFU a third too high."""
     dense, attn = forward_flops(model, config)
-    if config.lora_rank is None or model.arch is None:
+    if not config.adapters or model.arch is None:
         return 3.0 * dense + 3.0 * attn
     tokens = model.arch.tokens(config.seq_len or model.default_seq_len, config.image_size)
     return 2.0 * dense + 3.0 * attn + 6.0 * trainable_params(model, config) * tokens
@@ -179,7 +179,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     bw = gpu.bandwidth_vs_h200
     conv_bytes = work.conv_bytes
     conv_layout, transposes = layout, 0.0
-    half = p in (Precision.fp16, Precision.bf16, Precision.pure_bf16)
+    half = p.compute_bytes == 2
     if layout == "nchw" and half and gpu.tensor_work(p.value, conv=True):
         # Half-precision (fp16, bf16) tensor-core convolutions are NHWC kernels: for NCHW tensors cuDNN
         # converts them to NHWC (nchwToNhwcKernel) and back (nhwcToNchwKernel) and runs the channels_last
@@ -224,7 +224,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     other += work.attn_bytes / (bw * e["bytes"])
     if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
         # bf16 (autocast or pure) runs PyTorch's own kernels, fp32 and fp16 (fp32 weights) cuDNN's
-        path = "native" if p in (Precision.bf16, Precision.pure_bf16) else "cudnn"
+        path = "native" if p.matmul_dtype == "bf16" else "cudnn"
         other += batch_norm_blocks_seconds(work.bn_block_elems, gpu, e[f"bn_nchw|{path}"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
 

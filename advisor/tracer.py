@@ -221,7 +221,7 @@ def trace_step(model: nn.Module, make_inputs: Callable[[int], tuple], batch: int
     with ``held`` a tensor the training loop keeps through backward (HF's ``outputs.logits``).
     Otherwise ``loss`` (``ce|mse|none``) is applied to the module's output, which the loop holds.
     """
-    pure = Precision(precision) is Precision.pure_bf16
+    pure = Precision(precision).casts_model
     autocast = torch.bfloat16 if Precision(precision).autocast else None
     if pure:
         model = model.to(torch.bfloat16)
@@ -305,7 +305,8 @@ def _per_sample(model: nn.Module, make_inputs, precision, loss_fn=None, loss="no
     return per, t1.saved_bytes - 2 * per, t1, t2
 
 
-PRECISIONS = ("fp32", "bf16", "pure-bf16")  # pure-bf16 last: it casts the module
+# One trace per traced precision (Precision.trace_key); the one that casts the module last
+PRECISIONS = tuple(sorted(dict.fromkeys(p.trace_key for p in Precision), key=lambda k: Precision(k).casts_model))
 
 
 def profile_module(model_factory: Callable[[], nn.Module], make_inputs: Callable[[int], tuple],

@@ -49,12 +49,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(est, applied: list[str], console=None) -> None:
+    from advisor.setup import labels
     from cli.console import report_console
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    from advisor.setup.checkpointing import checkpointing_words
     from advisor.units import format_efficiency, format_hours
     from cli.recommend_cmd import memory_bar
 
@@ -62,10 +62,8 @@ def render(est, applied: list[str], console=None) -> None:
     m, t, c, hw = est.memory, est.throughput, est.config, est.hardware
     title = (f"{est.model.name} ({est.model.params:,} params) on {hw.count}x {hw.gpu}: {c.strategy.value}, micro-batch "
              f"{c.micro_batch} x accum {c.grad_accum}, {c.precision.value}, {c.optimizer.value}"
-             + (", compile" if c.compile else "")
-             + {"on": ", checkpointing", "off": ""}.get(ckpt := checkpointing_words(c), f", checkpointing {ckpt}")
-             + (f", LoRA r{c.lora_rank}" if c.lora_rank else "")
-             + (", optimizer step in backward" if c.optimizer_in_backward else "") + (", CPU offload" if c.cpu_offload else ""))
+             + (", compile" if c.compile else "") + (", checkpointing" if c.grad_ckpt else "")
+             + "".join(f", {t}" for t in labels(c)))
     console.print(Text(title, style="bold"))
     console.print(Text(f"estimated code: {est.model.implementation or 'unnamed'}"
                        + (f"; loss assumed: {est.model.loss}" if est.model.loss else ""), style="dim"))

@@ -11,15 +11,19 @@ import os
 from pathlib import Path
 
 from advisor import units
-from advisor.config import Optimizer, Precision, PureBf16Update, Strategy
+from advisor.config import Optimizer, Precision, Strategy
 from advisor.request import Request
 
 
 def _choices(field: str) -> list[str]:
-    """The values a Literal field of Request allows (one home for them)."""
+    """The values a Literal or Enum field of Request allows (one home for them)."""
+    import enum
     import typing
 
     ann = Request.model_fields[field].annotation
+    kind = next((a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, enum.Enum)), None)
+    if kind is not None:
+        return [e.value for e in kind]
     return [a for a in typing.get_args(ann) if isinstance(a, str)] or [
         a for arg in typing.get_args(ann) for a in typing.get_args(arg)]
 
@@ -101,22 +105,25 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--image-size", type=request_number("image_size"), metavar="N", help="image side in pixels")
     g.add_argument("--precision", choices=[p.value for p in Precision], help="bf16/fp16 = autocast with fp32 master weights")
     g.add_argument("--optimizer", choices=[o.value for o in Optimizer])
-    g.add_argument("--pure-bf16-update", choices=[u.value for u in PureBf16Update],
-                   help="with --precision pure-bf16: kahan = cardwise's KahanAdamW (default), "
-                        "plain = torch AdamW on bf16 weights (what model.to(torch.bfloat16) scripts run)")
+    _add_setup_options(g, "--optimizer")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile the model")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC memory format (CNNs)")
     g.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=None, help="activation checkpointing per layer")
-    g.add_argument("--grad-ckpt-every", type=request_number("grad_ckpt_every"), metavar="K",
-                   help="selective checkpointing: every K-th block (K >= 2; torchtitan's selective layer AC)")
     g.add_argument("--strategy", choices=[s.value for s in Strategy if s is not Strategy.dp])
-    g.add_argument("--lora-rank", type=request_number("lora_rank"), metavar="R", help="LoRA rank (train adapters only)")
-    g.add_argument("--quantize-base", choices=_choices("quantize_base"),
-                   help="QLoRA: LoRA's frozen base in 4-bit NF4 (bitsandbytes; needs --lora-rank)")
-    g.add_argument("--optimizer-in-backward", action=argparse.BooleanOptionalAction, default=None,
-                   help="step each parameter in its gradient hook (no full gradient buffer; no accumulation)")
-    g.add_argument("--cpu-offload", action=argparse.BooleanOptionalAction, default=None,
-                   help="FSDP CPU offload of parameters, gradients and optimizer states")
+    _add_setup_options(g, "--strategy")
+
+
+def _add_setup_options(g, after: str) -> None:
+    """The flags the ways of training bring (advisor.setup.base.Option) that follow flag ``after``."""
+    from advisor.setup import SETUPS
+
+    for o in sorted((o for s in SETUPS for o in s.options if o.after == after), key=lambda o: o.rank):
+        if o.kind == "toggle":
+            g.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=None, help=o.help)
+        elif o.kind == "number":
+            g.add_argument(o.flag, type=request_number(o.field), metavar=o.metavar, help=o.help)
+        else:
+            g.add_argument(o.flag, choices=_choices(o.field), metavar=o.metavar, help=o.help)
 
 
 def add_hardware_flags(p: argparse.ArgumentParser) -> None:

@@ -15,6 +15,8 @@ from cli.flags import (add_config_flags, add_hardware_flags, add_home_flag, add_
 
 
 def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    from advisor.setup import compromise_words
+
     add_model_flags(parser, required=True)
     add_config_flags(parser)
     add_hardware_flags(parser)
@@ -23,7 +25,7 @@ def add_parser(parser: argparse.ArgumentParser, name: str) -> None:
     add_json_flag(parser)
     parser.add_argument("--save-plan", type=Path, metavar="FILE", help="write the plan `advise launch --plan FILE` runs")
     parser.add_argument("--alternatives", action="store_true",
-                        help="also list node H's memory compromises (no accumulation, pure-bf16, 8-bit AdamW, optimizer in backward, CPU offload, LoRA) when the standard setup fits")
+                        help=f"also list node H's memory compromises ({compromise_words()}) when the standard setup fits")
     parser.add_argument("--full", action="store_true",
                         help="the whole report: every section in its long form (--show all)")
     parser.add_argument("--show", type=_show_list, metavar="SECTIONS", default=frozenset(),

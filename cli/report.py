@@ -87,6 +87,8 @@ def _row_task(rec):
 
 
 def _row_training(rec):
+    from advisor.setup import labels
+
     r = rec.recommendation
     extras = [f"precision {r.precision}", f"optimizer {r.optimizer}", f"compile {'on' if r.compile else 'off'}",
               f"checkpointing {checkpointing_words(r)}"]
@@ -94,12 +96,7 @@ def _row_training(rec):
         extras.append("channels_last")
     if r.sync_batchnorm:
         extras.append("SyncBatchNorm")
-    if r.lora_rank:
-        extras.append(f"LoRA r{r.lora_rank}")
-    if r.optimizer_in_backward:
-        extras.append("optimizer step in backward")
-    if r.cpu_offload:
-        extras.append("FSDP CPU offload")
+    extras += labels(r, style="report")  # the ways of training it runs (advisor.setup)
     return "training", ", ".join(extras)
 
 

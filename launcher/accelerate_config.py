@@ -21,6 +21,7 @@ from typing import Any
 from advisor.config import Strategy
 from advisor.errors import UserError
 from advisor.plan import Plan
+from advisor.setup import offloads
 from advisor.setup.constraints import ACCELERATE_ROWS, Combo, check
 from launcher.setup_launch import CONFIG, FSDP_SECTION, apply
 
@@ -37,7 +38,7 @@ def distributed_type(plan: Plan) -> str:
     cannot launch is refused by advisor.setup.constraints (DataParallel, FSDP on CPU ranks, one strategy
     single over several ranks)."""
     strategy = plan.config.strategy
-    if plan.config.cpu_offload and strategy is not Strategy.ddp:
+    if offloads(plan.config) and strategy is not Strategy.ddp:
         strategy = Strategy.fsdp  # CPU offload is FSDP's, on one process too (FSDP over world size 1)
     check(Combo(strategy=strategy, ranks=plan.world_size, cpu=plan.cpu), only=ACCELERATE_ROWS, launch=True)
     if strategy.sharded:

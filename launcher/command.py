@@ -27,6 +27,7 @@ import launcher
 from advisor.errors import UserError
 from advisor.hardware import threads_per_rank
 from advisor.plan import Plan
+from advisor.setup import offloads
 from launcher.accelerate_config import CPU_ENV
 from launcher.recipes import RECIPES
 
@@ -176,7 +177,7 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
     exists when there are several ranks; one rank's output is the launcher's own.
     """
     cmd = [python or sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_path)]
-    multi = plan.world_size > 1 or plan.config.strategy.sharded or plan.config.cpu_offload
+    multi = plan.world_size > 1 or plan.config.strategy.sharded or offloads(plan.config)  # offload runs FSDP
     if multi and plan.nodes == 1:
         # One machine: the ranks meet on the loopback (MASTER_ADDR), not on a public address.
         cmd += ["--main_process_ip", LOOPBACK, "--main_process_port", str(main_port or free_port())]
@@ -208,7 +209,7 @@ def build_launch_spec(plan: Plan, target: Target, *, config_path: Path, plan_pat
         # torchrun would force 1 thread per rank; share the cores out instead.
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(threads_per_rank(plan.processes_per_node))
-    elif plan.config.cpu_offload and "OMP_NUM_THREADS" not in os.environ:
+    elif offloads(plan.config) and "OMP_NUM_THREADS" not in os.environ:
         # The offloaded optimizer step runs on the host: `accelerate launch` would give each GPU rank one
         # thread (OMP_NUM_THREADS=1 when unset), which made llama3.2-3b's step 31.7 s on the H200 host
         # (docs/design.md, "Memory compromises at launch"). Share the cores out among the node's ranks, as for --cpu.

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from advisor.config import Strategy
+from advisor.setup import no_accumulation, strategy_of
 from advisor.plan import Plan
 from advisor.schedule import planned_steps, scaled_lr
 
@@ -82,8 +82,9 @@ def accumulation_stays_off(plan: Plan) -> str | None:
     """Why this plan's retries must keep accumulation at 1, or None."""
     if plan.no_accumulation:
         return "no-accumulation (node H's compromise, or --grad-accum 1 pinned)"
-    if plan.config.optimizer_in_backward:
-        return "optimizer-in-backward (it steps on every backward)"
+    held = no_accumulation(plan.config)
+    if held is not None:
+        return f"{held.name} ({held.accum1_why})"
     return None
 
 
@@ -92,8 +93,9 @@ def shrink(plan: Plan) -> Plan | None:
     batch and LR; None when the micro-batch is already 1. For a plan whose accumulation must stay 1
     (``accumulation_stays_off``): half the micro-batch, no accumulation, a smaller global batch."""
     micro = plan.config.micro_batch
-    if plan.config.strategy is Strategy.fsdp_keep:
-        config = plan.config.model_copy(update={"strategy": Strategy.fsdp})
+    fallback = strategy_of(plan.config).oom_fallback
+    if fallback is not None:
+        config = plan.config.model_copy(update={"strategy": fallback})
         return Plan.model_validate({**plan.model_dump(), "config": config.model_dump()})
     if accumulation_stays_off(plan):
         return _shrink_batch(plan) if micro > 1 else None
@@ -127,9 +129,10 @@ def _shrink_batch(plan: Plan) -> Plan:
 def retry_note(old: Plan, new: Plan) -> str:
     """What the retry changes, for the runner's output and the attempt's record."""
     c = new.config
-    if old.config.strategy is Strategy.fsdp_keep and c.strategy is Strategy.fsdp:
-        return (f"retrying as plain FSDP ({c.micro_batch} x {c.grad_accum}, same global batch): the weights are no "
-                "longer kept gathered across accumulation")
+    was = strategy_of(old.config)
+    if was.oom_fallback is not None and c.strategy is was.oom_fallback:
+        return (f"retrying as plain {c.strategy.value.upper()} ({c.micro_batch} x {c.grad_accum}, same global batch): "
+                f"{was.oom_fallback_note}")
     if new.global_batch == old.global_batch:
         return f"retrying with {c.micro_batch} x {c.grad_accum} accumulation (same global batch)"
     return (f"retrying with micro-batch {c.micro_batch} and no accumulation: the plan keeps it at 1, "

@@ -188,7 +188,7 @@ class Runtime:
     def setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Apply the plan's model-level choices before ``prepare`` (and before the optimizer)."""
         c = self.plan.config
-        if c.precision is Precision.pure_bf16:
+        if c.precision.casts_model:
             model = model.to(torch.bfloat16)
         if c.channels_last:
             model = model.to(memory_format=torch.channels_last)

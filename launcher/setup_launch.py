@@ -41,6 +41,15 @@ FSDP_SECTION: dict[str, Callable[[Plan, dict[str, Any]], None]] = {"fsdp-keep": 
 CONFIG: dict[str, Callable[[Plan, dict[str, Any]], None]] = {"hsdp": _hybrid}
 
 
+def fsdp_ran(plugin: Any) -> dict[str, Any]:
+    """What Accelerate's FSDP plugin really ran with, for a run's record (compromise.json): the settings
+    the setups above ask for."""
+    off = getattr(plugin, "cpu_offload", None)  # FSDP2: CPUOffloadPolicy or OffloadPolicy; FSDP1: CPUOffload
+    return {"fsdp_version": getattr(plugin, "fsdp_version", None),
+            "fsdp_cpu_offload": type(off).__name__ == "CPUOffloadPolicy" or bool(getattr(off, "offload_params", False)),
+            "fsdp_reshard_after_forward": getattr(plugin, "reshard_after_forward", None)}  # False for fsdp-keep
+
+
 def apply(table: dict[str, Callable[[Plan, dict[str, Any]], None]], plan: Plan, target: dict[str, Any]) -> None:
     """Let each active setup of ``plan`` with an entry in ``table`` change ``target``."""
     for s in setup.active(plan.config):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from advisor.setup import CPU_OFFLOAD, NO_ACCUMULATION
+from advisor.setup import COMPROMISES, NO_ACCUMULATION
 from advisor.units import format_hours
 from rules.compromise import find, gives_up, name_of, risk_text
 from rules.host_ram import host_short, host_text
@@ -18,6 +18,8 @@ from rules.planner import Choice, Infeasible
 from rules.tree import TreeContext
 
 CommandFn = Callable[..., str]
+# The compromise that keeps the training state in host RAM (the node's RAM may not hold it).
+_OFFLOAD = next(s for s in COMPROMISES if s.host_offload)
 
 
 def _speed(ch: Choice) -> str:
@@ -38,7 +40,7 @@ def compromises(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
         lv, r = t.level, t.result
         if t is out_.chosen or r is None:
             continue
-        kind = "offload" if lv.update.get("cpu_offload") else "compromise"
+        kind = "offload" if lv.host_offload else "compromise"
         if isinstance(r, Choice):
             e = r.estimate
             label = name_of(lv, r, p) + (" + checkpointing" if r.config.grad_ckpt else "")
@@ -80,16 +82,16 @@ def host_ram_short(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
     p = ctx.planner
     e = None
     tried = ctx.compromise.tried if ctx.compromise else []
-    short = next((t for t in tried if t.level.name == CPU_OFFLOAD and not t.label and isinstance(t.result, Infeasible)
+    short = next((t for t in tried if t.level.host_offload and not t.label and isinstance(t.result, Infeasible)
                   and t.result.closest is not None and host_short(t.result.closest, p)), None)
     if short is not None:
         e = short.result.closest
-    elif isinstance(ctx.choice, Choice) and ctx.choice.config.cpu_offload and host_short(ctx.choice.estimate, p):
+    elif isinstance(ctx.choice, Choice) and _OFFLOAD.on(ctx.choice.config) and host_short(ctx.choice.estimate, p):
         e = ctx.choice.estimate
     if e is None:
         return []
     out: list[Alternative] = []
-    base = p.base.model_copy(update={"cpu_offload": True})
+    base = p.base.model_copy(update=_OFFLOAD.setting())
     for n in p.counts(hypothetical_max=HYPOTHETICAL_MAX_GPUS):
         if n <= e.hardware.count:
             continue
@@ -97,7 +99,7 @@ def host_ram_short(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
         if isinstance(ch, Choice) and not host_short(ch.estimate, p):
             nodes = ch.estimate.hardware.nodes
             out.append(Alternative(
-                name=f"{nodes} nodes with cpu-offload", kind="scale-out",
+                name=f"{nodes} nodes with {_OFFLOAD.name}", kind="scale-out",
                 summary=(f"the same offload over {n}x {p.hw.gpu.name} ({nodes} nodes): {host_text(ch.estimate)}, within "
                          f"the {p.host_ram_gib:.0f} GiB of each node; {_speed(ch)}" +
                          (f" (needs {n} GPUs; {p.available} at hand)" if n > p.available else "")),
@@ -105,7 +107,7 @@ def host_ram_short(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
                 device_gib=ch.estimate.memory.device_gib, samples_per_s=ch.estimate.throughput.samples_per_s,
                 time_to_train_h=ch.time_h, meets_deadline=_meets(ctx, ch.time_h),
                 cost=Cost(memory=host_text(ch.estimate), speed=_speed(ch), accuracy_risk="none"),
-                source="Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", command=cmd(ch, hypothetical=n > p.available)))
+                source=_OFFLOAD.source, command=cmd(ch, hypothetical=n > p.available)))
             break
     ranks = round(e.memory.host_node_gib / e.memory.host_gib) if e.memory.host_gib else 1
     need = OPTIMIZER_ONLY_HOST_BYTES * p.model.params / e.hardware.count * ranks / 2**30

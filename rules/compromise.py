@@ -27,19 +27,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advisor import setup as names
-from advisor.setup import setting
+from advisor.setup.base import Setup
 from advisor.setup.checkpointing import checkpointing_pinned
-from advisor.setup.constraints import EIGHT_BIT_FSDP, SHARDING_ROWS, Combo, refusal
-from advisor.config import Optimizer, PureBf16Update, Strategy
+from advisor.setup.constraints import SHARDING_ROWS, Combo, refusal
+from advisor.config import Strategy
 from advisor.estimate import Estimate
 from rules.host_ram import host_short, host_text
 from rules.planner import Choice, Infeasible, Planner
 from rules.risk import RISK, RISK_SLACK, RiskClass, least_risk
 
 GIB = float(2**30)
-# Rank of LoRA adapters the ladder offers (Hu et al. 2021 report r = 4-64 matching full fine-tuning
-# on GPT-3 adaptation; 16 is peft's documented common choice).
-LORA_RANK = 16
 # An exact compromise is preferred to a lossy one unless it is more than this many times slower
 # (issue 27's policy: keep the user's arithmetic when it costs at most 2x in speed).
 EXACT_SLOWDOWN_LIMIT = 2.0
@@ -59,59 +56,32 @@ class Level:
     single_only: bool = False  # one process only
     with_lower: tuple[str, ...] = ()  # lower-risk levels it may be combined with (same risk level then)
     tier: str = "close"  # exact | close | different (TIERS)
-    numerical_risk: str = "none"  # rules.risk.RISK_CLASSES id (pure-bf16 stepped by an 8-bit or plain update: uncompensated)
+    numerical_risk: str = "none"  # rules.risk.RISK_CLASSES id (a lower partner may raise it: Setup.risk_class)
+    setup: Setup | None = None  # the way of training it is (None: no accumulation, not a setting)
+    rank: int = 0  # its place on the ladder (Setup.ladder_rank)
+
+    @property
+    def host_offload(self) -> bool:
+        """It keeps the training state in host RAM: the node's RAM is checked, FSDP runs it."""
+        return self.setup is not None and self.setup.host_offload
+
+    @classmethod
+    def of(cls, s: Setup) -> Level:
+        """A compromise's level, from its declaration (advisor.setup: its ladder_* attributes)."""
+        lower = tuple(x.name for x in names.COMPROMISES if x.lower_partner) if s.takes_partners else ()
+        return cls(s.name, s.ladder_setting(), s.gives_up, s.risk, s.source, accum1=s.accum1, single_only=s.single_only,
+                   with_lower=lower, tier=s.tier, numerical_risk=s.numerical_risk, setup=s, rank=s.ladder_rank)
 
 
-_PURE_BF16_KAHAN = ("fp32 master weights: weights, gradients and AdamW states in bf16, the update compensated "
-                    "(Kahan summation, cardwise's KahanAdamW)")
-LEVELS: tuple[Level, ...] = (
-    Level(names.CPU_OFFLOAD, setting(names.CPU_OFFLOAD),
-          "speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
-          "and every step copies the weights over PCIe",
-          "none (same arithmetic), but slower; needs the host RAM",
-          "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload", tier="exact",
-          # with pure-bf16 the offloaded weights, gradients and Kahan states are 10 bytes a parameter, not 16:
-          # the variant that fits a node whose RAM the plain offload exceeds (close arithmetic then: tier())
-          with_lower=(names.PURE_BF16,)),
-    Level(names.NO_ACCUMULATION, {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
-          "per GPU, and the learning rate follows it",
-          "the same arithmetic on a smaller batch: close when the batch changes by 2x at most, else a different "
-          "training (another batch, learning rate and number of steps)",
-          "Goyal et al. 2017 (linear scaling rule); Malladi et al. 2022 (sqrt rule for Adam)", accum1=True),
-    Level(names.PURE_BF16, setting(names.PURE_BF16), _PURE_BF16_KAHAN,
-          "low-medium: Kahan-compensated bf16 updates track fp32 closely; plain bf16 would round small updates away",
-          "Zamirai et al. 2020 (Revisiting BFloat16 Training)", numerical_risk="compensated-bf16"),
-    Level(names.ADAMW_8BIT, setting(names.ADAMW_8BIT),
-          "32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
-          "bitsandbytes; one GPU or DDP, not FSDP)",
-          "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes",
-          "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)", with_lower=(names.PURE_BF16,),
-          numerical_risk="quantized-states"),
-    Level(names.PAGED_ADAMW_8BIT, setting(names.PAGED_ADAMW_8BIT),
-          "32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
-          "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)",
-          "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit",
-          "Dettmers et al. 2023 (QLoRA, sec. 3: paged optimizers)", with_lower=(names.PURE_BF16,),
-          numerical_risk="quantized-states"),
-    Level(names.OPTIMIZER_IN_BACKWARD, setting(names.OPTIMIZER_IN_BACKWARD),
-          "gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
-          "gradient hook as soon as its gradient is ready, and the gradient is freed",
-          "medium: no global-norm clipping (per-parameter clipping only); same update otherwise",
-          "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)",
-          accum1=True, single_only=True, with_lower=(names.PURE_BF16,), numerical_risk="no-global-clip"),
-    Level(names.LORA, setting(names.LORA, LORA_RANK),
-          f"the full fine-tune: rank-{LORA_RANK} adapters on every attention and MLP projection are trained, "
-          "the base (bf16) stays frozen",
-          "a different training: adapters only; quality can trail a full fine-tune on hard tasks",
-          "Hu et al. 2021 (LoRA); Biderman et al. 2024 (LoRA Learns Less and Forgets Less)", tier="different"),
-    Level(names.QLORA, setting(names.QLORA, LORA_RANK),
-          f"the full fine-tune and the bf16 base: rank-{LORA_RANK} adapters are trained on a frozen base whose "
-          "projections are quantized to 4-bit NF4 (bitsandbytes Linear4bit, double quantization) and dequantized "
-          "for every GEMM",
-          "a different training: adapters only, on a 4-bit base (Dettmers et al. 2023 report 16-bit LoRA quality)",
-          "Dettmers et al. 2023 (QLoRA: Efficient Finetuning of Quantized LLMs)", tier="different",
-          numerical_risk="quantized-states"),
-)
+# No accumulation is not a setting (the plan holds grad_accum at 1): its level is the ladder's own.
+_NO_ACCUMULATION = Level(
+    names.NO_ACCUMULATION, {}, "gradient accumulation: the global batch shrinks to what fits in one micro-batch "
+    "per GPU, and the learning rate follows it",
+    "the same arithmetic on a smaller batch: close when the batch changes by 2x at most, else a different "
+    "training (another batch, learning rate and number of steps)",
+    "Goyal et al. 2017 (linear scaling rule); Malladi et al. 2022 (sqrt rule for Adam)", accum1=True, rank=20)
+LEVELS: tuple[Level, ...] = tuple(sorted([_NO_ACCUMULATION, *(Level.of(s) for s in names.COMPROMISES)],
+                                         key=lambda lv: lv.rank))
 
 
 @dataclass
@@ -140,12 +110,9 @@ class Outcome:
 
 
 def risk_of(config) -> RiskClass:
-    """The numerical-risk class of ``config``: its riskiest compromise's; pure-bf16 stepped by bitsandbytes'
-    8-bit AdamW or by --pure-bf16-update plain is uncompensated (what launcher.compromises builds)."""
-    classes = [RISK[lv.numerical_risk] for lv in LEVELS if lv.update and names.has(config, lv.name)]
-    if names.has(config, names.PURE_BF16) and (config.optimizer.eight_bit
-                                               or config.pure_bf16_update is PureBf16Update.plain):
-        classes.append(RISK["uncompensated-bf16"])
+    """The numerical-risk class of ``config``: its riskiest compromise's, each in this configuration
+    (``Setup.risk_class``: a bf16 model stepped without compensation is riskier than its level says)."""
+    classes = [RISK[lv.setup.risk_class(config)] for lv in LEVELS if lv.setup is not None and lv.setup.on(config)]
     return max(classes, key=lambda c: c.rank, default=RISK["none"])
 
 
@@ -155,10 +122,8 @@ def ranked() -> list[Level]:
 
 
 def _update(p: Planner, level: Level) -> dict:
-    """The level's config update (QLoRA quantizes the base of the rank the user pinned, if any)."""
-    if level.name == names.QLORA and p.req.lora_rank is not None:
-        return setting(names.QLORA, p.req.lora_rank)
-    return dict(level.update)
+    """The level's config update for this request (QLoRA quantizes the base of the rank the user pinned, if any)."""
+    return level.setup.ladder_setting(p.req) if level.setup is not None else dict(level.update)
 
 
 def batch_change(ch: Choice, p: Planner) -> float:
@@ -187,22 +152,12 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
     """Why a level cannot be offered here ('' when it can)."""
     req, base = p.req, p.base
     u = level.update
-    if level.name == names.QLORA:
-        if req.quantize_base is not None or p.model.arch is None:
-            return "--quantize-base is pinned" if req.quantize_base is not None else "QLoRA needs a transformer"
-        if not p.hw.gpu.supports_bf16:
-            return f"{p.hw.gpu.name} has no bf16 (QLoRA computes in bf16)"
-        return ""
-    if "optimizer" in u and _refused(p, level, n, ("8bit.not-fsdp",)):
-        return EIGHT_BIT_FSDP
-    if "precision" in u and (req.precision is not None or not p.hw.gpu.supports_bf16):
-        return "the precision is pinned" if req.precision is not None else f"{p.hw.gpu.name} has no bf16"
-    if "optimizer" in u and (req.optimizer is not None or base.optimizer is not Optimizer.adamw):
-        return "the optimizer is pinned" if req.optimizer is not None else f"the family's optimizer is {base.optimizer.value}"
-    if "lora_rank" in u and (req.lora_rank is not None or p.model.arch is None):
-        return "--lora-rank is pinned" if req.lora_rank is not None else "LoRA needs a transformer"
-    for field in ("optimizer_in_backward", "cpu_offload"):  # --no-... given: the user pinned it off
-        if field in u and getattr(req, field) is False:
+    if level.setup is not None:  # its own reasons first (pins, the GPU, the model)
+        own = level.setup.ladder_blocked(req, base, p.model, p.hw.gpu, lambda rows: _refused(p, level, n, rows))
+        if own is not None:
+            return own
+    for field, value in u.items():  # --no-... given: the user pinned it off
+        if value is True and getattr(req, field) is False:
             return f"--no-{field.replace('_', '-')} is pinned"
     if level.accum1 and req.grad_accum is not None and req.grad_accum > 1:
         return "--grad-accum is pinned"
@@ -210,11 +165,11 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
     if row is not None:  # the table refuses; the ladder says it in a word
         if row.id == "offload.fsdp-only":
             return f"CPU offload runs under FSDP; --strategy {req.strategy.value} is pinned"
-        if not u.get("cpu_offload"):
+        if not level.host_offload:
             return "needs one process without FSDP (strategy single)"
         return ("the optimizer step in backward needs strategy single; CPU offload is FSDP's" if row.id.startswith("in-")
                 else "bitsandbytes' 8-bit AdamW steps on the GPU; CPU offload steps on the CPU")
-    if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and base.optimizer_in_backward):
+    if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and any(s.accum1 for s in names.active(base))):
         return "already part of the configuration"
     return ""
 
@@ -227,7 +182,7 @@ def _refused(p: Planner, level: Level, n: int, rows: tuple[str, ...], strategy: 
 
 
 def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
-    if level.update.get("cpu_offload") or p.base.cpu_offload:
+    if level.host_offload or any(s.host_offload for s in names.active(p.base)):
         out = [Strategy.fsdp]
     else:
         out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]
@@ -279,7 +234,7 @@ def try_level(p: Planner, level: Level, n: int, update: dict | None = None, labe
         if fitting:  # DDP before FSDP: the first strategy that fits (node I's rule)
             break
     ram = p.host_ram_gib
-    if fitting and ram and level.update.get("cpu_offload"):
+    if fitting and ram and level.host_offload:
         # host RAM must hold what every rank of a node offloads (HOST_RAM_FRACTION of it: the rest of the machine)
         over = [c for c in fitting if host_short(c.estimate, p)]
         if len(over) == len(fitting):
@@ -359,8 +314,8 @@ def _partners(level: Level, ch: Choice, p: Planner) -> list[Level]:
 def risk_text(level: Level, ch: Choice, p: Planner) -> str:
     """The variant's accuracy risk: its members' (the lower levels it combines first) and its class."""
     cls = risk_of(ch.config)
-    texts = [f"high: {RISK['uncompensated-bf16'].summary}" if lv.name == names.PURE_BF16 and cls.id == "uncompensated-bf16"
-             else lv.risk for lv in _partners(level, ch, p) + [level]]
+    texts = [f"high: {RISK[cls.id].summary}" if lv.setup is not None and lv.setup.risk_class(ch.config) == cls.id
+             != lv.numerical_risk else lv.risk for lv in _partners(level, ch, p) + [level]]
     return "; ".join(texts) + f" (numerical risk: {cls.id})"
 
 
@@ -370,17 +325,8 @@ def name_of(level: Level, ch: Choice, p: Planner) -> str:
 
 
 def level_gives_up(level: Level, config) -> str:
-    """The level's ``gives_up``, for the update ``config`` runs: pure-bf16 is Kahan-compensated only with
-    cardwise's KahanAdamW; with bitsandbytes' 8-bit AdamW (what launcher.compromises builds) or with
-    --pure-bf16-update plain, the bf16 weights take the update uncompensated."""
-    if level.name == names.PURE_BF16 and config.optimizer.eight_bit:
-        return ("fp32 master weights: weights and gradients in bf16, stepped by bitsandbytes' "
-                f"{'Paged' if config.optimizer is Optimizer.paged_adamw_8bit else ''}AdamW8bit without compensation: "
-                "updates below bf16's resolution round away")
-    if level.name == names.PURE_BF16 and config.pure_bf16_update is PureBf16Update.plain:
-        return ("fp32 master weights: weights, gradients and AdamW states in bf16, plain torch AdamW "
-                "(--pure-bf16-update plain): updates below bf16's resolution round away")
-    return level.gives_up
+    """The level's ``gives_up``, for the update ``config`` runs (``Setup.gives_up_in``)."""
+    return level.setup.gives_up_in(config) if level.setup is not None else level.gives_up
 
 
 def gives_up(level: Level, ch: Choice, p: Planner) -> str:
@@ -402,7 +348,7 @@ def _gives_up_one(level: Level, ch: Choice, p: Planner) -> str:
         return "gradient accumulation: " + _batch_text(ch, p)
     if level.accum1 and ch.global_batch != p.target_batch:  # the optimizer step in backward: accumulation 1
         return level_gives_up(level, ch.config) + "; and the " + _batch_text(ch, p)
-    if level.name == names.CPU_OFFLOAD:
+    if level.host_offload:
         checked = (f"; the node has {p.host_ram_gib:.0f} GiB ({p.host_ram_source})" if p.host_ram_gib else
                    "; not checked against the node's RAM: give --host-ram")
         return level.gives_up + f"; {host_text(ch.estimate)}{checked}"

@@ -15,10 +15,11 @@ pin a choice (a rule that would change it does not fire); the rules fill in the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from advisor.calibration import Calibration
-from advisor.setup import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION
+from advisor.setup import FIELDS as COMPROMISE_FIELDS, NO_ACCUMULATION, no_accumulation, offloads, one_process
 from advisor.setup.constraints import SHARDING_ROWS, Combo, check, refusal
 from advisor.config import Optimizer, Precision, Strategy, TrainConfig
 from advisor.errors import UserError
@@ -87,7 +88,7 @@ def check_pins(p: Planner) -> None:
         raise UserError(f"{pins} does not divide {source} {target}: micro-batch x accumulation x GPUs must equal it",
                         fix=f"pick values whose product divides {target}, give --batch-size, or drop "
                             f"{'--grad-accum' if pa else '--micro-batch'} and let cardwise derive it")
-    counts = [n for n in p.counts() if p.strategies(n) and not (req.optimizer_in_backward and n > 1)]
+    counts = [n for n in p.counts() if p.strategies(n) and not (one_process(req) and n > 1)]
     if not any(target % (n * per) == 0 for n in counts):
         over = ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1]) if counts else "any"
         with_pins = f" x {pins}" if pins else ""
@@ -100,7 +101,7 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     """The family's defaults (base lr and batch) and the starting config: the pins, else the standard."""
     defaults = load_defaults()
     seq_len = None if spec.is_vision else req.seq_len or (spec.default_seq_len if spec.is_text else None)
-    rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.lora_rank is not None,
+    rec = lr_recipe(req, spec, defaults, seq_len=seq_len, adapter=req.adapters,
                     optimizer=req.optimizer.value if req.optimizer else None)
     base_lr, base_batch, lr_defaulted = rec.base_lr, rec.base_batch, rec.defaulted
     applied = [f"task {rec.task_rule}"] + ([f"base lr {base_lr:g} at batch {base_batch} ({rec.source})"] if lr_defaulted else [])
@@ -111,7 +112,7 @@ def start(req: Request, spec: ModelSpec, hardware: HardwareSpec, cal: Calibratio
     planner = Planner(req, spec, hardware, cal, defaults, cfg, base_lr, base_batch)
     planner.host_ram_gib = host_ram_gib
     planner.start_recipe = rec
-    if not (req.batch_size or req.keep_global_batch or req.lora_rank or req.optimizer_in_backward):
+    if not (req.batch_size or req.keep_global_batch or req.adapters or no_accumulation(req)):
         planner.batch_span = lr_batch_range(defaults, spec, rec)
     check_pins(planner)
     return Run(req, planner, Engine(), lr_defaulted, f"{rec.task} recipe: {rec.source}", applied)
@@ -164,7 +165,7 @@ def tree(run: Run) -> None:
         if lvs:
             run.compromise = "+".join(lv.name for lv in lvs)
             run.gives_up = "; and ".join(level_gives_up(lv, choice.config) for lv in lvs) + " (pinned)"
-            if choice.config.cpu_offload and choice.estimate.memory.host_node_gib:
+            if offloads(choice.config) and choice.estimate.memory.host_node_gib:
                 from rules.host_ram import host_text
 
                 run.gives_up += f"; {host_text(choice.estimate)}"
@@ -259,17 +260,22 @@ def outputs(run: Run, machine: Machine | None) -> Recommendation:
     return rec
 
 
+# The recommendation's fields that are the chosen config's own, as they are (the sizes, the toggles, the
+# compromises' toggles and rank); its enums are written as their values.
+_CORE_AS_IS = tuple(k for k in RecommendationCore.model_fields if k in TrainConfig.model_fields
+                    and not isinstance(TrainConfig.model_fields[k].default, Enum))
+
+
 def _core(run: Run, command: str) -> RecommendationCore:
     req, ch, extra = run.req, run.final, run.plan_set
     cfg, est, lr = ch.config, ch.estimate, ch.lr
     return RecommendationCore(
-        strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, micro_batch=cfg.micro_batch,
-        grad_accum=cfg.grad_accum, global_batch=ch.global_batch, precision=cfg.precision.value,
-        compile=cfg.compile, grad_ckpt=cfg.grad_ckpt, grad_ckpt_every=cfg.grad_ckpt_every, lr=lr.lr, lr_scaling=lr.lr_scaling,
+        **{k: getattr(cfg, k) for k in _CORE_AS_IS},
+        strategy=ch.strategy.value, gpus=ch.gpus, nodes=est.hardware.nodes, global_batch=ch.global_batch,
+        precision=cfg.precision.value, lr=lr.lr, lr_scaling=lr.lr_scaling,
         warmup_steps=extra.get("warmup_steps", lr.warmup_steps), num_workers=extra.get("num_workers", 0),
         fits=run.fits, command=command, gpu=run.planner.hw.gpu.name, task=lr.task, optimizer=cfg.optimizer.value,
-        channels_last=cfg.channels_last, lora_rank=cfg.lora_rank, seq_len=cfg.seq_len,
-        image_size=cfg.image_size, sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
+        sync_batchnorm=bool(extra.get("sync_batchnorm", False)),
         pin_memory=bool(extra.get("pin_memory", True)), prefetch_factor=int(extra.get("prefetch_factor", 2)),
         base_lr=lr.base_lr, base_batch=lr.base_batch, total_steps=lr.total_steps,
         task_rule=run.planner.recipe(cfg).task_rule, task_flag=run.planner.recipe(cfg).task_flag,
@@ -278,8 +284,6 @@ def _core(run: Run, command: str) -> RecommendationCore:
         time_to_train_h=est.time_to_train_h, deadline_h=req.deadline_h,
         compromise=run.compromise, gives_up=run.gives_up, compromise_rule=run.compromise_rule,
         risk_rule=run.risk_rule, numerical_risk=_numerical_risk(run.compromise, cfg),
-        optimizer_in_backward=cfg.optimizer_in_backward,
-        cpu_offload=cfg.cpu_offload,
         standard_verdict=(run.ctx.verdict or None) if (not run.fits or run.ctx.compromise_name) else None,
     )
 
@@ -372,14 +376,14 @@ def _closest_as_choice(ctx: TreeContext, inf: Infeasible | None) -> Choice:
     n = inf.gpus if inf is not None else 1
     strategy = inf.strategy if inf is not None else Strategy.single
     if e is None:
-        if p.base.optimizer_in_backward:
+        if one_process(p.base):
             strategy, n = Strategy.single, 1
         cfg = p.base.model_copy(update={"strategy": strategy, "micro_batch": 1, "grad_accum": 1, "grad_ckpt": True})
         e = p.est(cfg, n)
     target = p.target_batch
     cfg = e.config
     share = max(1, target // n)
-    if share % cfg.micro_batch == 0 and not cfg.optimizer_in_backward:
+    if share % cfg.micro_batch == 0 and not no_accumulation(cfg):
         cfg = cfg.model_copy(update={"grad_accum": share // cfg.micro_batch})
         e = p.est(cfg, n)
     gb = cfg.micro_batch * cfg.grad_accum * n

@@ -169,7 +169,7 @@ def recipe_for_request(req: Request) -> Callable[[TrainConfig], LrRecipe]:
         except Exception:  # an unknown name is reported by the launch itself
             spec = None
     defaults = load_defaults()
-    return lambda cfg: recipe(req, spec, defaults, seq_len=cfg.seq_len, adapter=bool(cfg.lora_rank),
+    return lambda cfg: recipe(req, spec, defaults, seq_len=cfg.seq_len, adapter=cfg.adapters,
                               optimizer=cfg.optimizer.value)
 
 

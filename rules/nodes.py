@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from advisor.config import Precision, PureBf16Update, Strategy, TrainConfig
+from advisor.config import Precision, Strategy
 from advisor.estimate import Estimate
-from advisor.setup.checkpointing import checkpointing_words
+from advisor.setup import compromise_words, labels, one_process
+from advisor.setup.precision import precision_text
 from advisor.units import format_efficiency, format_hours
 from rules.planner import Choice, Infeasible
 from rules.tree import Answer, Measure, Step, TreeContext, load_tree
@@ -26,36 +27,15 @@ def _gib(x: float) -> str:
     return f"{x:.1f} GiB"
 
 
-def _precision_text(cfg: TrainConfig) -> str:
-    return {
-        Precision.bf16: "bf16 autocast with fp32 master weights",
-        Precision.fp16: "fp16 autocast + GradScaler with fp32 master weights",
-        Precision.pure_bf16: ("pure bf16 (weights and states in bf16, "
-                              + ("plain AdamW update)" if cfg.pure_bf16_update is PureBf16Update.plain
-                                 # bitsandbytes steps the bf16 weights itself: no compensation (rules.compromise.risk_of)
-                                 else "uncompensated 8-bit update)" if cfg.optimizer.eight_bit
-                                 else "Kahan-compensated update)")),
-        Precision.fp32: "fp32",
-        Precision.tf32: "tf32 matmuls, fp32 storage",
-        Precision.fp8: "fp8 Linears (torchao float8) in bf16 autocast with fp32 master weights",
-    }[cfg.precision]
-
-
 def describe(ch: Choice) -> str:
     c = ch.config
     parts = [f"micro-batch {c.micro_batch} x accumulation {c.grad_accum}" + (f" x {ch.gpus} GPUs" if ch.gpus > 1 else "")
-             + f" = global batch {ch.global_batch}", _precision_text(c), c.optimizer.value]
+             + f" = global batch {ch.global_batch}", precision_text(c), c.optimizer.value]
     if c.strategy is Strategy.fsdp_keep:
         parts.insert(1, keep_gathered_text(c.grad_accum))
-    if c.lora_rank:
-        parts.append(f"LoRA rank {c.lora_rank}")
-    if c.optimizer_in_backward:
-        parts.append("optimizer step in backward")
-    if c.cpu_offload:
-        parts.append("FSDP CPU offload")
-    ckpt = checkpointing_words(c)
-    if ckpt != "off":
-        parts.append("activation checkpointing" + ("" if ckpt == "on" else f" of {ckpt}"))
+    parts += labels(c, style="sentence")  # the ways of training it runs (advisor.setup)
+    if c.grad_ckpt:
+        parts.append("activation checkpointing")
     return ", ".join(parts)
 
 
@@ -109,7 +89,7 @@ def node_B(ctx: TreeContext) -> Answer:
     from rules.compromise import standard_cause
 
     ctx.verdict = f"the standard setup does not fit on 1x {p.hw.gpu.name}: {standard_cause(e)}"
-    why = "Compromises (no accumulation, pure-bf16, 8-bit AdamW, optimizer in backward, CPU offload, LoRA) are not assumed here: node H ranks them when the GPUs at hand need one."
+    why = f"Compromises ({compromise_words()}) are not assumed here: node H ranks them when the GPUs at hand need one."
     if e is not None:
         m = e.memory
         why = (f"At micro-batch {e.config.micro_batch} x accumulation {e.config.grad_accum}"
@@ -125,9 +105,10 @@ def node_C(ctx: TreeContext) -> Answer:
     need = ctx.min_fit.gpus if ctx.min_fit else None
     need_text = (f"at least {need}x {p.hw.gpu.name} ({ctx.min_fit.strategy.value.upper()})" if need
                  else "more than 256 GPUs of this kind")
-    pinned_single = ctx.req.strategy is Strategy.single or p.base.optimizer_in_backward
+    one = one_process(p.base)
+    pinned_single = ctx.req.strategy is Strategy.single or one is not None
     if p.available < 2 or pinned_single or need is None or need > p.available:
-        have = (("--optimizer-in-backward runs on one GPU" if p.base.optimizer_in_backward else "--strategy single is pinned")
+        have = ((f"{one.flag} runs on one GPU" if one is not None else "--strategy single is pinned")
                 if pinned_single else f"{p.available} at hand")
         return Answer("unavailable", f"it needs {need_text}; {have}: node H finds what runs on the GPUs given",
                       "No standard configuration runs here; node H ranks the memory compromises that would.",

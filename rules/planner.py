@@ -40,6 +40,7 @@ from advisor.hardware import HardwareSpec
 from advisor.memo import config_key
 from advisor.models import ModelSpec
 from advisor.request import Request
+from advisor.setup import no_accumulation, offloads
 from advisor.setup.checkpointing import checkpointing_pinned
 from advisor.setup.constraints import PLANNER_ROWS, Combo, refusal
 from advisor.throughput import ThroughputEstimate
@@ -277,11 +278,11 @@ class Planner:
     def recipe(self, config: TrainConfig | None = None) -> LrRecipe:
         """The learning-rate recipe for ``config`` (adapters and the optimizer pick the row: rules.lr)."""
         cfg = config or self.base
-        key = (bool(cfg.lora_rank), cfg.optimizer.value, cfg.seq_len)
+        key = (cfg.adapters, cfg.optimizer.value, cfg.seq_len)
         hit = self._recipes.get(key)
         if hit is None:
             hit = self._recipes[key] = recipe(self.req, self.model, self.defaults, seq_len=cfg.seq_len,
-                                              adapter=bool(cfg.lora_rank), optimizer=cfg.optimizer.value)
+                                              adapter=cfg.adapters, optimizer=cfg.optimizer.value)
         return hit
 
     def lr_for(self, global_batch: int, config: TrainConfig | None = None) -> LrPlan:
@@ -323,9 +324,9 @@ class Planner:
         one. A pinned --strategy is the only one."""
         if n == 1:
             # FSDP over one GPU is CPU offload's (FSDP's CPUOffload), or what a pinned --strategy fsdp asks
-            out = [Strategy.single] + ([Strategy.fsdp] if self.req.cpu_offload or self.req.strategy is Strategy.fsdp else [])
+            out = [Strategy.single] + ([Strategy.fsdp] if offloads(self.req) or self.req.strategy is Strategy.fsdp else [])
         else:
-            out = [Strategy.ddp, Strategy.fsdp] + ([Strategy.fsdp_keep] if not self.req.cpu_offload else [])
+            out = [Strategy.ddp, Strategy.fsdp] + ([Strategy.fsdp_keep] if not offloads(self.req) else [])
             per_node = max(self.hw.gpus_per_node, 8) if hypothetical else self.hw.gpus_per_node
             if n > per_node and per_node > 1:
                 out.append(Strategy.hsdp)
@@ -434,7 +435,7 @@ class Planner:
         doubled, or the whole per-GPU batch at once are scored (memory does not change with accumulation;
         this bounds the batch dimension: tests/test_bounded_search.py)."""
         req = self.req
-        if base.cpu_offload and strategy is Strategy.single:
+        if offloads(base) and strategy is Strategy.single:
             strategy = Strategy.fsdp  # CPU offload is FSDP's (CPUOffload), on one GPU too
         blocked = self._blocked(n, strategy, base, req.grad_accum)
         if blocked is not None:
@@ -444,7 +445,7 @@ class Planner:
         ckpts = ([base.grad_ckpt] if checkpointing_pinned(req) else [ckpt] if ckpt is not None else [False, True])
         if prev is not None:
             ckpts = [prev.config.grad_ckpt]
-        if base.optimizer_in_backward:  # no gradient to accumulate: the global batch is what fits at once
+        if no_accumulation(base):  # no gradient to accumulate: the global batch is what fits at once
             r: Choice | Infeasible | None = None
             for ck in ckpts:
                 r = self.search_accum1(n, strategy, base, ck)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.config import Precision, Strategy, TrainConfig
 from advisor.estimate import Estimate
+from advisor.setup import COMPROMISES, active
 from rules.facts import (CompileFacts, ConfigFacts, DataFacts, EstimateFacts, Facts, GpuFacts, HardwareFacts,
                          ModelFacts, PinnedFacts, PlanFacts, WorkloadFacts)
 from rules.planner import Choice, Planner, model_layers
@@ -42,8 +43,7 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
                                base_batch=p.base_batch, lr_defaulted=lr_defaulted, defaults_source=defaults_source,
                                want_alternatives=req.alternatives),
         pinned=PinnedFacts(**{k: getattr(req, k) is not None for k in PinnedFacts.model_fields if k != "compromise"},
-                           compromise=req.precision is Precision.pure_bf16 or (req.optimizer is not None and req.optimizer.eight_bit)
-                           or req.lora_rank is not None or bool(req.optimizer_in_backward) or bool(req.cpu_offload)),
+                           compromise=any(s.on(req) for s in COMPROMISES)),  # the request's pins name one
         config=_config_facts(cfg, p.start_recipe.optimizer if p.start_recipe else cfg.optimizer.value, patch=m.arch.patch_size if m.arch and m.arch.patch_size else None,
                              context=m.arch.max_seq if m.is_text and m.arch is not None else None),
     )
@@ -52,13 +52,18 @@ def base_facts(p: Planner, cfg: TrainConfig, *, lr_defaulted: bool, defaults_sou
 def _config_facts(cfg: TrainConfig, default_optimizer: str, micro: bool = False, patch: int | None = None,
                   context: int | None = None) -> ConfigFacts:
     rem = cfg.image_size % patch if patch and cfg.image_size else None
-    return ConfigFacts(patch_size=patch, patch_remainder=rem, precision=cfg.precision.value, optimizer=cfg.optimizer.value,
-                       compile=cfg.compile, optimizer_in_backward=cfg.optimizer_in_backward, cpu_offload=cfg.cpu_offload,
+    return ConfigFacts(**{k: getattr(cfg, k) for k in _AS_IS}, patch_size=patch, patch_remainder=rem,
+                       precision=cfg.precision.value, optimizer=cfg.optimizer.value,
                        seq_beyond_context=bool(context and cfg.seq_len and cfg.seq_len > context),
-                       channels_last=cfg.channels_last, grad_ckpt=cfg.grad_ckpt, strategy=cfg.strategy.value,
-                       lora_rank=cfg.lora_rank, micro_batch=cfg.micro_batch if micro else None,
-                       grad_accum=cfg.grad_accum if micro else None, seq_len=cfg.seq_len, image_size=cfg.image_size,
-                       default_optimizer=default_optimizer)
+                       strategy=cfg.strategy.value, micro_batch=cfg.micro_batch if micro else None,
+                       grad_accum=cfg.grad_accum if micro else None, default_optimizer=default_optimizer)
+
+
+# The configuration facts that are the config's own fields as they are (booleans and numbers: compile,
+# the compromises' toggles and rank, the sizes); the enums are given as their values, and micro_batch and
+# grad_accum only once planned.
+_AS_IS = tuple(k for k in ConfigFacts.model_fields if k in TrainConfig.model_fields
+               and k not in ("precision", "optimizer", "strategy", "micro_batch", "grad_accum"))
 
 
 def compile_facts(p: Planner, ch: Choice) -> CompileFacts:
@@ -116,7 +121,7 @@ def _host_ram(p: Planner, ch: Choice) -> dict:
     m = ch.estimate.memory
     return dict(host_node_gib=m.host_node_gib, host_ram_gib=p.host_ram_gib,
                 host_ram_source=p.host_ram_source or "", host_ram_need=host_text(ch.estimate) if m.host_node_gib else "",
-                host_ram_short=bool(ch.config.cpu_offload and host_short(ch.estimate, p)))
+                host_ram_short=bool(any(s.host_offload for s in active(ch.config)) and host_short(ch.estimate, p)))
 
 
 def _table_efficiency(ctx: TreeContext, ch: Choice) -> float | None:

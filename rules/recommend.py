@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from advisor.config import Precision, PureBf16Update
+from advisor.setup import SETUPS
 from advisor.estimate import Estimate
 from advisor.plan import Plan
 from advisor.setup.checkpointing import checkpointing_words
@@ -323,12 +323,8 @@ def launch_command(req, *, config, strategy: str, gpu_arg: str | None, gpus_per_
                 batch_size=global_batch, seq_len=config.seq_len, image_size=config.image_size,
                 precision=config.precision, optimizer=config.optimizer, compile=config.compile or None,
                 channels_last=config.channels_last or None, grad_ckpt=config.grad_ckpt or None,
-                grad_ckpt_every=config.grad_ckpt_every,
-                lora_rank=config.lora_rank, quantize_base=config.quantize_base, base_lr=base_lr, base_batch=base_batch,
-                optimizer_in_backward=config.optimizer_in_backward or None, cpu_offload=config.cpu_offload or None,
-                # only plain is written: kahan is the default, and the flag needs --precision pure-bf16
-                pure_bf16_update=(config.pure_bf16_update if config.precision is Precision.pure_bf16
-                                  and config.pure_bf16_update is PureBf16Update.plain else None),
+                base_lr=base_lr, base_batch=base_batch,
+                **{k: v for s in SETUPS for k, v in s.pins(config).items()},  # the flags of its ways of training
                 # accumulation follows from batch / (micro-batch x GPUs) unless the user pinned it
                 grad_accum=config.grad_accum if req.grad_accum is not None or no_accumulation else None)
     if nodes == 1:

@@ -25,18 +25,15 @@ from advisor.setup.optimizers import OPTIMIZERS
 from advisor.setup.precision import PRECISIONS
 from advisor.setup.strategies import STRATEGIES, Single
 
-# The registry, in the ladder's order. The optimizers and offload interleave: paged 8-bit AdamW (states
-# in unified memory, paging costs PCIe time) ranks after CPU offload and the step in backward.
-_OPT = {s.name: s for s in OPTIMIZERS}
-SETUPS: tuple[Setup, ...] = (*STRATEGIES, *PRECISIONS, *CHECKPOINTING, _OPT["adamw-8bit"], _OPT["optimizer-in-backward"], *OFFLOAD,
-                             _OPT["paged-adamw-8bit"], *ADAPTERS)
+# The registry, in the ladder's order: the strategies, then the other setups by their ``order`` (the
+# optimizers and offload interleave: paged 8-bit AdamW, states in unified memory whose paging costs PCIe
+# time, ranks after CPU offload and the step in backward).
+SETUPS: tuple[Setup, ...] = (*STRATEGIES, *sorted((*PRECISIONS, *CHECKPOINTING, *OPTIMIZERS, *OFFLOAD, *ADAPTERS), key=lambda s: s.order))
 BY_NAME: dict[str, Setup] = {s.name: s for s in SETUPS}
 COMPROMISES: tuple[Setup, ...] = tuple(s for s in SETUPS if s.kind == "compromise")
 
 # Not a setting: the plan holds gradient accumulation at 1 (``Plan.no_accumulation``).
 NO_ACCUMULATION = "no-accumulation"
-# The compromises' names (recommendation.compromise, compromise.json).
-PURE_BF16, ADAMW_8BIT, OPTIMIZER_IN_BACKWARD, CPU_OFFLOAD, PAGED_ADAMW_8BIT, LORA, QLORA = (s.name for s in COMPROMISES)
 # The TrainConfig fields a compromise changes, in ladder order.
 FIELDS: tuple[str, ...] = tuple(dict.fromkeys(s.field for s in COMPROMISES))
 
@@ -66,6 +63,57 @@ def setting(name: str, value: object = None) -> dict[str, object]:
 def has(config: TrainConfig, name: str) -> bool:
     """Whether ``config`` runs compromise ``name`` (LoRA: at any rank, not on a quantized base)."""
     return BY_NAME[name].on(config)
+
+
+def offloads(config) -> bool:
+    """Whether ``config`` (a TrainConfig or a request's pins) keeps the training state in host RAM: FSDP
+    runs it, on one process too, and the node's RAM must hold it."""
+    return any(s.host_offload and s.on(config) for s in COMPROMISES)
+
+
+def one_process(config) -> Setup | None:
+    """The compromise of ``config`` (a TrainConfig or a request's pins) that runs on one process only
+    (the step in backward), or None."""
+    return next((s for s in COMPROMISES if s.single_only and s.on(config)), None)
+
+
+def no_accumulation(config) -> Setup | None:
+    """The compromise of ``config`` (a TrainConfig or a request's pins) that runs with accumulation 1 (the
+    step in backward: no gradient is kept to accumulate into), or None."""
+    return next((s for s in COMPROMISES if s.accum1 and s.on(config)), None)
+
+
+def bf16_params(config: TrainConfig) -> bool:
+    """Whether the weights the matmuls see are bf16 under autocast (FSDP's mixed-precision policy, a
+    frozen bf16 base): the activations are then bf16 too (advisor.activations.activation_precision)."""
+    return any(s.bf16_params and s.on(config) for s in SETUPS)
+
+
+def request_settings(req) -> dict[str, object]:
+    """The TrainConfig fields the ways of training's own flags set in ``req`` (advisor.setup.base.Option):
+    a toggle not given is off, a value not given keeps the config's default."""
+    out: dict[str, object] = {}
+    for s in SETUPS:
+        for o in s.options:
+            v = getattr(req, o.field)
+            if o.kind == "toggle":
+                out[o.field] = bool(v)
+            elif v is not None:
+                out[o.field] = v
+    return out
+
+
+def compromise_words() -> str:
+    """The memory compromises in words, in the registry's order, for the help and the decision tree's
+    answers ("no accumulation, pure-bf16, 8-bit AdamW, ...")."""
+    return ", ".join(["no accumulation"] + [s.phrase for s in COMPROMISES if s.phrase])
+
+
+def labels(config, compromise: str | None = None, style: str = "short") -> list[str]:
+    """The words of a report's training line for the setups ``config`` runs (a TrainConfig or a
+    recommendation, whose fields have the same names), in their ``label_rank`` order (0: no label)."""
+    shown = sorted((s for s in SETUPS if s.label_rank and s.on(config)), key=lambda s: s.label_rank)
+    return [t for t in (s.label(config, compromise, style) for s in shown) if t]
 
 
 def in_config(config: TrainConfig) -> list[str]:

@@ -13,12 +13,30 @@ Setups never import hardware detection (advisor.hardware's NVML and /proc reader
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from advisor.config import TrainConfig
 
 if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger, StepLedger
+
+
+@dataclass(frozen=True)
+class Option:
+    """A command-line flag a setup brings (cli.flags adds them to the configuration group).
+
+    ``kind``: "number" (a positive integer, checked as the request checks it), "choice" (the values the
+    request's field allows) or "toggle" (--flag / --no-flag). ``after``: the flag of the group it follows;
+    ``rank`` orders the options that follow the same flag."""
+
+    flag: str
+    field: str
+    kind: str
+    help: str
+    metavar: str | None = None
+    after: str = "--strategy"
+    rank: int = 0
 
 
 class Setup:
@@ -32,6 +50,8 @@ class Setup:
     field: ClassVar[str]  # the TrainConfig field it sets
     value: ClassVar[object] = None  # the value it sets; None: any truthy value (LoRA's rank)
     summary: ClassVar[str] = ""
+    order: ClassVar[int] = 0  # its place in the registry after the strategies (advisor.setup.SETUPS)
+    options: ClassVar[tuple[Option, ...]] = ()  # the flags it brings (cli.flags)
 
     def on(self, config: TrainConfig) -> bool:
         """Whether ``config`` runs this way of training."""
@@ -77,6 +97,71 @@ class Setup:
 
     def step_terms(self, step: StepLedger) -> None:
         """Add the step's collectives (strategies) and what else the step runs."""
+
+    # --- node H's compromise ladder (rules.compromise builds its Levels from these) ---
+    ladder_rank: ClassVar[int] = 0  # its place on the ladder, lowest first (rules.compromise.LEVELS)
+    gives_up: ClassVar[str] = ""  # what the user's training gives up
+    risk: ClassVar[str] = ""  # its accuracy risk, in words
+    source: ClassVar[str] = ""  # the paper or documentation behind it
+    accum1: ClassVar[bool] = False  # runs with gradient accumulation 1 only
+    accum1_why: ClassVar[str] = ""  # why, in a few words (launcher.oom's retries)
+    single_only: ClassVar[bool] = False  # one process only
+    numerical_risk: ClassVar[str] = "none"  # its rules.risk.RISK_CLASSES id
+    lower_partner: ClassVar[bool] = False  # combined, as a lower level, with the levels that take partners
+    takes_partners: ClassVar[bool] = False  # the ladder also tries it with each lower partner
+    host_offload: ClassVar[bool] = False  # keeps the training state in host RAM (the node's RAM is checked)
+    bf16_params: ClassVar[bool] = False  # under autocast the matmuls see bf16 weights (activations follow)
+
+    def ladder_setting(self, req: Any = None) -> dict[str, object]:
+        """The config update the ladder tries (``req``: the request, whose pins it may keep)."""
+        return self.setting()
+
+    def ladder_blocked(self, req: Any, base: TrainConfig, model: Any, gpu: Any, refused: Any) -> str | None:
+        """Why the ladder cannot offer it, checked before the pins and the table: a reason, "" (offer it,
+        no other check) or None (no reason of its own). ``refused(rows)``: the row of the table that
+        refuses it among ``rows``, or None."""
+        return None
+
+    def risk_class(self, config: TrainConfig) -> str:
+        """Its numerical-risk class in ``config`` (rules.risk)."""
+        return self.numerical_risk
+
+    def gives_up_in(self, config: TrainConfig) -> str:
+        """What it gives up in ``config`` (the update ``config`` steps with)."""
+        return self.gives_up
+
+    def pins(self, config: Any) -> dict[str, object]:
+        """The request fields its flags pin for ``config`` (rules.recommend.launch_command); a toggle
+        that is off is not written."""
+        return {o.field: (getattr(config, o.field) or None) if o.kind == "toggle" else getattr(config, o.field)
+                for o in self.options}
+
+    # --- how reports show it in the configuration's line (cli, tui) ---
+    label_rank: ClassVar[int] = 0  # its place among the labels
+    phrase: ClassVar[str] = ""  # its words where the compromises are listed (advisor.setup.compromise_words)
+
+    def label(self, config: Any, compromise: str | None = None, style: str = "short") -> str:
+        """Its words in a report's training line ("" for none); ``config``: a TrainConfig or a
+        recommendation; ``compromise``: the recommendation's compromise name; ``style``: "short" (the
+        estimate's title), "tui" (the TUI's configuration line), "report" (the report's training row) or
+        "sentence" (the decision tree's answer)."""
+        return ""
+
+    def trainable_params(self, model: Any, config: TrainConfig) -> int | None:
+        """The parameters it trains instead of all the model's (None: it does not change them)."""
+        return None
+
+    def starting_notes(self, req: Any, config: TrainConfig) -> list[str]:
+        """The defaults it applied to ``req``'s starting configuration, to say (advisor.starting_config)."""
+        return []
+
+    def largest_trainable(self, model: Any, config: TrainConfig) -> int | None:
+        """Elements of the largest tensor it trains, when it changes what trains (None: the model's)."""
+        return None
+
+    def record_name(self, config: TrainConfig) -> str:
+        """Its name in a run's record (compromise.json)."""
+        return self.name
 
     def __repr__(self) -> str:
         return f"<setup {self.name}>"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from advisor.setup.base import Setup
+from advisor.setup.base import Option, Setup
 
 if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger
@@ -60,6 +60,16 @@ def layer_count(model) -> int:
 class SelectiveCkpt(Setup):
     name, flag, kind, family = "selective-ckpt", "--grad-ckpt-every K", "checkpointing", "checkpointing"
     field = "grad_ckpt_every"
+    order = 9  # not a compromise: after the precisions, before node H's ladder
+    options = (Option("--grad-ckpt-every", "grad_ckpt_every", "number",
+                      "selective checkpointing: every K-th block (K >= 2; torchtitan's selective layer AC)", metavar="K"),)
+    label_rank = 1  # right after the line's compile and checkpointing words
+
+    def label(self, config, compromise=None, style="short") -> str:
+        if style in ("tui", "report"):  # those lines say it in their checkpointing word (checkpointing_words)
+            return ""
+        return f"activation checkpointing of {checkpointing_words(config)}" if style == "sentence" else \
+            f"checkpointing {checkpointing_words(config)}"
 
     def on(self, config) -> bool:
         return bool(config.grad_ckpt_every) and not config.grad_ckpt  # --grad-ckpt (every block) wins

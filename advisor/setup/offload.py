@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from advisor.setup.base import Setup
+from advisor.setup.base import Option, Setup
 from advisor.setup.strategies import largest_unit, layer_unit, root_unit
 
 if TYPE_CHECKING:
@@ -22,6 +22,22 @@ class CpuOffload(Setup):
     name, flag, kind, family, tier = "cpu-offload", "--cpu-offload", "compromise", "offload", "exact"
     field, value = "cpu_offload", True
     summary = "FSDP CPU offload: parameters, gradients and optimizer states in host RAM, the step on the CPU"
+    # with pure-bf16 the offloaded weights, gradients and Kahan states are 10 bytes a parameter, not 16: the
+    # variant that fits a node whose RAM the plain offload exceeds (close arithmetic then: rules.compromise.tier)
+    order, ladder_rank, takes_partners, host_offload = 40, 10, True, True
+    bf16_params = True  # FSDP's, with its mixed-precision policy
+    phrase = "CPU offload"
+    options = (Option("--cpu-offload", "cpu_offload", "toggle",
+                      "FSDP CPU offload of parameters, gradients and optimizer states", rank=4),)
+    gives_up = ("speed: parameters, gradients and AdamW states live in host RAM, the optimizer steps on the CPU "
+                "and every step copies the weights over PCIe")
+    risk = "none (same arithmetic), but slower; needs the host RAM"
+    source = "Ren et al. 2021 (ZeRO-Offload); PyTorch FSDP CPUOffload"
+
+    label_rank = 4
+
+    def label(self, config, compromise=None, style="short") -> str:
+        return "CPU offload" if style in ("short", "tui") else "FSDP CPU offload"
 
     def activation_terms(self, led: MemoryLedger) -> None:
         # At the peak, the start of the loss's backward: the root unit (embeddings, head, final norm:

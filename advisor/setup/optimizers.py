@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from advisor.config import Optimizer, Precision, TrainConfig
+from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
-from advisor.setup.adapters import lora_shapes
-from advisor.setup.base import Setup
+from advisor.setup.base import Option, Setup
 
 if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger
@@ -51,14 +50,38 @@ class AdamW8bit(Setup):
     name, flag, kind, family, tier = "adamw-8bit", "--optimizer adamw-8bit", "compromise", "optimizers", "close"
     field, value = "optimizer", Optimizer.adamw_8bit
     summary = "bitsandbytes AdamW8bit: AdamW moments quantized block-wise to 8 bits"
+    order, ladder_rank, takes_partners, numerical_risk = 20, 40, True, "quantized-states"
+    phrase = "8-bit AdamW"
+    label_rank = 1
+
+    def label(self, config, compromise=None, style="short") -> str:
+        # the TUI's line names no optimizer but this one (the other lines name every optimizer)
+        return f"optimizer {getattr(config.optimizer, 'value', config.optimizer)}" if style == "tui" else ""
+    gives_up = ("32-bit optimizer states: AdamW moments quantized block-wise to 8 bits (bitsandbytes AdamW8bit; needs "
+                "bitsandbytes; one GPU or DDP, not FSDP)")
+    risk = "low-medium: reported at parity with 32-bit Adam (Dettmers et al. 2022); less tested on new recipes"
+    source = "Dettmers et al. 2022 (8-bit Optimizers via Block-wise Quantization)"
+
+    def ladder_blocked(self, req, base, model, gpu, refused) -> str | None:
+        row = refused(("8bit.not-fsdp",))
+        if row is not None:
+            return row.why
+        if req.optimizer is not None or base.optimizer is not Optimizer.adamw:
+            return "the optimizer is pinned" if req.optimizer is not None else f"the family's optimizer is {base.optimizer.value}"
+        return None
 
 
 class PagedAdamW8bit(AdamW8bit):
     name, flag, value = "paged-adamw-8bit", "--optimizer paged-adamw-8bit", Optimizer.paged_adamw_8bit
     summary = "bitsandbytes PagedAdamW8bit: 8-bit moments in CUDA unified memory, paged to host RAM when short"
+    order, ladder_rank, phrase = 50, 50, ""
+    gives_up = ("32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
+                "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)")
+    risk = "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit"
+    source = "Dettmers et al. 2023 (QLoRA, sec. 3: paged optimizers)"
 
     def resident_terms(self, led: MemoryLedger) -> None:
-        if not led.config.cpu_offload:
+        if not any(s.host_offload for s in led.setups):
             # Unified memory: not in torch's peak; resident as far as the GPU has room (after_fit).
             led.paged, led.states = led.states, 0.0
 
@@ -82,12 +105,26 @@ class OptimizerInBackward(Setup):
                                       "close")
     field, value = "optimizer_in_backward", True
     summary = "each parameter steps in its gradient hook and its gradient is freed: no full gradient buffer"
+    order, ladder_rank, accum1, single_only, takes_partners, numerical_risk = 30, 60, True, True, True, "no-global-clip"
+    accum1_why = "it steps on every backward"
+    phrase = "optimizer in backward"
+    options = (Option("--optimizer-in-backward", "optimizer_in_backward", "toggle",
+                      "step each parameter in its gradient hook (no full gradient buffer; no accumulation)", rank=3),)
+    gives_up = ("gradient accumulation and clipping by the global gradient norm: each parameter steps in its "
+                "gradient hook as soon as its gradient is ready, and the gradient is freed")
+    risk = "medium: no global-norm clipping (per-parameter clipping only); same update otherwise"
+    source = "PyTorch tutorial: optimizer step in backward (register_post_accumulate_grad_hook)"
+
+    label_rank = 3
+
+    def label(self, config, compromise=None, style="short") -> str:
+        return "optimizer step in backward"
 
     def ends_grad_moment(self, led: MemoryLedger) -> bool:
         return True
 
     def gradient_terms(self, led: MemoryLedger) -> None:
-        led.live_grads = led.grads = largest_tensor_params(led.model, led.config.lora_rank) * led.gb / led.shard
+        led.live_grads = led.grads = largest_tensor_params(led.model, led.config) * led.gb / led.shard
         led.accum_grads = led.live_grads
         led.notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
 
@@ -95,10 +132,17 @@ class OptimizerInBackward(Setup):
 OPTIMIZERS: tuple[Setup, ...] = (AdamW8bit(), OptimizerInBackward(), PagedAdamW8bit())
 
 
+def _active(config: TrainConfig) -> list[Setup]:
+    """The active setups of ``config`` (advisor.setup.active; imported here, where the registry is built)."""
+    from advisor.setup import active
+
+    return active(config)
+
+
 def small_tensor_params(model: ModelSpec, config: TrainConfig) -> int:
     """Trainable parameters in tensors under bitsandbytes' ``min_8bit_size`` (norms, biases)."""
     a = model.arch
-    if a is None or config.lora_rank is not None:
+    if a is None or config.adapters:
         # LoRA's A and B are r x in and out x r: r x 4096 or more for any model worth adapting.
         return 0
     h, f = a.d_model, a.d_ff
@@ -117,24 +161,26 @@ def small_tensor_params(model: ModelSpec, config: TrainConfig) -> int:
 def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     """Optimizer state bytes over all ``trainable`` parameters (unsharded)."""
     p, opt = config.precision, config.optimizer
-    lora = config.lora_rank is not None
+    lora = config.adapters
     if opt.eight_bit:
         small = min(trainable, small_tensor_params(model, config))
         big = trainable - small
         return big * (2 + 2 * 4 / BNB_BLOCK) + small * 8
-    pure = p is Precision.pure_bf16 and not lora  # LoRA adapters stay fp32
+    pure = p.casts_model and not lora  # LoRA adapters stay fp32
     if opt is Optimizer.sgd:
         return trainable * (2 if pure else 4)
     return trainable * ((4 + (KAHAN_BYTES if config.kahan else 0)) if pure else 8)
 
 
-def largest_tensor_params(model: ModelSpec, lora_rank: int | None = None) -> int:
+def largest_tensor_params(model: ModelSpec, config: TrainConfig | None = None) -> int:
     """Elements of the largest trainable tensor: the one gradient alive when each parameter steps in
-    its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise; with LoRA,
-    the largest adapter matrix)."""
+    its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise; with adapters,
+    the largest adapter matrix: ``Setup.largest_trainable``)."""
     a = model.arch
-    if lora_rank is not None and a is not None:
-        return lora_rank * max(max(i, o) for i, o in lora_shapes(model))
+    for s in (_active(config) if config is not None else ()):
+        n = s.largest_trainable(model, config)
+        if n is not None:
+            return n
     if a is not None:
         biggest = max(a.d_model * a.d_ff, a.d_model * a.d_model)
         if a.vocab:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from advisor.comm import Topology, comm_constants, ddp_comm, fsdp_comm, fsdp_keep_comm
-from advisor.config import Precision, Strategy, TrainConfig
+from advisor.config import Strategy, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.base import Setup
 
@@ -27,6 +27,10 @@ class Single(Setup):
     field, value = "strategy", Strategy.single
     summary = "one process on one GPU"
     distributed = False  # one rank, whatever the GPUs at hand
+    # what an out-of-memory retry falls back to before shrinking the micro-batch (launcher.oom), and
+    # what the retry's note says then; None: shrink at once
+    oom_fallback: Strategy | None = None
+    oom_fallback_note = ""
 
     def world(self, hw: Hardware) -> int:
         return hw.total_gpus if self.distributed else 1
@@ -93,6 +97,8 @@ class FSDP(Replicated):
     name, flag, value = "fsdp", "--strategy fsdp", Strategy.fsdp
     summary = "weights, gradients and optimizer states sharded over every GPU; units gathered per micro-batch"
 
+    bf16_params = True  # FSDP2's MixedPrecisionPolicy gathers bf16 parameters
+
     def shard(self, world: int, hw: Hardware) -> int:
         return world
 
@@ -109,7 +115,7 @@ class FSDP(Replicated):
 
     def collectives(self, step: StepLedger, topo: Topology, k):
         p = step.config.precision
-        pbytes = step.model.params * (2 if p.autocast or p is Precision.pure_bf16 else 4)
+        pbytes = step.model.params * p.compute_bytes  # FSDP2's param_dtype: bf16 under any mixed precision
         return fsdp_comm(pbytes, step.grad_bytes, shard_units(step.model), topo, step.micro_s, step.config.grad_accum,
                          k, hybrid=self.hybrid, decoded_input=step.decoded)
 
@@ -120,6 +126,8 @@ class FSDPKeep(FSDP):
     name, flag, value = "fsdp-keep", "--strategy fsdp-keep", Strategy.fsdp_keep
     # FSDP that keeps the gathered weights across gradient accumulation (advisor.config.Strategy.fsdp_keep)
     summary = "FSDP whose units stay gathered across the micro-batches of one step: one all-gather a step"
+    oom_fallback = Strategy.fsdp  # the same accumulation, the kept unsharded copy given up
+    oom_fallback_note = "the weights are no longer kept gathered across accumulation"
 
     def activation_terms(self, led: MemoryLedger) -> None:
         super().activation_terms(led)
@@ -140,7 +148,7 @@ class FSDPKeep(FSDP):
     def collectives(self, step: StepLedger, topo: Topology, k):
         # gathered weights and reduced gradients both in FSDP2's param_dtype (keep_gathered_bytes)
         p = step.config.precision
-        per = 2 if p.autocast or p is Precision.pure_bf16 else 4
+        per = p.compute_bytes
         return fsdp_keep_comm(step.model.params * per, step.nt * per, shard_units(step.model), topo, step.micro_s,
                               step.config.grad_accum, k, decoded_input=step.decoded)
 
@@ -170,7 +178,7 @@ def keep_gathered_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -
     is nothing to keep across, and the step is plain FSDP's."""
     if config.grad_accum < 2:
         return None
-    per = 2 if config.precision.autocast or config.precision is Precision.pure_bf16 else 4
+    per = config.precision.compute_bytes  # param_dtype = reduce_dtype: bf16 under any mixed precision
     return {"weights": model.params * per, "gradients": trainable * per}
 
 

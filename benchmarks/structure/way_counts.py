@@ -3,7 +3,10 @@
 
 A way of training is named where a file spells its config field, enum member, flag or compromise name
 (the patterns below); product files are the .py and .toml files of the five layers (advisor, rules,
-launcher, cli, tui). Tests, benchmarks and docs do not count.
+launcher, cli, tui). Tests, benchmarks and docs do not count, and neither do comments and docstrings
+(``#`` comments of .py and .toml files, a string that is a statement of its own): prose that mentions
+a way changes nothing the program does, while code and the text the program prints (help, errors, a
+rule's say) do count.
 
     python -m benchmarks.structure.way_counts            # table, files above the limit flagged
     python -m benchmarks.structure.way_counts --files    # and which files name each way
@@ -13,9 +16,11 @@ launcher, cli, tui). Tests, benchmarks and docs do not count.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +51,34 @@ def product_files(root: Path = ROOT) -> list[Path]:
     return sorted(p for layer in LAYERS for ext in ("py", "toml") for p in (root / layer).rglob(f"*.{ext}"))
 
 
+def code_text(path: Path) -> str:
+    """The file's text with its comments and docstrings blanked (line and column positions kept)."""
+    src = path.read_text(errors="replace")
+    if path.suffix != ".py":
+        return "\n".join("" if line.lstrip().startswith("#") else line for line in src.splitlines())
+    lines = [list(line) for line in src.splitlines(keepends=True)]
+    tokens = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    spans, prev = [], None
+    for i, t in enumerate(tokens):
+        if t.type == tokenize.COMMENT:
+            spans.append((t.start, t.end))
+        elif t.type == tokenize.STRING and prev in (None, tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE):
+            # a string that starts a statement and ends it: a docstring (or a bare string, prose too)
+            if i + 1 < len(tokens) and tokens[i + 1].type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                spans.append((t.start, t.end))
+        if t.type not in (tokenize.NL, tokenize.COMMENT):
+            prev = t.type
+    for (r0, c0), (r1, c1) in spans:
+        for r in range(r0, r1 + 1):
+            line = lines[r - 1]
+            for k in range(c0 if r == r0 else 0, c1 if r == r1 else len(line)):
+                if line[k] != "\n":
+                    line[k] = " "
+    return "".join("".join(line) for line in lines)
+
+
 def counts(root: Path = ROOT) -> dict[str, list[str]]:
-    texts = {p.relative_to(root).as_posix(): p.read_text(errors="replace") for p in product_files(root)}
+    texts = {p.relative_to(root).as_posix(): code_text(p) for p in product_files(root)}
     return {way: sorted(f for f, t in texts.items() if re.search(rx, t)) for way, rx in WAYS.items()}
 
 

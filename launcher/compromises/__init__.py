@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.setup import LORA, in_config
+from advisor.setup import COMPROMISES, offloads
 from advisor.config import Optimizer, Precision
 from advisor.plan import Plan
 
@@ -37,7 +37,7 @@ COMPROMISE_FILE = "compromise.json"
 def names(plan: Plan) -> list[str]:
     """The compromises a plan asks for, in decision node H's order (empty: the standard setup)."""
     c = plan.config
-    return [f"lora-r{c.lora_rank}" if name == LORA else name for name in in_config(c)]  # the record names the rank
+    return [s.record_name(c) for s in COMPROMISES if s.on(c)]
 
 
 def apply_to_model(plan: Plan, model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
@@ -75,7 +75,7 @@ def _one_optimizer(plan: Plan, params: list, lr: float, weight_decay: float, dev
     # Fused AdamW on CUDA: one kernel over all parameters instead of a loop of small ones. Not with
     # CPU offload, where the parameters and states the step touches live in host memory. pure-bf16
     # with --pure-bf16-update plain lands here too: fused AdamW steps bf16 weights and moments.
-    fused = device.type == "cuda" and not c.cpu_offload
+    fused = device.type == "cuda" and not offloads(c)
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
 
 
@@ -127,10 +127,9 @@ def describe(plan: Plan, model: torch.nn.Module, optimizer, accelerator) -> dict
     info.update(model_setups.describe(model))  # what the setups changed in the model
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
-        info["fsdp_version"] = getattr(plugin, "fsdp_version", None)
-        off = getattr(plugin, "cpu_offload", None)  # FSDP2: CPUOffloadPolicy or OffloadPolicy; FSDP1: CPUOffload
-        info["fsdp_cpu_offload"] = type(off).__name__ == "CPUOffloadPolicy" or bool(getattr(off, "offload_params", False))
-        info["fsdp_reshard_after_forward"] = getattr(plugin, "reshard_after_forward", None)  # False for fsdp-keep
+        from launcher.setup_launch import fsdp_ran
+
+        info.update(fsdp_ran(plugin))
     if plan.config.lora_rank:
         cfg = getattr(accelerator.unwrap_model(model), "peft_config", {}).get("default")
         info["lora_targets"] = sorted(cfg.target_modules) if cfg is not None else None

@@ -149,7 +149,7 @@ def run_accelerate(args: argparse.Namespace) -> int:
     optimizer = rt.optimizer(model)
     loader = None
     if args.dataloader_workers >= 0:
-        dtype = torch.bfloat16 if c.precision.value == "pure-bf16" else torch.float32
+        dtype = torch.bfloat16 if c.precision.casts_model else torch.float32
         loader = rt.dataloader(_PoolDataset(spec, plan, c.micro_batch * 8 * rt.world_size, dtype, rt.rank), shuffle=False)
         model, optimizer, loader = rt.prepare(model, optimizer, loader)
     else:
@@ -271,7 +271,7 @@ def run_dp(args: argparse.Namespace) -> int:
     torch.set_float32_matmul_precision("highest" if c.precision is Precision.fp32 else "high")
 
     model = _build(spec, plan, device)
-    if c.precision is Precision.pure_bf16:
+    if c.precision.casts_model:
         model = model.to(torch.bfloat16)
     if c.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -339,7 +339,7 @@ def run_dp(args: argparse.Namespace) -> int:
         "loader_samples_per_s": None, "loader_train_samples_per_s": None, "dataloader_workers": None,
     }
     if args.dataloader_workers >= 0:
-        dtype = torch.bfloat16 if c.precision is Precision.pure_bf16 else torch.float32
+        dtype = torch.bfloat16 if c.precision.casts_model else torch.float32
         loader = torch.utils.data.DataLoader(
             _PoolDataset(spec, plan, c.micro_batch * 8, dtype, 0), batch_size=c.micro_batch, drop_last=True,
             num_workers=args.dataloader_workers, pin_memory=True, persistent_workers=args.dataloader_workers > 0)

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     startup.train_until(rt, steps, model, optimizer, batches, loss_fn=loss_fn)
     rt.finish(model, tokenizer=tok, recipe="causal-lm", packed_rows=len(x), seq_len=seq,
-              lora=bool(plan.config.lora_rank))
+              lora=plan.config.adapters)
     return 0
 
 

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                            collate_fn=collate)
     model, optimizer, loader = startup.setup_and_prepare(rt, model, loader)
     batches = rt.batches(loader)
-    dtype = torch.bfloat16 if plan.config.precision.value == "pure-bf16" else None
+    dtype = torch.bfloat16 if plan.config.precision.casts_model else None
     layout = torch.channels_last if plan.config.channels_last else torch.contiguous_format
 
     if skip_bad:

@@ -122,7 +122,7 @@ def _module(plan, spec, device):
     if not isinstance(model, torch.nn.Module):
         raise SystemExit(f"{ref.module} returned {type(model).__name__}, not a torch.nn.Module")
     dtype = getattr(torch, ref.input_dtype)
-    if dtype.is_floating_point and c.precision.value == "pure-bf16":
+    if dtype.is_floating_point and c.precision.casts_model:
         dtype = torch.bfloat16
     gen = torch.Generator(device=device).manual_seed(1234)
     pool = []

@@ -66,7 +66,7 @@ def setup_and_prepare(rt: Runtime, model, *loaders):
     optimizer over the result; returns (model, optimizer, *loaders)."""
     model = rt.setup_model(model)  # LoRA adapters when the plan has --lora-rank
     # A runtime that did not apply them would train the whole model under a LoRA plan: refuse (any recipe).
-    if rt.plan.config.lora_rank and not hasattr(model, "peft_config"):
+    if rt.plan.config.adapters and not hasattr(model, "peft_config"):
         raise SystemExit("the plan trains LoRA adapters but this cardwise's runtime did not apply them "
                          "(launcher.compromises.lora is missing)")
     return rt.prepare(model, rt.optimizer(model), *loaders)

@@ -32,7 +32,7 @@ def make_pool(spec, plan, device, rank: int, size: int) -> list[tuple[torch.Tens
 
     c = plan.config
     gen = torch.Generator(device=device).manual_seed(1234 + rank)
-    dtype = torch.bfloat16 if c.precision.value == "pure-bf16" else torch.float32
+    dtype = torch.bfloat16 if c.precision.casts_model else torch.float32
     pool = []
     for _ in range(size):
         x, y = synthetic_batch(spec, c.micro_batch, seq_len=c.seq_len, image_size=c.image_size,

@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from advisor.errors import UserError
 from advisor.setup.checkpointing import checkpointing_words
+from advisor.setup import labels
 from advisor.units import format_efficiency
 from advisor.units import format_hours
 from tui import compute
@@ -50,10 +51,7 @@ def config_text(rec: Recommendation) -> str:
         f"[b]{r.strategy.upper()}[/b] on {where} · precision [b]{r.precision}[/b]"
         f" · compile {_yn(r.compile)} · checkpointing "
         + (_yn(r.grad_ckpt) if (ckpt := checkpointing_words(r)) in ("on", "off") else ckpt)
-        + (f" · optimizer {r.optimizer}" if r.optimizer in ("adamw-8bit", "paged-adamw-8bit") else "")
-        + (f" · {'QLoRA' if (r.compromise or '').endswith('qlora') else 'LoRA'} r{r.lora_rank}" if r.lora_rank else "")
-        + (" · optimizer step in backward" if r.optimizer_in_backward else "")
-        + (" · CPU offload" if r.cpu_offload else ""),
+        + "".join(f" · {t}" for t in labels(r, r.compromise, style="tui")),
         f"micro-batch {r.micro_batch} x {r.grad_accum} accumulation x {r.gpus} GPU(s)"
         f" = global batch [b]{r.global_batch}[/b]",
         f"LR {r.lr:.3g} ({r.lr_scaling} scaling) · warmup {r.warmup_steps} steps"
