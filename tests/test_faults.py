@@ -168,3 +168,32 @@ def test_ctrl_c_while_a_command_starts_is_one_line_never_a_traceback(tmp_path):
     assert outcomes["interrupted"] >= 3, outcomes  # the tries that matter did land inside cardwise's start
     queued = {r.id for r in RunStore.open(home).list()}
     assert sorted(os.listdir(home / "runs")) == sorted(queued)  # an interrupted submit left no folder behind
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_a_ctrl_c_inside_the_queueing_keeps_folder_and_record_together(tmp_path, monkeypatch, capsys, committed):
+    """The race CI met once in the test above: the Ctrl-C landed after the run's INSERT committed, before
+    ``RunStore.create`` returned, and the folder of a run that stayed queued was removed. Injected here at
+    either side of the commit: before it, neither the record nor the folder stays; after it, both do, and a
+    note names the queued run."""
+    from cli.launch_plan import options_from_flags, plan_from_flags, target_from_flags
+    from cli.main import build_parser
+    from launcher.service import submit
+
+    args = build_parser("submit").parse_args(["--cpu", "--processes", "1", *TINY, "--recipe", "synthetic"])
+    plan, _ = plan_from_flags(args)
+    real_get = RunStore._get
+
+    def interrupted(self, db, run_id):  # the first read after the INSERT: where create's return is
+        monkeypatch.setattr(RunStore, "_get", real_get)
+        if committed:
+            db.commit()  # the insert is durable: the signal lands once it is
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunStore, "_get", interrupted)
+    home = tmp_path / "home"
+    with pytest.raises(KeyboardInterrupt):
+        submit(home, plan, target_from_flags(args, plan), options_from_flags(args, plan))
+    queued = [r.id for r in RunStore.open(home).list()]
+    assert sorted(os.listdir(home / "runs")) == sorted(queued) and len(queued) == int(committed)
+    assert (f"run {queued[0]} was queued before the interrupt" in capsys.readouterr().err) if committed else True
