@@ -76,14 +76,19 @@ def fp8_convertible(module: torch.nn.Module) -> bool:
 
 def float8_linears(model: torch.nn.Module) -> int:
     """Convert the blocks' Linear layers to torchao's Float8Linear in place; returns how many."""
-    try:
-        from torchao.float8 import convert_to_float8_training
-    except ImportError:  # checked at plan time (launcher.compromises.checks); a script run by hand lands here
-        raise SystemExit(f"cardwise: --precision fp8 needs torchao: {TORCHAO_FIX}") from None
     blocks = repeated_blocks(model)
     if blocks is None:
         raise ValueError("--precision fp8 converts the Linear layers of a model's repeated blocks; this model has none")
     chosen = {id(m) for m in blocks.modules() if fp8_convertible(m)}
+    if not chosen:  # e.g. transformers' GPT-2, whose projections are Conv1D: torchao converts nn.Linear only
+        kinds = sorted({type(m).__name__ for m in blocks.modules() if m is not blocks and not list(m.children())})
+        raise ValueError("--precision fp8 found no nn.Linear with dims a multiple of "
+                         f"{FP8_DIM_MULTIPLE} in the model's blocks (they hold {', '.join(kinds)}): nothing would run "
+                         "in float8; drop --precision fp8, or use an implementation built of nn.Linear")
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError:  # checked at plan time (launcher.compromises.checks); a script run by hand lands here
+        raise SystemExit(f"cardwise: --precision fp8 needs torchao: {TORCHAO_FIX}") from None
     convert_to_float8_training(model, module_filter_fn=lambda m, fqn: id(m) in chosen)
     return len(chosen)
 

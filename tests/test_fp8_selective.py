@@ -166,3 +166,13 @@ def test_the_packaged_fp8_rates_are_what_the_fit_writes(tmp_path, capsys):
     out = tmp_path / "fp8_rates.json"
     assert fit.main(["--rates", str(out), "--no-table"]) == 0
     assert out.read_text() == FP8_RATES.read_text(), "run: python -m benchmarks.calibration.fit_fp8_selective"
+
+
+def test_float8_linears_refuses_blocks_without_a_linear_instead_of_running_bf16():
+    """transformers' GPT-2 builds its projections as Conv1D, which torchao does not convert: converting none
+    and training on in bf16 under an fp8 label is what the launch must not do."""
+    transformers = pytest.importorskip("transformers")
+
+    net = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128))
+    with pytest.raises(ValueError, match="no nn.Linear .* Conv1D"):
+        model_setups.float8_linears(net)
