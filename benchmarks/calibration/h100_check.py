@@ -168,16 +168,20 @@ def report() -> str:
     return "\n".join(lines) + "\n"
 
 
+def emit(text: str, path: Path, printing: bool) -> None:
+    """A check's report: to stdout with --print, else written to its file under results/."""
+    if printing:
+        print(text)
+    else:
+        path.write_text(text)
+        print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--print", action="store_true", help="print instead of writing results/h100-check.md")
     args = ap.parse_args()
-    text = report()
-    if args.print:
-        print(text)
-    else:
-        REPORT.write_text(text)
-        print(f"wrote {REPORT}")
+    emit(report(), REPORT, args.print)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from advisor.calibration import default_calibration
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
 from benchmarks.calibration import rows as fc
+from benchmarks.calibration.h100_check import emit
 from benchmarks.calibration.measure.reference import I39, KEYS
 
 RESULTS = Path(__file__).with_name("results")
@@ -128,12 +129,7 @@ def main() -> None:
     if args.predict:
         predict_before()
         return
-    text = report()
-    if args.print:
-        print(text)
-    else:
-        REPORT.write_text(text)
-        print(f"wrote {REPORT}")
+    emit(report(), REPORT, args.print)
 
 
 if __name__ == "__main__":
