@@ -8,8 +8,8 @@ subcommand is the recommendation; plain ``advise`` in a terminal opens the wizar
 
 from __future__ import annotations
 
+import _signal  # the C module: importing it runs no Python code, so the handler is set a few bytecodes in
 import os
-import signal
 import sys
 
 
@@ -24,11 +24,12 @@ def _interrupted_while_starting(signum, frame) -> None:
 # Set before the imports below when this process is the command (`python -m cli.main`, the `advise`
 # script), never when a program imports this module (tests, the wizard): a Ctrl-C even during them ends it.
 if __name__ == "__main__" or os.path.basename(getattr(sys, "argv", None) and sys.argv[0] or "") == "advise":
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    _signal.signal(_signal.SIGINT, _interrupted_while_starting)  # `signal` itself imports enum: ~10 ms
 
 import argparse  # noqa: E402 - after the handler above, on purpose
 import gc  # noqa: E402
 import importlib  # noqa: E402
+import signal  # noqa: E402
 import types  # noqa: E402
 
 # name -> (module, one-line help). Order is the order of `advise --help`.
