@@ -127,6 +127,21 @@ def _checkpoints(home: Path) -> set[tuple[str, int]]:
     return found
 
 
+def _check_the_image_classification_recipe(home: Path, steps: int, out: str) -> None:
+    """The image-classification recipe on 2 gloo ranks, read off the 2-process reference run (its own launch
+    in test_recipes_data before): the loss falls, the classes and size reach the final record, the weights
+    are saved, the data-bound share is measured."""
+    from launcher.store import RunStore
+
+    (rec,) = RunStore.open(home).list()
+    m = rec.metrics
+    assert rec.status == "succeeded" and m.ranks == 2 and m.steps == steps and m.last_loss < m.first_loss, out
+    final = json.loads((Path(rec.run_dir) / "final-rank0.json").read_text())
+    assert final["classes"] == ["class_0", "class_1"] and final["image_size"] == 16
+    assert (Path(rec.run_dir) / "model.safetensors").is_file()
+    assert 0.0 <= m.data_bound.data_wait_share <= 1.0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [1, 2])
 def test_kill_and_resume_across_epochs_reproduces_every_loss(processes, tmp_path):
@@ -139,12 +154,15 @@ def test_kill_and_resume_across_epochs_reproduces_every_loss(processes, tmp_path
     argv = ["--cpu", "--processes", str(processes), "--model", "resnet18", "--image-size", "16",
             "--recipe", "image-classification", "--data", str(data), "--micro-batch", "2", "--base-lr", "1e-3",
             "--max-steps", str(steps), "--no-final-weights", "--num-workers", "1", "--", "--log-every", "1"]
-    # The reference saves no checkpoint (saving one must not change the run either); the chain saves every `every`
-    ref = _launch(tmp_path / "ref", *argv)
+    # The reference saves no checkpoint (saving one must not change the run either) and its final weights
+    # (written after the last logged loss); the chain saves a checkpoint every `every` steps
+    ref = _launch(tmp_path / "ref", *[a for a in argv if a != "--no-final-weights"])
     out = ref.communicate()[0]
     assert ref.returncode == 0, out
     expected = _losses(tmp_path / "ref")
     assert sorted(expected) == [(r, s) for r in range(processes) for s in range(1, steps + 1)]
+    if processes == 2:
+        _check_the_image_classification_recipe(tmp_path / "ref", steps, out)
 
     home, resumed_at = tmp_path / "chain", []
     cut = argv.index("--")
