@@ -196,6 +196,7 @@ def test_text_classification_streams_a_csv_and_evaluates_held_out_rows(tmp_path,
     finals = [json.loads((run / f"final-rank{r}.json").read_text()) for r in (0, 1)]
     final = finals[0]
     assert final["eval_rows"] == 12 and 0.0 <= final["eval_accuracy"] <= 1.0 and final["eval_loss"] > 0
+    assert final["labels"] == ["neg", "pos"]  # the file's labels, sorted, reach the final record
     lead = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     lead = sorted((r for r in lead if r["rank"] == 0), key=lambda r: r["step"])
     assert lead[-1]["loss"] < lead[0]["loss"]
