@@ -13,13 +13,14 @@ runtime under the service: tests/test_service_resume.py).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import psutil
@@ -80,8 +81,24 @@ def advise(home: Path, command: str, *argv: str, timeout: float = 300) -> subpro
                           capture_output=True, text=True, timeout=timeout)
 
 
+def advise_here(home: Path, command: str, *argv: str) -> subprocess.CompletedProcess:
+    """``advise COMMAND`` run in this process (cli.main.main): the exit status and output ``python -m cli.main``
+    gives, without a Python start each. For the short client commands (submit, cancel, logs, runs), whose
+    other side (the service, the runs) is a process of its own anyway; ``serve`` and ``logs -f`` stay
+    ``advise`` processes."""
+    from cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            rc = main([command, "--home", str(home), *argv])
+        except SystemExit as exc:  # argparse's own refusals
+            rc = exc.code
+    return subprocess.CompletedProcess([command, *argv], rc, out.getvalue(), err.getvalue())
+
+
 def submit(home: Path, *argv: str) -> str:
-    res = advise(home, "submit", *TINY, "--json", *argv)
+    res = advise_here(home, "submit", *TINY, "--json", *argv)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)["id"]
 
@@ -204,9 +221,9 @@ def test_five_runs_on_two_slots_survive_a_sigkill_of_the_service(home, locks, tm
             assert rec.service_attempts == 1
     assert "reconcile: requeued" in log and all(v in log for v in victims)
 
-    out = advise(home, "logs", victims[0])
+    out = advise_here(home, "logs", victims[0])
     assert out.returncode == 0 and "step 4" in out.stdout
-    listed = json.loads(advise(home, "runs", "--json").stdout)
+    listed = json.loads(advise_here(home, "runs", "--json").stdout)
     assert sorted(r["id"] for r in listed) == sorted(ids) and {r["status"] for r in listed} == {"succeeded"}
 
 
@@ -225,12 +242,12 @@ def test_lock_cancel_and_graceful_stop(home, locks, tmp_path):
         wait_for(lambda: pids_of(locks, "sleeper", s1), 300, "the first run to start")
         assert store.get(s2).status == "queued"  # one slot
 
-        res = advise(home, "cancel", s2)
+        res = advise_here(home, "cancel", s2)
         assert res.returncode == 0 and "it was queued" in res.stdout
         assert store.get(s2).status == "cancelled"
 
         pid1 = pids_of(locks, "sleeper", s1)[0]
-        res = advise(home, "cancel", s1, "--wait", "--json")
+        res = advise_here(home, "cancel", s1, "--wait", "--json")
         assert res.returncode == 0, res.stderr
         rec = json.loads(res.stdout)
         assert rec["status"] == "cancelled" and rec["pid"] is None
@@ -246,7 +263,7 @@ def test_lock_cancel_and_graceful_stop(home, locks, tmp_path):
     assert not alive(pid3)
     assert [store.get(s).status for s in (s1, s2)] == ["cancelled", "cancelled"]
     # No service: cancelling a queued run is immediate.
-    res = advise(home, "cancel", s3)
+    res = advise_here(home, "cancel", s3)
     assert res.returncode == 0 and store.get(s3).status == "cancelled"
 
 
@@ -260,7 +277,7 @@ def test_cancel_with_the_service_dead_stops_the_orphans(home, locks, tmp_path):
         svc.wait(10)
     pid = pids_of(locks, "sleeper", rid)[0]
     assert alive(pid)
-    res = advise(home, "cancel", rid)
+    res = advise_here(home, "cancel", rid)
     assert res.returncode == 0 and "processes are stopped" in res.stdout, res.stderr
     assert not alive(pid)
     rec = RunStore.open(home).get(rid)
@@ -278,7 +295,7 @@ def test_gpu_placement_reaches_the_run_through_cuda_visible_devices(home, tmp_pa
     script = tmp_path / "env.py"
     script.write_text("import json, os, sys\njson.dump({k: os.environ.get(k) for k in "
                       "('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER')}, open(sys.argv[1], 'w'))\n")
-    res = advise(home, "submit", "--plan", str(tmp_path / "plan.json"), "--json", "--", str(script), str(tmp_path / "env.json"))
+    res = advise_here(home, "submit", "--plan", str(tmp_path / "plan.json"), "--json", "--", str(script), str(tmp_path / "env.json"))
     assert res.returncode == 0, res.stderr
     rid = json.loads(res.stdout)["id"]
     sub = Submission.model_validate_json((home / "runs" / rid / SUBMISSION_NAME).read_text())
