@@ -47,24 +47,38 @@ def test_kill_9_of_a_foreground_launch_leaves_no_process_at_any_stage(tmp_path):
 
 
 def test_ctrl_c_is_reported_plainly_and_ranks_listen_on_the_loopback(tmp_path):
+    """Also Ctrl-C's half of test_launcher_runs' test_cancel_stops_every_process (SIGTERM there), on this
+    launch: the record ends cancelled and every process goes, each rank's own child included."""
     token = secrets.token_hex(6)
     p = start_launch(tmp_path, token, "--processes", "2", "--", str(SLEEPER), json_out=False)
     with reaped(p):
         wait_for(lambda: ranks_up(tmp_path, 2) or p.poll() is not None, 300, "the ranks")
+        assert p.poll() is None, p.stderr.read()
         tree = procs.tagged_processes(**{TAG: token})
         ranks = [q for q in tree if (procs.environ(q) or {}).get("RANK") is not None]
         listening = {(c.laddr.ip, c.laddr.port) for q in tree for c in _listeners(q)}
         port = int(json.loads(next((tmp_path / "runs").glob("*/command.json")).read_text())["cmd"][
             json.loads(next((tmp_path / "runs").glob("*/command.json")).read_text())["cmd"].index("--main_process_port") + 1])
+        pids = [int(x) for f in (tmp_path / "runs").glob("*/pids-*") for x in f.read_text().split()]
         out, err = stop_and_collect(p, signal.SIGINT)
     assert p.returncode == 130
     assert "cancelled" in out and "error:" not in out, out
+    assert [r.status for r in RunStore.open(tmp_path).list()] == ["cancelled"], err
+    assert len(pids) == 4  # each rank and its own child
+    assert not [q.pid for q in tree if _alive(q.pid)] and not any(_alive(x) for x in pids)
     for chatter in ("torch.distributed.elastic", "SignalException", "Traceback", "closing signal"):
         assert chatter not in out and chatter not in err, (out, err)
     assert ranks and all(procs.environ(q) is None or procs.environ(q).get("MASTER_ADDR") == "127.0.0.1" for q in ranks)
     # Everything but torch's rendezvous store (TCPStore binds the wildcard address; no option) is on lo.
     public = {(ip, pt) for ip, pt in listening if pt != port and ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")}
     assert not public, (listening, port)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _listeners(q: psutil.Process):

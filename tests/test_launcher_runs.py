@@ -153,7 +153,8 @@ def test_crashing_rank_fails_the_run(tmp_path, capsys):
     assert len(pids) == 2 and not any(alive(p) for p in pids)
 
 
-@pytest.mark.parametrize("sig, procs", [(signal.SIGINT, "2"), (signal.SIGTERM, "1")])
+# Ctrl-C (SIGINT) of a 2-rank launch, with the same checks: test_faults' Ctrl-C test, which launches it anyway
+@pytest.mark.parametrize("sig, procs", [(signal.SIGTERM, "1")])
 def test_cancel_stops_every_process(tmp_path, sig, procs):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen([sys.executable, "-m", "cli.main", "launch", "--cpu", "--processes", procs, *TINY,
