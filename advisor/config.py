@@ -115,6 +115,17 @@ class Strategy(str, Enum):
         """Sharded over every GPU of the run (FSDP, with or without the weights kept gathered)."""
         return self in (Strategy.fsdp, Strategy.fsdp_keep)
 
+    @property
+    def one_gpu(self) -> bool:
+        """One process on one GPU, whatever the GPUs at hand (no collectives, nothing to scale)."""
+        return self is Strategy.single
+
+    @property
+    def keeps_gathered(self) -> bool:
+        """FSDP whose gathered weights stay unsharded across the micro-batches of one step (needs
+        accumulation; the runtime's per-micro-batch switch is launcher.keep_gathered)."""
+        return self is Strategy.fsdp_keep
+
 
 class TrainConfig(BaseModel):
     """What one training step looks like on each GPU."""
@@ -152,6 +163,10 @@ class TrainConfig(BaseModel):
         """Trains adapters only, the base frozen (LoRA, QLoRA): the trainable parameters, the step's
         work and the learning-rate row follow."""
         return self.lora_rank is not None
+
+    def on_one_gpu(self, **update) -> "TrainConfig":
+        """The same configuration as plain one-GPU training (``update``: other fields to change with it)."""
+        return self.model_copy(update={**update, "strategy": Strategy.single})
 
     @property
     def kahan(self) -> bool:

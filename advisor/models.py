@@ -164,7 +164,7 @@ class TraceProfile(BaseModel):
     scales_with: Literal["tokens", "pixels", "fixed"] = "fixed"
     fwd_flops: float = Field(description="forward FLOPs per sample (or per token)")
     saved_bytes: dict[str, float] = Field(
-        description="bytes saved for backward per sample (or token), by precision: fp32, bf16, pure-bf16"
+        description="bytes saved for backward per sample (or token), by traced precision (Precision.trace_key)"
     )
     fixed_saved_bytes: dict[str, float] = Field(
         default_factory=dict, description="saved bytes that do not grow with the batch (autocast weight copies)"

@@ -158,9 +158,18 @@ class Setup:
         "sentence" (the decision tree's answer)."""
         return ""
 
+    def packages(self, config: Any) -> list[tuple[str, str]]:
+        """The optional packages its runtime imports, each with the flag that asks for it (launcher.compromises.checks
+        finds them when a launch plans, before any process starts)."""
+        return []
+
     def trainable_params(self, model: Any, config: TrainConfig) -> int | None:
         """The parameters it trains instead of all the model's (None: it does not change them)."""
         return None
+
+    # the precision its runtime needs on CPU when none is pinned, and the note that says so (advisor.starting_config)
+    cpu_precision: ClassVar[Any] = None
+    cpu_precision_note: ClassVar[str] = ""
 
     def starting_notes(self, req: Any, config: TrainConfig) -> list[str]:
         """The defaults it applied to ``req``'s starting configuration, to say (advisor.starting_config)."""

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.compromise_cost import PCIE_EFFICIENCY, CompromiseCost, compromise_rates
 from advisor.config import TrainConfig
+from advisor.errors import UserError
 from advisor.models import ModelSpec
+from advisor.setup.adapters import Lora
 from advisor.setup.base import Option, Setup
+from advisor.setup.precision import PureBf16
 from advisor.setup.strategies import largest_unit, layer_unit, root_unit
 
 if TYPE_CHECKING:
@@ -111,6 +114,30 @@ class CpuOffload(Setup):
 
 
 OFFLOAD: tuple[Setup, ...] = (CpuOffload(),)
+
+# Host bytes per parameter that FSDP CPU offload keeps in RAM: fp32 weights 4 + fp32 gradients 4 + AdamW's
+# two fp32 moments 8 = 16 (the accounting of Rajbhandari et al. 2020, ZeRO, section 3.1, with the
+# gradients in fp32 as FSDP's mixed precision keeps them). A bf16 model (pure-bf16): 2 + 2 + 2 x 2 + the
+# Kahan buffer 2 (launcher.compromises.kahan); with --pure-bf16-update plain, no buffer.
+HOST_BYTES_FP32_MASTER, HOST_BYTES_BF16_KAHAN, HOST_BYTES_BF16_PLAIN = 16, 10, 8
+
+
+def host_bytes_per_param(config: TrainConfig) -> int:
+    """Host bytes per parameter the offloaded state of ``config`` takes (the launch's host-RAM check)."""
+    if not config.precision.casts_model:
+        return HOST_BYTES_FP32_MASTER
+    return HOST_BYTES_BF16_KAHAN if config.kahan else HOST_BYTES_BF16_PLAIN
+
+
+def host_ram_short(need_gib: float, available_gib: float, model: str) -> UserError:
+    """The refusal of a launch whose node cannot hold ``need_gib`` of offloaded state (``available_gib``: what
+    the caller measured)."""
+    flag = CpuOffload.flag
+    return UserError(f"{flag} keeps ~{need_gib:.1f} GiB of {model}'s weights, gradients and optimizer states in "
+                     f"each node's host memory; this machine has {available_gib:.1f} GiB available",
+                     fix=f"free host memory, use {PureBf16.flag} ({HOST_BYTES_BF16_KAHAN} instead of "
+                         f"{HOST_BYTES_FP32_MASTER} bytes per parameter), more nodes (each holds its share), or "
+                         f"{Lora.flag} instead of {flag}")
 
 
 def cpu_step_s(params: float, threads: int = 1, rate: float | None = None, host_gbps: float | None = None) -> float:

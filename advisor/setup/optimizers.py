@@ -101,6 +101,9 @@ class AdamW8bit(Setup):
 
     paging_word = ""  # the note's first word (paged states)
 
+    def packages(self, config) -> list[tuple[str, str]]:
+        return [("bitsandbytes", self.flag)]
+
     def optimizer_cost(self, step: StepLedger, cost: CompromiseCost) -> None:
         host, kernel = adamw_8bit_step_s(step.nt / step.shard, cost.tensors, step.hw.gpu, cost.launch_us)
         cost.optimizer_s = host + kernel

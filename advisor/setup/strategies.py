@@ -166,6 +166,12 @@ class HSDP(FSDP):
 STRATEGIES: tuple[Single, ...] = (Single(), DDP(), FSDP(), FSDPKeep(), HSDP(), DataParallel())
 
 
+def starting_strategy(ranks: int, host_offload: bool) -> Strategy:
+    """The strategy a run starts with when none is pinned (advisor.starting_config): FSDP where the training
+    state lives in host RAM (FSDP's CPUOffload, on one GPU too), one process on one GPU, DDP on several."""
+    return Strategy.fsdp if host_offload else Strategy.single if ranks == 1 else Strategy.ddp
+
+
 def keep_gathered_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> dict[str, float] | None:
     """What FSDP with the weights kept gathered across accumulation (``Strategy.fsdp_keep``) holds on
     every GPU besides plain FSDP's shards, in bytes: the whole model's unsharded weights in FSDP2's
