@@ -58,6 +58,11 @@ class Precision(str, Enum):
         return self.value if self.casts_model else "fp32"
 
     @property
+    def bf16_matmuls(self) -> bool:
+        """Its matmuls run bf16 (autocast or a bf16 model): a GPU without bf16 tensor cores runs them slowly."""
+        return self in (Precision.bf16, Precision.pure_bf16)
+
+    @property
     def matmul_dtype(self) -> str:
         """The datasheet column its matmuls run at: a bf16 model computes in bf16, as bf16 autocast does."""
         return "bf16" if self.casts_model else self.value

@@ -160,7 +160,7 @@ def _with_paging(thr: ThroughputEstimate, paged_out_bytes: float, hw: HardwareSp
 
 def _precision_notes(config: TrainConfig, hardware: HardwareSpec) -> list[str]:
     gpu = hardware.gpu
-    if config.precision.matmul_dtype == "bf16" and not gpu.supports_bf16:
+    if config.precision.bf16_matmuls and not gpu.supports_bf16:
         return [f"{gpu.name} has no bf16 tensor cores (compute capability {gpu.compute_capability[0]}."
                 f"{gpu.compute_capability[1]} < 8.0): bf16 is estimated at the fp32 rate; "
                 "--precision fp16 (with a GradScaler) uses its tensor cores"]

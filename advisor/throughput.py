@@ -224,7 +224,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     other += work.attn_bytes / (bw * e["bytes"])
     if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
         # bf16 (autocast or pure) runs PyTorch's own kernels, fp32 and fp16 (fp32 weights) cuDNN's
-        path = "native" if p.matmul_dtype == "bf16" else "cudnn"
+        path = "native" if p.bf16_matmuls else "cudnn"
         other += batch_norm_blocks_seconds(work.bn_block_elems, gpu, e[f"bn_nchw|{path}"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
 
