@@ -192,7 +192,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         transposes = NCHW_HALF_TRANSPOSES * conv_bytes / (bw * e["bytes"])
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
     unaligned, odd = ("matmul_unaligned", "matmul_odd")
-    if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
+    if p is Precision.fp32 or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
     if work.matmul_fp32_flops:  # fp32 GEMMs inside a half-precision step (advisor.step_work): CUDA cores
