@@ -73,6 +73,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     --strategy single runs on one of the GPUs at hand."""
     ranks = 1 if req.strategy is Strategy.single else hardware.total_gpus
     check(Combo.of_request(req, ranks=ranks, model=spec.name, transformer=spec.arch is not None,
+                           linear_blocks=spec.linear_blocks,
                            compute_capability=hardware.gpu.compute_capability))
 
 

@@ -117,7 +117,7 @@ def _variant_skip(spec, v: Variant, request: BenchRequest, hardware) -> str | No
 
     cc = hardware.gpu.compute_capability if hardware is not None and not request.cpu else None
     combo = Combo(precision=v.precision, cpu=request.cpu, model=spec.name, transformer=spec.arch is not None,
-                  compute_capability=cc)
+                  linear_blocks=spec.linear_blocks, compute_capability=cc)
     row = refusal(combo)
     return f"{row.what(combo)}: {row.why}" if row else None
 

@@ -49,15 +49,18 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
     for s in setup.active(c):  # the packages each way of training's runtime imports (advisor.setup.base.packages)
         for package, flag in s.packages(c):
             _require(package, flag)
-    transformer = None
-    if (c.adapters or c.precision is Precision.fp8) and plan.model.name:
+    transformer = linear = None
+    # a named model's spec; fp8 also resolves an --hf-config's (which transformers class builds the blocks)
+    if (c.adapters or c.precision is Precision.fp8) and (plan.model.name or (c.precision is Precision.fp8
+                                                                              and plan.model.hf_config)):
         spec = spec or _model_spec(plan)
-        transformer = spec.arch is not None
+        transformer, linear = spec.arch is not None, spec.linear_blocks
     from advisor.gpus import find_gpu
 
     gpu = find_gpu(plan.gpu) if plan.gpu and not plan.cpu else None
     check(Combo.of_config(c, ranks=plan.world_size, nodes=plan.nodes, cpu=plan.cpu, model=plan.model.label(),
-                          transformer=transformer, compute_capability=gpu.compute_capability if gpu else None),
+                          transformer=transformer, linear_blocks=linear,
+                          compute_capability=gpu.compute_capability if gpu else None),
           launch=True)
     if c.precision is Precision.fp8:  # after the table: fp8 on --cpu is refused for the CPU, not for torchao
         _require("torchao", "--precision fp8")
