@@ -27,6 +27,9 @@ class Single(Setup):
     field, value = "strategy", Strategy.single
     summary = "one process on one GPU"
     distributed = False  # one rank, whatever the GPUs at hand
+    # sharded inside each node, replicated across nodes: only the replicas' all-reduce crosses the network
+    # (advisor.comm.fsdp_comm; the planner weighs its edge over DDP across nodes, rules/planner.py)
+    hybrid = False
     # what an out-of-memory retry falls back to before shrinking the micro-batch (launcher.oom), and
     # what the retry's note says then; None: shrink at once
     oom_fallback: Strategy | None = None
@@ -118,8 +121,6 @@ class FSDP(Replicated):
         pbytes = step.model.params * p.compute_bytes  # FSDP2's param_dtype: bf16 under any mixed precision
         return fsdp_comm(pbytes, step.grad_bytes, shard_units(step.model), topo, step.micro_s, step.config.grad_accum,
                          k, hybrid=self.hybrid, decoded_input=step.decoded)
-
-    hybrid = False
 
 
 class FSDPKeep(FSDP):
