@@ -76,6 +76,11 @@ class CommConstants(BaseModel):
     # DALI on the CPU (decoders.ImageDecoder device="cpu" + crop, resize, flip, normalise): images/s
     # per physical core at 224 px (fit on NVIDIA's DALI-CPU rows); advisor.loader reads it.
     dali_cpu_per_core: float = 200.0
+    # The multi-GPU model's worst error on the held-out published rows, per link kind: |own 1-GPU samples/s x
+    # predicted speedup / published - 1|, the scaling model alone (the single-GPU model's error left out).
+    # Written by the fit with the constants above; the planner takes a sharded plan over a DDP plan that
+    # fits only when the estimate's edge is larger than this (rules/planner.py, issue 38). Empty: no fit.
+    speedup_worst_holdout: dict[str, float] = Field(default_factory=dict)
     source: str = "built-in defaults"
 
 
@@ -117,6 +122,21 @@ class CommBreakdown(BaseModel):
     exposed_s: float = Field(0.0, description="what the compute does not hide")
     sync_s: float = Field(0.0, description="waiting for the slowest rank at the step's collectives")
     notes: list[str] = Field(default_factory=list)
+
+
+def scaling_error_bound(links: list[str], k: CommConstants | None = None) -> tuple[float, str]:
+    """How wrong the multi-GPU model may be on a plan whose collectives cross ``links`` (intra-node kind,
+    then the network's kind across nodes): the worst held-out error of the kinds the fit has rows for; a
+    link it has none for (the network: no published multi-node rows) takes the worst of any kind, and
+    says so. No fit: infinite (an unmeasured model's edge is never taken on its word)."""
+    table = (k or comm_constants()).speedup_worst_holdout
+    if not table:
+        return math.inf, "no held-out rows (the multi-GPU model is not fit)"
+    known = [table[link] for link in links if link in table]
+    missing = [link for link in links if link not in table]
+    if not missing:
+        return max(known), f"its worst held-out error over {' + '.join(links)}"
+    return max(table.values()), f"its worst held-out error on any link ({', '.join(missing)}: no published rows)"
 
 
 def _ring(op: str, nbytes: float, n: int, busbw: float, alpha_s: float) -> tuple[float, float]:

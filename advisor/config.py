@@ -58,6 +58,11 @@ class Precision(str, Enum):
         return self.value if self.casts_model else "fp32"
 
     @property
+    def bf16_matmuls(self) -> bool:
+        """Its matmuls run bf16 (autocast or a bf16 model): a GPU without bf16 tensor cores runs them slowly."""
+        return self in (Precision.bf16, Precision.pure_bf16)
+
+    @property
     def matmul_dtype(self) -> str:
         """The datasheet column its matmuls run at: a bf16 model computes in bf16, as bf16 autocast does."""
         return "bf16" if self.casts_model else self.value
@@ -115,6 +120,17 @@ class Strategy(str, Enum):
         """Sharded over every GPU of the run (FSDP, with or without the weights kept gathered)."""
         return self in (Strategy.fsdp, Strategy.fsdp_keep)
 
+    @property
+    def one_gpu(self) -> bool:
+        """One process on one GPU, whatever the GPUs at hand (no collectives, nothing to scale)."""
+        return self is Strategy.single
+
+    @property
+    def keeps_gathered(self) -> bool:
+        """FSDP whose gathered weights stay unsharded across the micro-batches of one step (needs
+        accumulation; the runtime's per-micro-batch switch is launcher.keep_gathered)."""
+        return self is Strategy.fsdp_keep
+
 
 class TrainConfig(BaseModel):
     """What one training step looks like on each GPU."""
@@ -152,6 +168,10 @@ class TrainConfig(BaseModel):
         """Trains adapters only, the base frozen (LoRA, QLoRA): the trainable parameters, the step's
         work and the learning-rate row follow."""
         return self.lora_rank is not None
+
+    def on_one_gpu(self, **update) -> "TrainConfig":
+        """The same configuration as plain one-GPU training (``update``: other fields to change with it)."""
+        return self.model_copy(update={**update, "strategy": Strategy.single})
 
     @property
     def kahan(self) -> bool:

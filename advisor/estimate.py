@@ -7,7 +7,7 @@ pydantic model whose JSON is DESIGN.md's ``advise estimate`` contract.
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.calibration import Calibration, CalibrationUsed, calibration_key, default_calibration
-from advisor.config import Strategy, TrainConfig
+from advisor.config import TrainConfig
 from advisor.gpu_perf import unmeasured_gpu_note
 from advisor.hardware import HardwareSpec
 from advisor.memory import MemoryEstimate, estimate_memory
@@ -79,7 +79,7 @@ def estimate(
     thr = estimate_throughput(model, config, hardware, cal)
     if mem.detail.get("paged_out_gib"):
         thr = _with_paging(thr, mem.detail["paged_out_gib"] * 2**30, hardware)
-    if hardware.total_gpus > 1 and config.strategy is not Strategy.single:
+    if hardware.total_gpus > 1 and not config.strategy.one_gpu:
         one = one_gpu or one_gpu_throughput(model, config, hardware, cal)
         # Against the same configuration on one GPU, never above 100%: FSDP's sharded optimizer
         # step can make a row look superlinear, which is not scaling (DESIGN.md).
@@ -160,7 +160,7 @@ def _with_paging(thr: ThroughputEstimate, paged_out_bytes: float, hw: HardwareSp
 
 def _precision_notes(config: TrainConfig, hardware: HardwareSpec) -> list[str]:
     gpu = hardware.gpu
-    if config.precision.matmul_dtype == "bf16" and not gpu.supports_bf16:
+    if config.precision.bf16_matmuls and not gpu.supports_bf16:
         return [f"{gpu.name} has no bf16 tensor cores (compute capability {gpu.compute_capability[0]}."
                 f"{gpu.compute_capability[1]} < 8.0): bf16 is estimated at the fp32 rate; "
                 "--precision fp16 (with a GradScaler) uses its tensor cores"]
@@ -182,5 +182,4 @@ def _bench_used(model: ModelSpec, config: TrainConfig, hardware: HardwareSpec, c
 def one_gpu_throughput(model: ModelSpec, config: TrainConfig, hardware: HardwareSpec, cal: Calibration) -> ThroughputEstimate:
     """What scaling efficiency compares against: the same configuration as plain single-GPU
     training on one of these GPUs (not FSDP on one GPU, whose unsharded step is slower)."""
-    single = config.model_copy(update={"strategy": Strategy.single})
-    return estimate_throughput(model, single, hardware.with_count(1), cal)
+    return estimate_throughput(model, config.on_one_gpu(), hardware.with_count(1), cal)

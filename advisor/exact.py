@@ -34,7 +34,8 @@ def estimate_request(req: Request, *, machine: Machine | None = None,
     check(Combo.of_request(req, ranks=hw.total_gpus, nodes=hw.nodes, compute_capability=cc), only=REQUEST_ROWS)
     cfg, notes = starting_config(req, spec, device="gpu", gpu=hw.gpu, ranks=hw.total_gpus)
     check(Combo.of_config(cfg, ranks=hw.total_gpus, nodes=hw.nodes, compute_capability=cc,
-                          transformer=spec.arch is not None, model=spec.name), only=ESTIMATE_ROWS)
+                          transformer=spec.arch is not None, linear_blocks=spec.linear_blocks, model=spec.name),
+          only=ESTIMATE_ROWS)
     applied += notes
     est = estimate(spec, cfg, hw, dataset_size=req.dataset_size, epochs=req.epochs, calibration=calibration)
     return est, applied

@@ -142,7 +142,7 @@ class HardwareSpec(BaseModel):
 def threads_per_rank(ranks_per_node: int, cores: int | None = None) -> int:
     """OpenMP threads each rank of a node gets when the node's cores are shared out (``cores``: this
     machine's by default). launcher.command sets them for --cpu and CPU-offload plans, and
-    advisor.compromise_cost assumes them for the offloaded optimizer step."""
+    advisor.throughput.offload_threads assumes them for the offloaded optimizer step."""
     return max(1, (cores or os.cpu_count() or 1) // max(1, ranks_per_node))
 
 

@@ -164,7 +164,7 @@ class TraceProfile(BaseModel):
     scales_with: Literal["tokens", "pixels", "fixed"] = "fixed"
     fwd_flops: float = Field(description="forward FLOPs per sample (or per token)")
     saved_bytes: dict[str, float] = Field(
-        description="bytes saved for backward per sample (or token), by precision: fp32, bf16, pure-bf16"
+        description="bytes saved for backward per sample (or token), by traced precision (Precision.trace_key)"
     )
     fixed_saved_bytes: dict[str, float] = Field(
         default_factory=dict, description="saved bytes that do not grow with the batch (autocast weight copies)"
@@ -214,6 +214,12 @@ class TraceProfile(BaseModel):
     )
 
 
+# transformers' model classes whose blocks' projections are ``Conv1D`` (transformers.pytorch_utils: a Linear
+# with its weight transposed, not an nn.Linear subclass): the modeling files that build it in transformers 5.25
+# (models/gpt2, openai, imagegpt, decision_transformer, clvp), by class-name prefix.
+CONV1D_CLASSES = ("GPT2", "OpenAIGPT", "ImageGPT", "DecisionTransformer", "Clvp")
+
+
 class ModelSpec(BaseModel):
     """One model, whatever its source."""
 
@@ -244,6 +250,18 @@ class ModelSpec(BaseModel):
     @property
     def is_vision(self) -> bool:
         return self.family in ("vit", "cnn")
+
+    @property
+    def linear_blocks(self) -> bool | None:
+        """Whether its blocks' projections are ``nn.Linear``, the only layers torchao's float8 conversion takes
+        (``--precision fp8``): cardwise's zoo and most transformers classes build them so; transformers' GPT-2
+        family builds them as ``Conv1D``. None where the spec does not say (a closed form, a traced module)."""
+        if self.implementation == "cardwise zoo":
+            return True
+        if self.implementation.startswith("transformers "):
+            cls_name = self.implementation.split()[1]
+            return not cls_name.startswith(CONV1D_CLASSES)
+        return None
 
     @property
     def is_transformers(self) -> bool:

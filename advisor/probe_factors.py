@@ -42,8 +42,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.config import Strategy
+
 FILE_NAME = "probe-factors.json"
 FILE_VERSION = 1
+# The strategy part of a calibration key (advisor.calibration.calibration_key) for a one-GPU run
+ONE_GPU = frozenset(s.value for s in Strategy if s.one_gpu)
 
 
 class ModelFactor(BaseModel):
@@ -151,7 +155,7 @@ def bench_model_factors(samples) -> dict[str, ModelFactor]:
         return out
     for key, by_id in samples.items():
         parts = str(key).split("|")
-        if len(parts) != 4 or parts[0] == "cpu" or parts[3] != "single" or not isinstance(by_id, dict):
+        if len(parts) != 4 or parts[0] == "cpu" or parts[3] not in ONE_GPU or not isinstance(by_id, dict):
             continue
         for s in by_id.values():
             try:
@@ -177,7 +181,7 @@ def gpu_kind_part(cal, device: str, family: str) -> float:
     vals = []
     for k, v in cal.measured.items():
         parts = k.split("|")
-        if len(parts) == 4 and parts[0] == device and parts[1] != family and parts[3] == "single" and v > 0:
+        if len(parts) == 4 and parts[0] == device and parts[1] != family and parts[3] in ONE_GPU and v > 0:
             vals.append(v)
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 1.0
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from advisor.config import Optimizer, Precision, Strategy, TrainConfig
+from advisor.config import Optimizer, Precision, TrainConfig
 from advisor.gpus import GpuSpec
 from advisor.models import ModelSpec
 from advisor.request import Request
-from advisor.setup import active, offloads, request_settings
+from advisor.setup import SETUPS, active, offloads, request_settings
 from advisor.setup.constraints import REQUEST_ROWS, Combo, check
+from advisor.setup.strategies import starting_strategy
 
 DEFAULT_MICRO_BATCH = {"gpu": 8, "gpu-llm": 1, "cpu": 4}
 LLM_PARAMS = 1e9  # "decoder LLM": a decoder of at least this many parameters
@@ -53,10 +54,12 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
     precision = req.precision
     if precision is None:
         if device == "cpu":
-            # LoRA trains on a frozen bf16 base under bf16 autocast (launcher.compromises.lora): say so.
-            precision = Precision.bf16 if req.lora_rank else Precision.fp32
-            if req.lora_rank:
-                notes.append("precision bf16 for --lora-rank (frozen bf16 base, fp32 adapters, bf16 autocast)")
+            # a way of training whose runtime needs its own precision on CPU (LoRA: a frozen bf16 base under
+            # bf16 autocast, launcher.compromises.lora) says so
+            need = next((s for s in SETUPS if s.cpu_precision is not None and s.on(req)), None)
+            precision = need.cpu_precision if need is not None else Precision.fp32
+            if need is not None:
+                notes.append(need.cpu_precision_note)
         else:
             bf16 = gpu is None or gpu.supports_bf16
             precision = Precision.bf16 if bf16 else Precision.fp16
@@ -67,7 +70,7 @@ def starting_config(req: Request, spec: ModelSpec | None, *, device: Literal["gp
                            nodes=req.nodes if device == "cpu" else None), only=REQUEST_ROWS)
     strategy = req.strategy
     if strategy is None:
-        strategy = Strategy.fsdp if offloads(req) else Strategy.single if ranks == 1 else Strategy.ddp
+        strategy = starting_strategy(ranks, offloads(req))
         if device == "gpu":
             notes.append(f"strategy {strategy.value} ({ranks} GPU{'s' if ranks > 1 else ''})")
     seq_len, image_size = req.seq_len, req.image_size

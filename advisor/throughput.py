@@ -48,7 +48,7 @@ from advisor.compromise_cost import compromise_cost
 from advisor.config import Precision, TrainConfig
 from advisor.gpu_perf import work_kind
 from advisor.gpus import GpuSpec, get_gpu
-from advisor.hardware import HardwareSpec
+from advisor.hardware import HardwareSpec, threads_per_rank
 from advisor.loader import LoaderEstimate, data_kind, loader_estimate
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
@@ -192,7 +192,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
         transposes = NCHW_HALF_TRANSPOSES * conv_bytes / (bw * e["bytes"])
     mm = work.matmul_flops / (mm_peak * e[f"matmul|{cls}"]) + work.attn_flops / (mm_peak * e[f"attn|{cls}"])
     unaligned, odd = ("matmul_unaligned", "matmul_odd")
-    if cls == "fp32" or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
+    if p is Precision.fp32 or config.compile:  # CUDA cores need no alignment; inductor pads GEMM sizes to
         unaligned = odd = f"matmul|{cls}"  # aligned ones (torch._inductor.config.shape_padding, default on)
     mm += work.matmul_unaligned_flops / (mm_peak * e[unaligned]) + work.matmul_odd_flops / (mm_peak * e[odd])
     if work.matmul_fp32_flops:  # fp32 GEMMs inside a half-precision step (advisor.step_work): CUDA cores
@@ -224,7 +224,7 @@ def gpu_seconds(work: StepWork, config: TrainConfig, gpu: GpuSpec, cal: Calibrat
     other += work.attn_bytes / (bw * e["bytes"])
     if layout == "nchw" and not config.compile:  # inductor writes its own BN kernels; NHWC runs channels-last ones
         # bf16 (autocast or pure) runs PyTorch's own kernels, fp32 and fp16 (fp32 weights) cuDNN's
-        path = "native" if p.matmul_dtype == "bf16" else "cudnn"
+        path = "native" if p.bf16_matmuls else "cudnn"
         other += batch_norm_blocks_seconds(work.bn_block_elems, gpu, e[f"bn_nchw|{path}"])
     return mm + conv, mm + conv + other + kernels * cal.gpu_kernel_us * 1e-6
 
@@ -343,10 +343,9 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     step.each("optimizer_terms")  # pure-bf16: bf16 bytes
     step.decoded = hw.input is not None and data_kind(hw.input, model.is_vision, config.image_size) in ("jpeg", "decoded")
     step.each("step_terms")  # the strategy's collectives
-    # The memory compromises' own costs (host copies, CPU step, per-parameter steps): one call.
-    extra = compromise_cost(model, config, hw, compute_s, step.bw, cal.launch_us * cal.host_factor, nt, shard,
-                            cal.gpu_kernel_us, gpu_s=gpu_s * config.grad_accum, host_s=host_s * config.grad_accum,
-                            opt_s=step.opt_s, combine_p=cal.host_combine_p)
+    # The memory compromises' own costs (host copies, CPU step, per-parameter steps): each setup's hooks.
+    step.host_threads = offload_threads(hw, config)
+    extra = compromise_cost(step)
     opt_s = 0.0 if extra.replaces_optimizer_s else step.opt_s if extra.optimizer_s is None else extra.optimizer_s
     step.notes += extra.notes
     exposed, sync = step.exposed, step.sync
@@ -382,6 +381,12 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         sync_s=sync, comm=step.breakdown, gpu_samples_per_s=gpu_sps if loader is not None else None, loader=loader,
         loader_bound=bool(loader and loader.bound),
     )
+
+
+def offload_threads(hw: HardwareSpec, config: TrainConfig) -> int:
+    """Host threads per rank as launcher.command gives a plan's ranks (advisor.hardware.threads_per_rank): a
+    node's cores shared out among the ranks it runs (what CPU offload's host step runs on)."""
+    return threads_per_rank(min(setup.strategy_of(config).world(hw), hw.gpus_per_node), hw.cpu_cores)
 
 
 def tokens_per_sample(model: ModelSpec, config: TrainConfig) -> int | None:

@@ -140,13 +140,14 @@ def _probe_first(args: argparse.Namespace, plan) -> int | None:
     from rich.console import Console
 
     from advisor.errors import UserError
+    from advisor.setup import shrinking
     from cli.probe_cmd import render, run_probe
 
     result = run_probe(args, plan, None)
     render(result, Console(stderr=True) if args.json else None)  # stdout stays the run's JSON
     if result.status == "oom":
         raise UserError(f"the probe ran out of GPU memory at every micro-batch down to {result.config.micro_batch}",
-                        fix="make it smaller per GPU: --grad-ckpt, --precision pure-bf16, --optimizer adamw-8bit, a "
+                        fix=f"make it smaller per GPU: --grad-ckpt, {', '.join(s.flag for s in shrinking())}, a "
                             "shorter --seq-len/--image-size, or --strategy fsdp over more GPUs (then drop --probe)")
     if result.status == "cancelled":
         return 130

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from advisor.config import Strategy, TrainConfig
+from advisor.config import TrainConfig
 from advisor.errors import UserError
 from advisor.plan import Plan
 from advisor.request import Request
@@ -54,7 +54,7 @@ def cpu_plan(req: Request, lr_recipe: Callable[[TrainConfig], LrRecipe], *, proc
             spec = catalog_model(model.name)
         except Exception:
             spec = None  # the launch reports unknown names; scripts may not use the catalog
-    if req.strategy is Strategy.fsdp_keep:
+    if req.strategy is not None and req.strategy.keeps_gathered:
         # refused before the plan, whose accumulation would hide the reason (plain fsdp plans are built:
         # the probe refuses them with its own words, the launch with the table's)
         check(Combo(strategy=req.strategy, cpu=True), only=("fsdp.not-on-cpu",))

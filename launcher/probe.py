@@ -33,7 +33,7 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.config import Strategy, TrainConfig
+from advisor.config import TrainConfig
 from advisor.errors import UserError
 from advisor.estimate import Estimate
 from advisor.plan import Plan
@@ -146,7 +146,7 @@ def probe_target(plan: Plan, machine=None) -> ProbeTarget:
 
 def _one_device(plan: Plan, micro_batch: int) -> Plan:
     """The per-GPU configuration as a single-process plan (same micro-batch, accumulation, numerics)."""
-    config = plan.config.model_copy(update={"micro_batch": micro_batch, "strategy": Strategy.single})
+    config = plan.config.on_one_gpu(micro_batch=micro_batch)
     return plan.model_copy(update={"config": config, "processes_per_node": 1, "nodes": 1, "sync_batchnorm": False,
                                    "global_batch": micro_batch * config.grad_accum, "num_workers": 0,
                                    "total_steps": None, "warmup_steps": 0})

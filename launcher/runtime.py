@@ -285,7 +285,7 @@ class Runtime:
         total = None
         accum = self.plan.config.grad_accum
         keep = None
-        if self.plan.config.strategy is Strategy.fsdp_keep:
+        if self.plan.config.strategy.keeps_gathered:
             from launcher.keep_gathered import before_micro_batch, require_root
 
             keep = self._keep_root = self._keep_root or require_root(model)

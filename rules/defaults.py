@@ -19,7 +19,7 @@ class LrRecipeRow(BaseModel):
 
     family: str = Field(description="decoder, encoder, cnn, vit, or 'any' (by optimizer)")
     task: Literal["pretrain", "finetune", "any"]
-    adapter: bool = Field(False, description="for LoRA/QLoRA adapters (--lora-rank)")
+    adapter: bool = Field(False, description="for LoRA/QLoRA adapters (TrainConfig.adapters)")
     params: float | None = Field(None, gt=0, description="the model size it was tuned at (nearest size wins)")
     optimizer: str
     base_lr: float = Field(gt=0)

@@ -85,8 +85,7 @@ class PinnedFacts(_Section):
     seq_len: bool = False
     image_size: bool = False
     network: bool = False
-    compromise: bool = Field(description="a memory compromise is pinned: pure-bf16, adamw-8bit, LoRA, optimizer in "
-                             "backward or CPU offload")
+    compromise: bool = Field(description="a memory compromise of the registry (advisor.setup.COMPROMISES) is pinned")
 
 
 class ConfigFacts(_Section):

@@ -73,6 +73,7 @@ def check_request(req: Request, spec: ModelSpec, hardware: HardwareSpec) -> None
     --strategy single runs on one of the GPUs at hand."""
     ranks = 1 if req.strategy is Strategy.single else hardware.total_gpus
     check(Combo.of_request(req, ranks=ranks, model=spec.name, transformer=spec.arch is not None,
+                           linear_blocks=spec.linear_blocks,
                            compute_capability=hardware.gpu.compute_capability))
 
 
@@ -133,8 +134,8 @@ def tree(run: Run) -> None:
     """The decision tree A–J: GPUs, strategy, micro-batch, accumulation, checkpointing, learning rate."""
     ctx = run.ctx = TreeContext(run.planner)
     run.steps = walk(ctx)
-    if run.req.strategy is Strategy.fsdp_keep:
-        _keep_fits_or_refuse(run.planner)
+    if run.req.strategy is not None and run.req.strategy.keeps_gathered:
+        _keep_fits_or_refuse(run.planner, run.req.strategy)
     choice = ctx.choice
     strategy = run.req.strategy
     # A pinned multi-GPU strategy uses the GPUs at hand, also when a one-GPU FSDP (CPU offload) fits.
@@ -343,14 +344,14 @@ def _pinned_strategy(ctx: TreeContext, strategy: Strategy) -> Choice | Infeasibl
     if isinstance(ch, Infeasible) and ch.kind == "batch":
         raise UserError(f"--strategy {strategy.value} on {n} GPUs: {ch.reason}",
                         fix="pick a --batch-size divisible by the GPU count (and the micro-batch), or another --gpus")
-    if isinstance(ch, Infeasible) and ch.kind == "strategy" and strategy is Strategy.fsdp_keep:
-        raise UserError(f"--strategy fsdp-keep on {n} GPU{'s' if n > 1 else ''}: {ch.reason}",
+    if isinstance(ch, Infeasible) and ch.kind == "strategy" and strategy.keeps_gathered:
+        raise UserError(f"--strategy {strategy.value} on {n} GPU{'s' if n > 1 else ''}: {ch.reason}",
                         fix="use --strategy fsdp (the same without kept weights), or a --batch-size that leaves "
                             "accumulation on each GPU (more than one micro-batch per GPU)")
     return ch
 
 
-def _keep_fits_or_refuse(p: Planner) -> None:
+def _keep_fits_or_refuse(p: Planner, strategy: Strategy) -> None:
     """A pinned --strategy fsdp-keep that fits no count at hand is refused, not turned into a memory
     compromise (LoRA, 8-bit, ...): it spends memory to save communication, and plain FSDP, which the
     message names when it fits, is the same training without that trade."""
@@ -362,7 +363,7 @@ def _keep_fits_or_refuse(p: Planner) -> None:
     if not mem:
         return  # no accumulation at any count, or the batch does not split: _pinned_strategy says which
     plain = next((c for c in (p.search(n, Strategy.fsdp) for n in reversed(counts)) if isinstance(c, Choice)), None)
-    raise UserError(f"--strategy fsdp-keep does not fit the {p.available}x {p.hw.gpu.name} at hand: {mem[-1].reason} "
+    raise UserError(f"--strategy {strategy.value} does not fit the {p.available}x {p.hw.gpu.name} at hand: {mem[-1].reason} "
                     "(it keeps a full unsharded copy of the weights and gradients on every GPU)",
                     fix=(f"use --strategy fsdp (fits on {plain.gpus} GPUs, ~{plain.estimate.memory.device_gib:.1f} GiB "
                          "per GPU), or drop --strategy" if plain is not None else

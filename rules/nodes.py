@@ -31,7 +31,7 @@ def describe(ch: Choice) -> str:
     c = ch.config
     parts = [f"micro-batch {c.micro_batch} x accumulation {c.grad_accum}" + (f" x {ch.gpus} GPUs" if ch.gpus > 1 else "")
              + f" = global batch {ch.global_batch}", precision_text(c), c.optimizer.value]
-    if c.strategy is Strategy.fsdp_keep:
+    if c.strategy.keeps_gathered:
         parts.insert(1, keep_gathered_text(c.grad_accum))
     parts += labels(c, style="sentence")  # the ways of training it runs (advisor.setup)
     if c.grad_ckpt:

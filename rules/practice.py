@@ -107,7 +107,7 @@ def plan_facts(ctx: TreeContext, ch: Choice, strategy: Strategy, fits: bool, pat
         total_steps=lr.total_steps, steps_per_epoch=lr.steps_per_epoch, gpus_at_hand=p.available,
         batches_per_epoch=p.req.dataset_size / ch.global_batch if p.req.dataset_size else None,
         min_gpus_to_fit=ctx.min_fit.gpus if ctx.min_fit else (1 if isinstance(ctx.one, Choice) else None),
-        strategy_overridden=strategy.value != ctx.tree_strategy,
+        strategy_overridden=strategy is not Strategy(ctx.tree_strategy),
         compromise=ctx.compromise_name, gives_up=ctx.gives_up, strategy_rule=ch.strategy_rule,
         sharded_gain_pct=100 * ch.sharded_gain if ch.sharded_gain is not None and strategy is ch.strategy else None,
         **_host_ram(p, ch),

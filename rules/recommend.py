@@ -67,8 +67,8 @@ class RecommendationCore(BaseModel):
     total_steps: int | None = None
     time_to_train_h: float | None = None
     deadline_h: float | None = None
-    compromise: str | None = Field(None, description="node H's memory compromise (no-accumulation, pure-bf16, adamw-8bit, "
-                                   "optimizer-in-backward, cpu-offload, lora); None for the standard setup")
+    compromise: str | None = Field(None, description="node H's memory compromise: no-accumulation or names of "
+                                   "advisor.setup.COMPROMISES, '+'-joined where it combines them; None for the standard setup")
     gives_up: str | None = Field(None, description="what the compromise gives up")
     compromise_rule: str | None = Field(None, description="which part of node H's policy chose the compromise "
                                                           "(exact before lossy unless > 2x slower; batch changes last)")

@@ -96,7 +96,8 @@ def test_stored_constants_are_the_fit_output():
     held = [r for r in rows if r["split"] == "holdout"]
     assert len(held) >= 40 and {r["gpus"] for r in held} >= {1, 8}
     assert fit.harness_json(fit.fit_harness(rows, comm_constants())) == fit.HARNESS.read_text()
-    assert fit.constants_json(fit.fit(fit.pairs(rows), fit.stored_harness())) == FITTED.read_text()
+    assert fit.constants_json(fit.fitted_constants(fit.pairs(rows), fit.stored_harness())) == FITTED.read_text()
+    assert set(stored["speedup_worst_holdout"]) == {r["link"] for r in held}  # a bound per link kind held out
     assert stored["source"].startswith(fit.SCRIPT)
     assert comm_constants() == CommConstants(**stored)
 

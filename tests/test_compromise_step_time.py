@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from advisor import compromise_cost as cc
+from advisor.setup import optimizers as opt
+from advisor.setup import offload as off
+from advisor.setup import precision as prec
+from advisor.throughput import offload_threads
 from advisor.calibration import default_calibration
 from advisor.catalog import catalog_model
 from advisor.config import Optimizer, Precision, TrainConfig
@@ -49,8 +53,8 @@ def test_llama3_8b_has_291_parameter_tensors():
 def test_the_8bit_step_is_synchronised_per_tensor_and_far_slower_than_a_streaming_pass():
     t = _thr(optimizer=Optimizer.adamw_8bit)
     cal, gpu = default_calibration(), get_gpu("H200")
-    host = 291 * cc.BNB_HOST_OPS_PER_TENSOR * cal.launch_us * 1e-6
-    kernel = cc.adamw_8bit_kernel_s(N8B, gpu)
+    host = 291 * opt.BNB_HOST_OPS_PER_TENSOR * cal.launch_us * 1e-6
+    kernel = opt.adamw_8bit_kernel_s(N8B, gpu)
     assert t.optimizer_s == pytest.approx(host + kernel)  # serial: a torch.cuda.synchronize() per tensor
     assert t.optimizer_s > 4 * _streaming_pass_s(Optimizer.adamw_8bit)
     # and slower than fused fp32 AdamW, which streams more bytes in one pass
@@ -62,8 +66,8 @@ def test_the_8bit_kernel_rate_comes_from_the_fit_file_and_moves_the_estimate():
     rates = cc.compromise_rates()
     assert 0 < rates["bnb_8bit_bandwidth_fraction"] < 0.5 and "ONE measured configuration" in rates["source"]
     g = get_gpu("H200")
-    assert cc.adamw_8bit_kernel_s(N8B, g, fraction=rates["bnb_8bit_bandwidth_fraction"] / 2) == \
-        pytest.approx(2 * cc.adamw_8bit_kernel_s(N8B, g))
+    assert opt.adamw_8bit_kernel_s(N8B, g, fraction=rates["bnb_8bit_bandwidth_fraction"] / 2) == \
+        pytest.approx(2 * opt.adamw_8bit_kernel_s(N8B, g))
 
 
 def test_the_fit_reproduces_the_measured_8bit_row():
@@ -80,8 +84,8 @@ def test_the_fit_reproduces_the_measured_8bit_row():
 def test_kahan_adamw_runs_13_unfused_kernels_per_tensor():
     t = _thr(precision=Precision.pure_bf16, micro_batch=2)
     cal = default_calibration()
-    launches = 291 * cc.KAHAN_KERNELS_PER_TENSOR * cal.launch_us * 1e-6
-    gpu_bytes = _streaming_pass_s(Optimizer.adamw, scale=cc.KAHAN_BYTES_PER_PARAM / _OPT_BYTES[Optimizer.adamw])
+    launches = 291 * prec.KAHAN_KERNELS_PER_TENSOR * cal.launch_us * 1e-6
+    gpu_bytes = _streaming_pass_s(Optimizer.adamw, scale=prec.KAHAN_BYTES_PER_PARAM / _OPT_BYTES[Optimizer.adamw])
     assert t.optimizer_s >= gpu_bytes
     # nothing synchronises before the step: its launches run while the GPU finishes backward (GPU-bound
     # here), so the step costs its GPU time and little of the host's
@@ -94,7 +98,7 @@ def test_kahan_adamw_runs_13_unfused_kernels_per_tensor():
 def test_the_step_in_backward_pays_one_optimizer_call_per_tensor():
     cal = default_calibration()
     plain, oib = _thr(), _thr(optimizer_in_backward=True)
-    per_call = (cc.IN_BACKWARD_CALL_OPS + cc.FUSED_KERNELS_PER_CALL) * cal.launch_us * 1e-6
+    per_call = (opt.IN_BACKWARD_CALL_OPS + opt.FUSED_KERNELS_PER_CALL) * cal.launch_us * 1e-6
     # the hooks' host time joins the host pipeline that runs ahead of the GPU during backward: the step is
     # the two pipelines combined, not the calls added after backward
     want = cc._combine(oib.gpu_s + plain.optimizer_s, oib.host_s + 291 * per_call, cal.host_combine_p)
@@ -102,15 +106,15 @@ def test_the_step_in_backward_pays_one_optimizer_call_per_tensor():
     assert plain.step_s < oib.step_s < plain.step_s + 291 * per_call
     # with 8-bit AdamW inside the hooks the per-tensor launches are bitsandbytes' own, counted once
     b, boib = _thr(optimizer=Optimizer.adamw_8bit), _thr(optimizer=Optimizer.adamw_8bit, optimizer_in_backward=True)
-    assert boib.step_s - b.step_s == pytest.approx(291 * cc.IN_BACKWARD_CALL_OPS * cal.launch_us * 1e-6)
+    assert boib.step_s - b.step_s == pytest.approx(291 * opt.IN_BACKWARD_CALL_OPS * cal.launch_us * 1e-6)
 
 
 def test_cpu_offload_replaces_the_gpu_step_with_the_cpu_one():
     t = _thr(cpu_offload=True)
     assert t.optimizer_s == 0.0
     m = catalog_model("llama3-8b")
-    threads = cc.offload_threads(HardwareSpec(gpu=get_gpu("H200")), TrainConfig(cpu_offload=True))
-    cpu = cc.cpu_step_s(trainable_params(m, TrainConfig()), threads)
+    threads = offload_threads(HardwareSpec(gpu=get_gpu("H200")), TrainConfig(cpu_offload=True))
+    cpu = off.cpu_step_s(trainable_params(m, TrainConfig()), threads)
     assert t.step_s > t.compute_s + cpu
     assert any(f"on {threads} host thread(s)" in n for n in t.notes)
 
@@ -124,22 +128,22 @@ def test_cpu_offload_step_grows_with_parameters_and_the_host_step_dominates_a_3b
     small, large = _offload("llama3.2-3b"), _offload("llama3-8b")
     assert large.step_s > 2 * small.step_s  # the host AdamW is linear in the parameters
     n3 = catalog_model("llama3.2-3b").params
-    host = cc.cpu_step_s(n3, cc.offload_threads(HardwareSpec(gpu=get_gpu("H200")), TrainConfig(cpu_offload=True)))
+    host = off.cpu_step_s(n3, offload_threads(HardwareSpec(gpu=get_gpu("H200")), TrainConfig(cpu_offload=True)))
     assert host > 0.5 * small.step_s  # the host AdamW over 3.2 B fp32 parameters: the GPU waits
-    assert cc.cpu_step_s(2 * n3) == pytest.approx(2 * cc.cpu_step_s(n3))
+    assert off.cpu_step_s(2 * n3) == pytest.approx(2 * off.cpu_step_s(n3))
 
 
 def test_host_threads_split_the_cpu_step_down_to_the_hosts_bandwidth():
     n = 1e9
-    one = cc.cpu_step_s(n, 1, rate=1e-8, host_gbps=None)
-    assert cc.cpu_step_s(n, 4, rate=1e-8, host_gbps=None) == pytest.approx(one / 4)
-    floor = n * cc.CPU_ADAMW_BYTES_PER_PARAM / 20e9  # 84 B a parameter at 20 GB/s: 4.2 s
-    assert cc.cpu_step_s(n, 64, rate=1e-8, host_gbps=20.0) == pytest.approx(floor)
-    assert cc.cpu_step_s(n, 2, rate=1e-8, host_gbps=20.0) == pytest.approx(one / 2)  # 5 s: threads bind
+    one = off.cpu_step_s(n, 1, rate=1e-8, host_gbps=None)
+    assert off.cpu_step_s(n, 4, rate=1e-8, host_gbps=None) == pytest.approx(one / 4)
+    floor = n * off.CPU_ADAMW_BYTES_PER_PARAM / 20e9  # 84 B a parameter at 20 GB/s: 4.2 s
+    assert off.cpu_step_s(n, 64, rate=1e-8, host_gbps=20.0) == pytest.approx(floor)
+    assert off.cpu_step_s(n, 2, rate=1e-8, host_gbps=20.0) == pytest.approx(one / 2)  # 5 s: threads bind
     # ranks share a node's cores: 8 GPUs of one 64-core node give each rank 8 threads
     hw = HardwareSpec(gpu=get_gpu("H200"), gpus_per_node=8, cpu_cores=64)
-    assert cc.offload_threads(hw, TrainConfig(cpu_offload=True, strategy="fsdp")) == 8
-    assert cc.offload_threads(hw, TrainConfig(cpu_offload=True)) == 64
+    assert offload_threads(hw, TrainConfig(cpu_offload=True, strategy="fsdp")) == 8
+    assert offload_threads(hw, TrainConfig(cpu_offload=True)) == 64
 
 
 def test_cpu_offload_copies_overlap_compute_in_both_directions():
@@ -148,12 +152,12 @@ def test_cpu_offload_copies_overlap_compute_in_both_directions():
     link = hw.gpu.pcie_gbps / 2 * 1e9 * cc.PCIE_EFFICIENCY
     one_way = 4 * m.params / link
     # compute far longer than the copies: nothing exposed
-    assert cc.cpu_offload_step_s(m, c, hw, 100.0, m.params, 1)[0] == pytest.approx(0.0)
+    assert off.cpu_offload_step_s(m, c, hw, 100.0, m.params, 1)[0] == pytest.approx(0.0)
     # no compute: forward waits for the copies in, backward for the larger of in and out (separate engines)
-    assert cc.cpu_offload_step_s(m, c, hw, 0.0, m.params, 1)[0] == pytest.approx(2 * one_way)
+    assert off.cpu_offload_step_s(m, c, hw, 0.0, m.params, 1)[0] == pytest.approx(2 * one_way)
     # accumulation: the later micro-batches' gradient copies block (they add into the host gradient)
     acc = c.model_copy(update={"grad_accum": 3})
-    assert cc.cpu_offload_step_s(m, acc, hw, 0.0, m.params, 1)[0] == pytest.approx(3 * 2 * one_way + 2 * one_way)
+    assert off.cpu_offload_step_s(m, acc, hw, 0.0, m.params, 1)[0] == pytest.approx(3 * 2 * one_way + 2 * one_way)
 
 
 def test_the_cpu_step_rate_is_fit_on_the_offload_row_and_reproduces_it():

@@ -22,6 +22,7 @@ from advisor.hardware import HardwareSpec
 from advisor.plan import ModelRef, Plan
 from advisor.setup.checkpointing import recomputed_share
 from advisor.setup.precision import fp8_linears, fp8_step_change
+from advisor.sources import resolve_model
 from cli.main import main
 from launcher import model_setups
 from launcher.compromises.checks import check_compromises
@@ -88,6 +89,10 @@ def test_fp8_gemms_run_at_the_float8_peak_and_eager_casts_cost_their_bytes():
     (["estimate", "--model", "llama3.2-1b", "--gpu", "a100", "--precision", "fp8"], "compute capability 8.0"),
     (["estimate", "--model", "resnet50", "--gpu", "h100", "--precision", "fp8"], "needs a transformer"),
     (["estimate", "--model", "llama3.2-1b", "--gpu", "h100", "--precision", "fp8", "--lora-rank", "8"], "--lora-rank"),
+    (["estimate", "--model", "gpt2", "--implementation", "transformers", "--gpu", "h100", "--precision", "fp8"],
+     "whose blocks hold no nn.Linear"),
+    (["--model", "gpt2", "--implementation", "transformers", "--gpu", "h100", "--precision", "fp8"],
+     "whose blocks hold no nn.Linear"),
     (["--model", "llama3.2-1b", "--gpu", "h100", "--grad-ckpt", "--grad-ckpt-every", "2"], "--grad-ckpt-every 2 with"),
     (["estimate", "--model", "llama3.2-1b", "--gpu", "h100", "--grad-ckpt-every", "1"], "must be at least 2"),
     (["launch", "--cpu", "--model", "mini-transformer", "--precision", "fp8", "--recipe", "synthetic", "--dry-run"],
@@ -110,6 +115,22 @@ def test_fp8_launch_without_torchao_says_how_to_install_it(monkeypatch):
         check_compromises(plan)
     assert "torchao" in err.value.what and "pip install" in err.value.fix
     assert Plan.model_validate_json(plan.model_dump_json()).mixed_precision == "bf16"  # autocast around float8
+
+
+def test_fp8_on_conv1d_blocks_is_refused_when_the_launch_plans():
+    """transformers' GPT-2 (Conv1D projections) under fp8 is refused before any process starts, not in every rank
+    (launcher.model_setups.float8_linears stays the safety net); cardwise's own GPT-2 is built of nn.Linear."""
+    def plan(implementation):
+        return Plan(model=ModelRef(name="gpt2", implementation=implementation),
+                    config=TrainConfig(micro_batch=1, precision=Precision.fp8), gpu="H100-SXM", processes_per_node=1,
+                    global_batch=1, lr=1e-5, base_lr=1e-5, base_batch=1)
+
+    with pytest.raises(UserError) as err:
+        check_compromises(plan("transformers"))
+    assert "no nn.Linear" in err.value.what and "--implementation cardwise" in err.value.fix
+    assert resolve_model(ModelRef(name="gpt2", implementation="transformers")).linear_blocks is False
+    assert catalog_model("gpt2").linear_blocks is True  # the zoo's GPT-2: nn.Linear projections
+    assert resolve_model(ModelRef(name="llama3.2-1b", implementation="transformers")).linear_blocks is True
 
 
 def test_a_plan_without_selective_checkpointing_keeps_its_old_json():

@@ -132,7 +132,10 @@ def probe_summary(result) -> tuple[bool, list[str]]:
     if result.status != "ok":
         why = result.error or result.status
         if result.status == "oom":
-            why += " — lower memory per GPU (checkpointing, pure-bf16, a shorter sequence) and plan again"
+            from advisor.setup import shrinking
+
+            why += (f" — lower memory per GPU (checkpointing, {', '.join(s.phrase for s in shrinking())}, a shorter "
+                    "sequence) and plan again")
         return False, [f"probe {result.status}: {why}", f"attempts: {tried}"]
     m, e = result.measured, result.estimate
     util = f", GPU {m.gpu_util_pct:.0f}% busy" if m.gpu_util_pct is not None else ""

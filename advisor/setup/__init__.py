@@ -103,6 +103,13 @@ def request_settings(req) -> dict[str, object]:
     return out
 
 
+def shrinking() -> list[Setup]:
+    """The compromises that shrink a run per GPU and keep its arithmetic close and its batch (tier "close",
+    accumulation allowed; a variant listed under its parent, with no phrase of its own, left out): what a
+    probe that ran out of memory suggests, after checkpointing."""
+    return [s for s in COMPROMISES if s.tier == "close" and not s.accum1 and s.phrase]
+
+
 def compromise_words() -> str:
     """The memory compromises in words, in the registry's order, for the help and the decision tree's
     answers ("no accumulation, pure-bf16, 8-bit AdamW, ...")."""

@@ -36,6 +36,8 @@ class Lora(Setup):
     summary = "rank-r adapters on every attention and MLP projection; the bf16 base frozen"
     order, ladder_rank = 60, 70
     bf16_params = True  # the runtime casts the frozen base to bf16 before peft wraps it
+    # on CPU too: the frozen bf16 base runs under bf16 autocast (launcher.compromises.lora)
+    cpu_precision, cpu_precision_note = Precision.bf16, "precision bf16 for --lora-rank (frozen bf16 base, fp32 adapters, bf16 autocast)"
     phrase = "LoRA"
     options = (Option("--lora-rank", "lora_rank", "number", "LoRA rank (train adapters only)", metavar="R", rank=1),)
     gives_up = (f"the full fine-tune: rank-{OFFERED_RANK} adapters on every attention and MLP projection are trained, "
@@ -65,6 +67,9 @@ class Lora(Setup):
 
     def quantized(self, model: ModelSpec) -> int:
         return 0
+
+    def packages(self, config) -> list[tuple[str, str]]:
+        return [("peft", f"--lora-rank {config.lora_rank}")]
 
     def trainable_params(self, model: ModelSpec, config) -> int:
         return lora_params(model, config.lora_rank)
@@ -134,6 +139,10 @@ class Qlora(Lora):
 
     def quantized(self, model: ModelSpec) -> int:
         return quantized_base_params(model)
+
+    def packages(self, config) -> list[tuple[str, str]]:
+        # bitsandbytes >= 0.45 runs NF4 on CPU too (its torch fallback): CPU runs test the path
+        return [("bitsandbytes", "--quantize-base 4bit"), *super().packages(config)]
 
     def record_name(self, config) -> str:
         return self.name

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from advisor.config import TrainConfig
 
 if TYPE_CHECKING:
+    from advisor.compromise_cost import CompromiseCost
     from advisor.setup.ledger import MemoryLedger, StepLedger
 
 
@@ -98,6 +99,16 @@ class Setup:
     def step_terms(self, step: StepLedger) -> None:
         """Add the step's collectives (strategies) and what else the step runs."""
 
+    # --- its own step cost (advisor.compromise_cost calls these once the standard step is known) ---
+    steps_in_backward: ClassVar[bool] = False  # the optimizer steps inside backward (no step after it to overlap)
+
+    def optimizer_cost(self, step: StepLedger, cost: CompromiseCost) -> None:
+        """Model an optimizer step that is not one streaming pass: set ``cost.optimizer_s`` (not called
+        where a setup keeps the training state in host RAM: the optimizer steps on the CPU)."""
+
+    def extra_cost(self, step: StepLedger, cost: CompromiseCost) -> None:
+        """Add what else the step runs to ``cost.extra_s`` (per-parameter calls, host copies, a CPU step)."""
+
     # --- node H's compromise ladder (rules.compromise builds its Levels from these) ---
     ladder_rank: ClassVar[int] = 0  # its place on the ladder, lowest first (rules.compromise.LEVELS)
     gives_up: ClassVar[str] = ""  # what the user's training gives up
@@ -147,9 +158,18 @@ class Setup:
         "sentence" (the decision tree's answer)."""
         return ""
 
+    def packages(self, config: Any) -> list[tuple[str, str]]:
+        """The optional packages its runtime imports, each with the flag that asks for it (launcher.compromises.checks
+        finds them when a launch plans, before any process starts)."""
+        return []
+
     def trainable_params(self, model: Any, config: TrainConfig) -> int | None:
         """The parameters it trains instead of all the model's (None: it does not change them)."""
         return None
+
+    # the precision its runtime needs on CPU when none is pinned, and the note that says so (advisor.starting_config)
+    cpu_precision: ClassVar[Any] = None
+    cpu_precision_note: ClassVar[str] = ""
 
     def starting_notes(self, req: Any, config: TrainConfig) -> list[str]:
         """The defaults it applied to ``req``'s starting configuration, to say (advisor.starting_config)."""

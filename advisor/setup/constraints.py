@@ -41,6 +41,7 @@ class Combo:
     cpu: bool = False  # --cpu ranks
     model: str | None = None
     transformer: bool | None = None  # the model has attention and MLP projections (LoRA's targets)
+    linear_blocks: bool | None = None  # its blocks' projections are nn.Linear (advisor.models.ModelSpec.linear_blocks)
     grad_ckpt: bool | None = None
     grad_ckpt_every: int | None = None
     compute_capability: tuple[int, int] | None = None  # the GPU's, where the caller knows the GPU
@@ -214,6 +215,14 @@ CONSTRAINTS: tuple[Constraint, ...] = (
                lambda c: f"--precision fp8 needs a transformer; {c.model} has none",
                "fp8 converts the Linear layers of a transformer's blocks (torchao); the estimate counts them from the "
                "architecture", "use --precision bf16, or pick a transformer (see `advise models`)"),
+    # torchao's convert_to_float8_training swaps nn.Linear modules only (torchao/float8/float8_linear_utils.py);
+    # the launch would stop in every rank (launcher.model_setups.float8_linears, kept as the safety net)
+    Constraint("fp8.needs-linear", lambda c: c.precision is Precision.fp8 and c.linear_blocks is False,
+               lambda c: f"--precision fp8 with {c.model or 'this model'}, whose blocks hold no nn.Linear",
+               "torchao converts nn.Linear layers to float8, and this implementation builds its projections as "
+               "transformers' Conv1D (GPT-2's family): nothing would run in float8",
+               "use --precision bf16, or an implementation built of nn.Linear (--implementation cardwise for a "
+               "catalog model)"),
     Constraint("selective-ckpt.not-with-grad-ckpt", lambda c: bool(c.grad_ckpt_every) and bool(c.grad_ckpt),
                lambda c: f"--grad-ckpt-every {c.grad_ckpt_every} with --grad-ckpt",
                "--grad-ckpt checkpoints every block, --grad-ckpt-every K every K-th one",
@@ -230,7 +239,8 @@ REQUEST_ROWS = ("dp.bench-only", "pure-bf16-update.needs-pure-bf16", "fp16.needs
                 "fp8.not-lora", "selective-ckpt.not-with-grad-ckpt")
 # ... and with the step in backward, what one exact configuration must hold (advisor.exact: `advise estimate`
 # answers what-ifs the planner would not choose, an 8-bit optimizer under FSDP among them).
-ESTIMATE_ROWS = REQUEST_ROWS + ("in-backward.no-accumulation", "in-backward.one-process", "fp8.needs-transformer")
+ESTIMATE_ROWS = REQUEST_ROWS + ("in-backward.no-accumulation", "in-backward.one-process", "fp8.needs-transformer",
+                                 "fp8.needs-linear")
 # The planner's candidate filter: a strategy and a GPU count the base configuration cannot run with.
 PLANNER_ROWS = ("in-backward.one-process", "fsdp-keep.several-gpus", "offload.not-fsdp-keep",
                 "fsdp-keep.needs-accumulation")

@@ -80,6 +80,7 @@ class StepLedger:
     opt_s: float = 0.0  # the optimizer's streaming pass
     grad_bytes: float = 0.0
     decoded: bool = False  # the input is decoded images (DALI/JPEG): the loader's collectives differ
+    host_threads: int = 1  # host threads a rank gets (the caller's advisor.hardware.threads_per_rank)
     comm: float = 0.0
     exposed: float = 0.0
     sync: float = 0.0

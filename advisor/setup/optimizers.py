@@ -22,14 +22,15 @@ The semantics are the ones the runtime runs (launcher/compromises/):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from advisor.compromise_cost import CompromiseCost, _combine, compromise_rates
 from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.base import Option, Setup
 
 if TYPE_CHECKING:
-    from advisor.setup.ledger import MemoryLedger
+    from advisor.setup.ledger import MemoryLedger, StepLedger
 
 GIB = float(2**30)
 # bitsandbytes Optimizer8bit defaults: block size of the blockwise quantisation and the smallest
@@ -42,8 +43,36 @@ BNB_MIN_8BIT = 4096
 KAHAN_BYTES = 2
 # Optimizer streaming bytes per trainable parameter: read weight, grad and states, write weight
 # and states (fused AdamW: 4+4+8 read, 4+8 write in fp32). 8-bit AdamW and pure-bf16's KahanAdamW do
-# not run as one streaming pass: advisor.compromise_cost models their steps and replaces this one.
+# not run as one streaming pass: their setups' optimizer_cost models their steps and replaces this one.
 STREAM_BYTES = {Optimizer.adamw: 28.0, Optimizer.sgd: 20.0, Optimizer.adamw_8bit: 16.0, Optimizer.paged_adamw_8bit: 16.0}
+
+# --optimizer-in-backward (launcher/compromises/in_backward.py): every parameter has its own optimizer,
+# stepped from its post-accumulate-grad hook. Per tensor that adds torch.optim.Optimizer.step's Python
+# (profiling hook, _init_group, grouping tensors by device and dtype) and zero_grad, counted as op
+# dispatches (rough) ...
+IN_BACKWARD_CALL_OPS = 8
+# ... plus, for fused AdamW/SGD, the kernels it launched once for all tensors and now launches per
+# tensor: the step-count _foreach_add_ and _fused_adamw_ (torch/optim/adamw.py, _fused_adamw).
+# KahanAdamW and bitsandbytes already loop per tensor: their own terms below count those launches.
+FUSED_KERNELS_PER_CALL = 2
+
+# bitsandbytes AdamW8bit (github.com/bitsandbytes-foundation/bitsandbytes @95f9af30):
+# - Optimizer8bit.step (bitsandbytes/optim/optimizer.py) loops over the parameter tensors in Python
+#   and calls sync_gpu(p) = torch.cuda.synchronize() after each one: host and GPU never overlap;
+# - per tensor the host runs Optimizer2State.update_step: p.data.contiguous(), p.grad.contiguous(),
+#   get_config, then torch.ops.bitsandbytes.optimizer_update_8bit_blockwise (a ctypes launch),
+#   counted as BNB_HOST_OPS_PER_TENSOR op dispatches with the synchronisation (rough);
+# - the kernel (csrc/kernels.cu, kOptimizerStatic8bit2StateBlockwise; csrc/ops.cu: BLOCKSIZE_2STATE
+#   256, NUM_2STATE 1) runs one 256-thread block per 256 parameters, one parameter a thread: each
+#   block copies both 256-entry quantile maps into shared memory, loads gradient, states and absmax,
+#   dequantises by table lookup, updates both moments in fp32, max-reduces each block's new absmax
+#   (two BlockReduce), writes the weight and requantises each moment by a 7-step binary search
+#   (quantize_2D), ~10 __syncthreads in all. Short latency-bound blocks: it moves 16 bytes per
+#   parameter (fp32 gradient and weight read, weight written, two uint8 states read and written)
+#   at a small fraction of the memory bandwidth, fit in compromise_rates.json.
+BNB_HOST_OPS_PER_TENSOR = 4
+BNB_BYTES_PER_PARAM = 16.0
+
 
 
 class AdamW8bit(Setup):
@@ -70,11 +99,23 @@ class AdamW8bit(Setup):
             return "the optimizer is pinned" if req.optimizer is not None else f"the family's optimizer is {base.optimizer.value}"
         return None
 
+    paging_word = ""  # the note's first word (paged states)
+
+    def packages(self, config) -> list[tuple[str, str]]:
+        return [("bitsandbytes", self.flag)]
+
+    def optimizer_cost(self, step: StepLedger, cost: CompromiseCost) -> None:
+        host, kernel = adamw_8bit_step_s(step.nt / step.shard, cost.tensors, step.hw.gpu, cost.launch_us)
+        cost.optimizer_s = host + kernel
+        cost.notes.append(f"{self.paging_word}8-bit AdamW (bitsandbytes): {cost.tensors} per-tensor steps, each synchronised; "
+                          f"~{kernel * 1e3:.0f} ms of blockwise (de)quantising kernels + ~{host * 1e3:.0f} ms on the host")
+
 
 class PagedAdamW8bit(AdamW8bit):
     name, flag, value = "paged-adamw-8bit", "--optimizer paged-adamw-8bit", Optimizer.paged_adamw_8bit
     summary = "bitsandbytes PagedAdamW8bit: 8-bit moments in CUDA unified memory, paged to host RAM when short"
     order, ladder_rank, phrase = 50, 50, ""
+    paging_word = "paged "
     gives_up = ("32-bit optimizer states on the GPU: AdamW moments quantized to 8 bits in CUDA unified memory, paged to "
                 "host RAM when the GPU runs short (bitsandbytes PagedAdamW8bit; one GPU or DDP, not FSDP)")
     risk = "low-medium: 8-bit AdamW's arithmetic (Dettmers et al. 2022); paging costs PCIe time when states do not fit"
@@ -127,6 +168,32 @@ class OptimizerInBackward(Setup):
         led.live_grads = led.grads = largest_tensor_params(led.model, led.config) * led.gb / led.shard
         led.accum_grads = led.live_grads
         led.notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
+
+    steps_in_backward = True
+
+    def extra_cost(self, step: StepLedger, cost: CompromiseCost) -> None:
+        config, opt_s = step.config, step.opt_s
+        fused = cost.optimizer_s is None
+        per_call = IN_BACKWARD_CALL_OPS + (FUSED_KERNELS_PER_CALL if fused else 0)
+        launches = cost.tensors * per_call * cost.launch_us * 1e-6
+        if fused:
+            cost.opt_host, cost.opt_gpu = 0.0, opt_s
+        gpu_s, host_s = cost.gpu_s, cost.host_s
+        if cost.opt_host is not None and gpu_s is not None and host_s is not None and config.grad_accum == 1:
+            # The hooks run on autograd's thread while backward's kernels are still queued on the GPU, and
+            # neither fused AdamW/SGD nor KahanAdamW synchronises (launcher/compromises/in_backward.py): their
+            # host time joins the host pipeline that runs ahead of the GPU and their kernels the GPU's, the
+            # two combined as throughput.combine does for any step. (bitsandbytes synchronises after every
+            # tensor: its calls stay added after backward.)
+            both = _combine(gpu_s + cost.opt_gpu, host_s + cost.opt_host + launches, cost.combine_p)
+            cost.extra_s += both - step.compute_s - (opt_s if fused else cost.optimizer_s)
+        else:
+            cost.extra_s += launches
+        cost.notes.append(f"optimizer step in backward: {cost.tensors} per-parameter optimizer calls "
+                          f"(~{launches * 1e3:.0f} ms on the host per step, run while the GPU works through backward)"
+                          if cost.opt_host is not None and gpu_s is not None else
+                          f"optimizer step in backward: {cost.tensors} per-parameter optimizer calls "
+                          f"(~{launches * 1e3:.0f} ms on the host per step)")
 
 
 OPTIMIZERS: tuple[Setup, ...] = (AdamW8bit(), OptimizerInBackward(), PagedAdamW8bit())
@@ -189,3 +256,17 @@ def largest_tensor_params(model: ModelSpec, config: TrainConfig | None = None) -
     if model.trace is not None and model.trace.largest_unit_params:
         return model.trace.largest_unit_params
     return model.params
+
+
+def adamw_8bit_kernel_s(params: float, gpu: Any, fraction: float | None = None) -> float:
+    """GPU time of bitsandbytes' blockwise 8-bit AdamW kernel over ``params`` parameters: 16 bytes each
+    at ``fraction`` of the datasheet bandwidth (scaled per architecture like any bandwidth-bound work;
+    the blocks are latency-bound, so this transfer is an assumption). Per parameter, whatever the
+    weights' dtype: a bf16 weight takes the same one-thread path through the same block."""
+    f = compromise_rates()["bnb_8bit_bandwidth_fraction"] if fraction is None else fraction
+    return params * BNB_BYTES_PER_PARAM / (gpu.bandwidth_vs_h200 * f)
+
+
+def adamw_8bit_step_s(params: float, tensors: int, gpu: Any, launch_us: float) -> tuple[float, float]:
+    """(host s, kernel s) of one AdamW8bit step; they add up (a synchronisation after every tensor)."""
+    return tensors * BNB_HOST_OPS_PER_TENSOR * launch_us * 1e-6, adamw_8bit_kernel_s(params, gpu)

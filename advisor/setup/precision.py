@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advisor.compromise_cost import CompromiseCost, _combine
 from advisor.config import Optimizer, Precision, PureBf16Update
 from advisor.setup.base import Option, Setup
 
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger, StepLedger
 
 GIB = float(2**30)
+
+# KahanAdamW (launcher/compromises/kahan.py, pure-bf16) steps each tensor with 13 unfused elementwise
+# kernels: m.mul_, m.add_; v.mul_, v.addcmul_; sqrt, div, add_(eps); comp.add_ (decay), comp.addcdiv_;
+# clone, p.add_, sub_, comp.add_. No synchronisation: the host runs ahead of the GPU.
+KAHAN_KERNELS_PER_TENSOR = 13
+# Bytes those kernels read and write per bf16 parameter, in the same order: 4+6, 4+6, 4+4+4, 6+8,
+# 4+6+6+6 (each kernel streams its operands: 2 bytes each).
+KAHAN_BYTES_PER_PARAM = 68.0
 
 
 class Autocast(Setup):
@@ -101,6 +110,30 @@ class PureBf16(Setup):
     def optimizer_terms(self, step: StepLedger) -> None:
         step.opt_s *= 0.5  # the optimizer's streaming pass moves bf16, half the fp32 bytes
         step.grad_bytes = step.nt * 2
+
+    def optimizer_cost(self, step: StepLedger, cost: CompromiseCost) -> None:
+        config = step.config
+        if config.kahan and not config.adapters:
+            host, gpu = kahan_step_s(step.nt / step.shard, cost.tensors, step.bw, cost.launch_us, step.cal.gpu_kernel_us)
+            cost.optimizer_s = max(host, gpu)
+            cost.opt_host, cost.opt_gpu = host, gpu
+            if cost.gpu_s is not None and cost.host_s is not None and not cost.in_backward:
+                # Nothing synchronises between backward and the step (clip_grad_norm_ keeps the norm on the
+                # device): the host launches the step's kernels while the GPU still works through backward.
+                cost.optimizer_s = _combine(cost.gpu_s + gpu, cost.host_s + host, cost.combine_p) - step.compute_s
+            cost.notes.append(f"KahanAdamW: {KAHAN_KERNELS_PER_TENSOR} unfused kernels per tensor x {cost.tensors} "
+                              f"(~{gpu * 1e3:.0f} ms on the GPU, ~{host * 1e3:.0f} ms of launches)")
+        elif config.optimizer is Optimizer.adamw and config.pure_bf16_update is PureBf16Update.plain:
+            # --pure-bf16-update plain: torch's fused AdamW over bf16 weights, grads and moments, the one
+            # streaming pass throughput.py already charges (half the fp32 bytes).
+            cost.notes.append("pure-bf16 with plain torch AdamW (--pure-bf16-update plain): one fused pass over bf16, "
+                              "no Kahan compensation")
+
+
+def kahan_step_s(params: float, tensors: int, bw: float, launch_us: float, gpu_kernel_us: float) -> tuple[float, float]:
+    """(host s, GPU s) of one KahanAdamW step; the slower sets the pace (no synchronisation)."""
+    kernels = tensors * KAHAN_KERNELS_PER_TENSOR
+    return kernels * launch_us * 1e-6, params * KAHAN_BYTES_PER_PARAM / bw + kernels * gpu_kernel_us * 1e-6
 
 
 

@@ -27,6 +27,9 @@ class Single(Setup):
     field, value = "strategy", Strategy.single
     summary = "one process on one GPU"
     distributed = False  # one rank, whatever the GPUs at hand
+    # sharded inside each node, replicated across nodes: only the replicas' all-reduce crosses the network
+    # (advisor.comm.fsdp_comm; the planner weighs its edge over DDP across nodes, rules/planner.py)
+    hybrid = False
     # what an out-of-memory retry falls back to before shrinking the micro-batch (launcher.oom), and
     # what the retry's note says then; None: shrink at once
     oom_fallback: Strategy | None = None
@@ -119,8 +122,6 @@ class FSDP(Replicated):
         return fsdp_comm(pbytes, step.grad_bytes, shard_units(step.model), topo, step.micro_s, step.config.grad_accum,
                          k, hybrid=self.hybrid, decoded_input=step.decoded)
 
-    hybrid = False
-
 
 class FSDPKeep(FSDP):
     name, flag, value = "fsdp-keep", "--strategy fsdp-keep", Strategy.fsdp_keep
@@ -164,6 +165,12 @@ class HSDP(FSDP):
 
 
 STRATEGIES: tuple[Single, ...] = (Single(), DDP(), FSDP(), FSDPKeep(), HSDP(), DataParallel())
+
+
+def starting_strategy(ranks: int, host_offload: bool) -> Strategy:
+    """The strategy a run starts with when none is pinned (advisor.starting_config): FSDP where the training
+    state lives in host RAM (FSDP's CPUOffload, on one GPU too), one process on one GPU, DDP on several."""
+    return Strategy.fsdp if host_offload else Strategy.single if ranks == 1 else Strategy.ddp
 
 
 def keep_gathered_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> dict[str, float] | None:

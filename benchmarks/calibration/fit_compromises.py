@@ -9,7 +9,7 @@ one H200, seq 2048, checkpointing, `advise launch --plan ... --recipe synthetic`
 
 - ``bnb_8bit_bandwidth_fraction``, FIT on ``adamw-8bit.json`` (llama3-8b, micro-batch 1): the fraction of
   the datasheet memory bandwidth at which bitsandbytes' blockwise 8-bit AdamW kernel moves its 16 bytes per
-  parameter (advisor.compromise_cost says why it is far from a streaming pass). Everything else in the
+  parameter (advisor.setup.optimizers says why it is far from a streaming pass). Everything else in the
   estimate (forward, backward, the per-tensor host calls and synchronisations of the 8-bit step) is the
   estimator's own; the measured step time minus that is the kernel's time.
   CHECKED (not fit) on ``adamw-8bit-mb4.json`` (micro-batch 4): the script prints predicted vs measured.
@@ -37,6 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 from advisor import compromise_cost as cc
+from advisor.setup import optimizers as opt
+from advisor.setup import offload as off
+from advisor.throughput import offload_threads
 from advisor.calibration import default_calibration
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
@@ -75,13 +78,13 @@ def fit(row: dict) -> dict:
     assert plan.config.optimizer.value == "adamw-8bit" and row["measured"]["ran"]["optimizer"] == "AdamW8bit", row["name"]
     nt = trainable_params(model, plan.config)
     measured_step = _measured_step(row, plan)
-    kernel_now = cc.adamw_8bit_kernel_s(nt, gpu)
+    kernel_now = opt.adamw_8bit_kernel_s(nt, gpu)
     rest = est.step_s - kernel_now  # everything but the kernel, as the estimator has it
     kernel = measured_step - rest
     if kernel <= 0:
         raise SystemExit(f"the estimate without the 8-bit kernel ({rest:.3f} s) already exceeds the measured step "
                          f"({measured_step:.3f} s): nothing to fit")
-    fraction = nt * cc.BNB_BYTES_PER_PARAM / (gpu.bandwidth_vs_h200 * kernel)
+    fraction = nt * opt.BNB_BYTES_PER_PARAM / (gpu.bandwidth_vs_h200 * kernel)
     return {
         "bnb_8bit_bandwidth_fraction": round(fraction, 4),
         "source": (f"fit by benchmarks/calibration/fit_compromises.py on ONE measured configuration, "
@@ -108,7 +111,7 @@ def fit_cpu_step(row: dict) -> dict:
     assert plan.config.cpu_offload and ran.get("fsdp_cpu_offload") and ran["optimizer"] == "AdamW", row["name"]
     nt = trainable_params(model, plan.config)
     measured_step = _measured_step(row, plan)
-    rest = est.step_s - cc.cpu_step_s(nt, cc.offload_threads(hw, plan.config))  # GPU compute + unhidden copies
+    rest = est.step_s - off.cpu_step_s(nt, offload_threads(hw, plan.config))  # GPU compute + unhidden copies
     host = measured_step - rest
     if host <= 0:
         raise SystemExit(f"the estimate without the host step ({rest:.3f} s) already exceeds the measured step "
@@ -133,17 +136,17 @@ def fit_host_bandwidth(row: dict, rate: float) -> dict:
     plan, model, gpu, hw, est = _estimate(row)
     threads = _threads(row)
     nt = trainable_params(model, plan.config)
-    rest = est.step_s - cc.cpu_step_s(nt, cc.offload_threads(hw, plan.config))
+    rest = est.step_s - off.cpu_step_s(nt, offload_threads(hw, plan.config))
     host = _measured_step(row, plan) - rest
     split = nt * rate / threads
     where = (f"benchmarks/calibration/results/h200-compromises/{CPU_ROW_THREADS.name} ({row['model']}, {threads} host threads): "
              f"host step {host:.2f} s measured, one thread's {nt * rate:.2f} s split {threads} ways {split:.2f} s")
     if host <= split:
         return {"cpu_step_host_gbps": None, "cpu_step_host_source": f"not bandwidth-bound on {where}"}
-    gbps = cc.CPU_ADAMW_BYTES_PER_PARAM * nt / host / 1e9
+    gbps = off.CPU_ADAMW_BYTES_PER_PARAM * nt / host / 1e9
     return {"cpu_step_host_gbps": round(gbps, 2),
             "cpu_step_host_source": f"fit by benchmarks/calibration/fit_compromises.py on ONE row, {where}: "
-                                    f"{cc.CPU_ADAMW_BYTES_PER_PARAM:.0f} B a parameter at {gbps:.1f} GB/s"}
+                                    f"{off.CPU_ADAMW_BYTES_PER_PARAM:.0f} B a parameter at {gbps:.1f} GB/s"}
 
 
 def main() -> None:

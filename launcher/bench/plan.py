@@ -111,13 +111,13 @@ def _variant_skip(spec, v: Variant, request: BenchRequest, hardware) -> str | No
         return "channels_last changes only convolutions' memory format: it applies to CNNs (resnet*)"
     if request.cpu and v.precision is Precision.fp16:
         return "fp16 autocast needs a GPU (CPUs autocast to bf16: use bf16)"
-    if not request.cpu and hardware is not None and v.precision.matmul_dtype == "bf16" and not hardware.gpu.supports_bf16:
+    if not request.cpu and hardware is not None and v.precision.bf16_matmuls and not hardware.gpu.supports_bf16:
         return f"{hardware.gpu.name} has no bf16 tensor cores (compute capability < 8.0): use fp16"
     from advisor.setup.constraints import Combo, refusal  # what a precision needs of the device and the model
 
     cc = hardware.gpu.compute_capability if hardware is not None and not request.cpu else None
     combo = Combo(precision=v.precision, cpu=request.cpu, model=spec.name, transformer=spec.arch is not None,
-                  compute_capability=cc)
+                  linear_blocks=spec.linear_blocks, compute_capability=cc)
     row = refusal(combo)
     return f"{row.what(combo)}: {row.why}" if row else None
 

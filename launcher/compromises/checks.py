@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 
+from advisor import setup
 from advisor.config import Precision
 from advisor.errors import UserError
 from advisor.plan import Plan
 from advisor.setup.constraints import Combo, check
-
-# Host bytes per parameter that FSDP CPU offload keeps in RAM: fp32 weights 4 + fp32 gradients 4 + AdamW's
-# two fp32 moments 8 = 16 (the accounting of Rajbhandari et al. 2020, ZeRO, section 3.1, with the
-# gradients in fp32 as FSDP's mixed precision keeps them). pure-bf16: 2 + 2 + 2 x 2 + the Kahan buffer 2
-# (launcher.compromises.kahan); with --pure-bf16-update plain, no buffer.
-OFFLOAD_BYTES_PER_PARAM = {"fp32-master": 16, "pure-bf16": 10, "pure-bf16-plain": 8}
+from advisor.setup.offload import host_bytes_per_param, host_ram_short
 # Of the RAM the kernel reports available, leave a tenth to the page cache and the processes
 # themselves (the same margin launcher.host_fit uses for CPU ranks).
 RAM_FRACTION = 0.9
@@ -35,10 +31,7 @@ def _require(package: str, what: str) -> None:
 def offload_host_gib(plan: Plan, params: int) -> float:
     """Host RAM (GiB) FSDP CPU offload holds on one node for ``params`` parameters of ``plan``: all ranks of a node
     together; FSDP shards over every node, so each holds 1/nodes of it (issue 38: per node)."""
-    c = plan.config
-    per = OFFLOAD_BYTES_PER_PARAM["fp32-master" if c.precision is not Precision.pure_bf16 else
-                                  "pure-bf16" if c.kahan else "pure-bf16-plain"]
-    return params * per / max(1, plan.nodes) / 2**30
+    return params * host_bytes_per_param(plan.config) / max(1, plan.nodes) / 2**30
 
 
 def _model_spec(plan: Plan):
@@ -53,25 +46,25 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
     The packages each needs first, then what combines (advisor.setup.constraints, with the rows the
     runtime alone cannot build), then host RAM for CPU offload."""
     c = plan.config
-    if c.optimizer.eight_bit:
-        _require("bitsandbytes", f"--optimizer {c.optimizer.value}")
-    if c.quantize_base:  # bitsandbytes >= 0.45 runs NF4 on CPU too (its torch fallback): CPU runs test the path
-        _require("bitsandbytes", "--quantize-base 4bit")
-    transformer = None
-    if c.lora_rank:
-        _require("peft", f"--lora-rank {c.lora_rank}")
-    if (c.lora_rank or c.precision is Precision.fp8) and plan.model.name:
+    for s in setup.active(c):  # the packages each way of training's runtime imports (advisor.setup.base.packages)
+        for package, flag in s.packages(c):
+            _require(package, flag)
+    transformer = linear = None
+    # a named model's spec; fp8 also resolves an --hf-config's (which transformers class builds the blocks)
+    if (c.adapters or c.precision is Precision.fp8) and (plan.model.name or (c.precision is Precision.fp8
+                                                                              and plan.model.hf_config)):
         spec = spec or _model_spec(plan)
-        transformer = spec.arch is not None
+        transformer, linear = spec.arch is not None, spec.linear_blocks
     from advisor.gpus import find_gpu
 
     gpu = find_gpu(plan.gpu) if plan.gpu and not plan.cpu else None
     check(Combo.of_config(c, ranks=plan.world_size, nodes=plan.nodes, cpu=plan.cpu, model=plan.model.label(),
-                          transformer=transformer, compute_capability=gpu.compute_capability if gpu else None),
+                          transformer=transformer, linear_blocks=linear,
+                          compute_capability=gpu.compute_capability if gpu else None),
           launch=True)
     if c.precision is Precision.fp8:  # after the table: fp8 on --cpu is refused for the CPU, not for torchao
         _require("torchao", "--precision fp8")
-    if c.cpu_offload:
+    if setup.offloads(c):
         spec = spec or _model_spec(plan)
         need = offload_host_gib(plan, spec.params)
         if available_gib is None:
@@ -79,8 +72,4 @@ def check_compromises(plan: Plan, *, available_gib: float | None = None, spec=No
 
             available_gib = psutil.virtual_memory().available / 2**30
         if need > available_gib * RAM_FRACTION:
-            raise UserError(f"--cpu-offload keeps ~{need:.1f} GiB of {plan.model.label()}'s weights, gradients and "
-                            f"optimizer states in each node's host memory; this machine has {available_gib:.1f} GiB "
-                            "available",
-                            fix="free host memory, use --precision pure-bf16 (10 instead of 16 bytes per parameter), "
-                                "more nodes (each holds its share), or --lora-rank R instead of --cpu-offload")
+            raise host_ram_short(need, available_gib, plan.model.label())

@@ -320,6 +320,20 @@ def _get(k: CommConstants, name: str) -> float:
     return getattr(k, name)
 
 
+def speedup_worst_holdout(res: list[dict]) -> dict[str, float]:
+    """Per link kind, the worst |error| of the scaling model alone (the source's own 1-GPU samples/s x the
+    predicted speedup) on the held-out rows: the bound the planner weighs a sharded plan's edge against."""
+    held = [x for x in res if x["row"]["split"] == "holdout"]
+    return {link: round(max(abs(x["sps_err_own_one"]) for x in held if x["row"]["link"] == link), 3)
+            for link in sorted({x["row"]["link"] for x in held})}
+
+
+def fitted_constants(prs: list[tuple[dict, dict]], harness: dict) -> CommConstants:
+    """What advisor/data/multi_gpu.json holds: the fit's constants and the held-out error bounds they leave."""
+    k = fit(prs, harness)
+    return k.model_copy(update={"speedup_worst_holdout": speedup_worst_holdout(evaluate(prs, k, harness))})
+
+
 def constants_json(k: CommConstants) -> str:
     return json.dumps(k.model_dump(), indent=1, sort_keys=True) + "\n"
 
@@ -333,7 +347,7 @@ def main() -> None:
     fitted = fit_harness(load_rows(), comm_constants())  # 1-GPU rows: the communication constants play no part
     HARNESS.write_text(harness_json(fitted))
     harness = {name: {c: v["efficiency"] for c, v in by.items()} for name, by in fitted.items()}
-    k = fit(prs, harness)
+    k = fitted_constants(prs, harness)
     FITTED.write_text(constants_json(k))
     text = report(evaluate(prs, k, harness), k, harness)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
