@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from advisor.setup.base import UNMEASURED
 from advisor.setup.checkpointing import checkpointing_words
 from advisor.units import format_efficiency, format_hours
 
@@ -178,7 +179,9 @@ def _header(rec, ctx):
     if r.deadline_h:
         shape.append(f"deadline {format_hours(r.deadline_h)}")
     head.add_row("workload", ", ".join(shape) or "-")
-    head.add_row("calibration", "; ".join(c.summary() for c in e.calibration) or "packaged constants only")
+    unmeasured = [n.split(":")[0] for n in e.notes if UNMEASURED in n]  # priors no run has measured yet
+    head.add_row("calibration", "; ".join([*(c.summary() for c in e.calibration)] or ["packaged constants only"]
+                                          + unmeasured))
     return Panel(head, title="[bold]cardwise[/bold]", title_align="left")
 
 

@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from advisor.config import TrainConfig
 
+# How a setup's note starts when a number of its estimate rests on a prior no run has measured yet: the
+# report's header lists such notes beside the calibration (cli/report.py), the JSON has them in `notes`.
+UNMEASURED = "assumed, not measured"
+
 if TYPE_CHECKING:
     from advisor.compromise_cost import CompromiseCost
     from advisor.setup.ledger import MemoryLedger, StepLedger

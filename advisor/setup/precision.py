@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from advisor.compromise_cost import CompromiseCost, _combine
 from advisor.config import Optimizer, Precision, PureBf16Update
-from advisor.setup.base import Option, Setup
+from advisor.setup.base import UNMEASURED, Option, Setup
 
 if TYPE_CHECKING:
     from advisor.setup.ledger import MemoryLedger, StepLedger
@@ -253,6 +253,9 @@ def fp8_step_change(model, config, gpu, cal) -> Fp8Step:
         f"fp8 eager: torchao's {kernels:,} cast kernels a micro-batch ({cast_bytes / 1e9:.0f} GB) cost "
         f"{casts * (cast_bytes / bw) * 1e3:.0f} ms against {(gemm / bf16 - gemm / fp8) * 1e3:.0f} ms the float8 GEMMs save; "
         "--compile fuses them"]
+    if str(rates.get("source", "")).startswith("prior"):  # what the estimate rests on until a GPU has measured it
+        notes.append(f"fp8 speed {UNMEASURED}: float8 GEMMs at the same share of their datasheet peak as "
+                     "bf16's (advisor/data/fp8_rates.json's prior; benchmarks/gpu_checks/fp8_selective.py measures it)")
     return Fp8Step(gpu_s, host_s, notes)
 
 
