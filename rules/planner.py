@@ -611,18 +611,12 @@ class Planner:
         order = {"memory": 0, "batch": 1, "strategy": 2}
         return min(results, key=lambda r: order[r.kind])
 
-    def links(self, choice: Choice) -> list[str]:
-        """The link kinds the plan's collectives cross: the node's, and the network's across nodes."""
-        hw = choice.estimate.hardware
-        intra = self.hw.link
-        return [intra] if hw.nodes == 1 else [intra, self.hw.network_link.kind]
-
     def _prefer(self, fitting: list[Choice], results: list[Choice | Infeasible]) -> Choice:
         """The strategy at one count, with the rule that chose it (``Choice.strategy_rule``): DDP whenever a
         replica fits, unless a sharded plan measured here (``advise bench``) is more than DDP_PREFERENCE
         faster than DDP measured here, or, across nodes, a hybrid plan's estimate (HSDP) is faster by more
-        than the multi-GPU model's worst held-out error over the links crossed; else the fastest sharded plan (fsdp-keep only when
-        FSDP_KEEP_MIN_GAIN faster than plain FSDP)."""
+        than the multi-GPU model's worst held-out error over the links crossed; else the fastest sharded
+        plan (fsdp-keep only when FSDP_KEEP_MIN_GAIN faster than plain FSDP)."""
         fastest = max(fitting, key=lambda c: c.samples_per_s)
         if self.req.strategy is not None:  # the only one scored
             return dataclasses.replace(fastest, strategy_rule=f"--strategy {self.req.strategy.value} is pinned")
@@ -644,7 +638,7 @@ class Planner:
             hybrid = max((c for c in fitting if strategy_setup(c.strategy).hybrid), key=lambda c: c.samples_per_s,
                          default=None)
             if hybrid is not None and ddp.estimate.hardware.nodes > 1:
-                bound, basis = scaling_error_bound(self.links(ddp))
+                bound, basis = scaling_error_bound([self.hw.link, self.hw.network_link.kind])  # node's, network's
                 hybrid_gain = hybrid.samples_per_s / ddp.samples_per_s - 1
                 if hybrid_gain > bound:
                     return dataclasses.replace(hybrid, strategy_rule=(
