@@ -9,7 +9,7 @@ for f in "$@"; do
   git show "${BASE:?}:tests/$n.py" > "tests/before_$n.py"
   for which in before after; do
     path=tests/$n.py; [ $which = before ] && path=tests/before_$n.py
-    /usr/bin/time -o "$t" -f "%U %S %e" env PYTHONPATH=. /work/venv/bin/python -m pytest -q -p no:xdist -p no:cacheprovider "$path" > "$o" 2>&1
+    /usr/bin/time -o "$t" -f "%U %S %e" env PYTHONPATH=. "${PYTHON:-python3}" -m pytest -q -p no:xdist -p no:cacheprovider "$path" > "$o" 2>&1
     echo "$(date -u +%H:%M) $n $which load=$(cut -d' ' -f1 /proc/loadavg) $(cat "$t") $(tail -1 "$o" | cut -c1-60)"
   done
   rm -f "tests/before_$n.py"

@@ -7,5 +7,5 @@ here=$(cd "$(dirname "$0")" && pwd)
 cd "$1" && shift
 log=${TMPDIR:-/tmp}/count-procs-$(basename "$1" .py)-$$.jsonl
 SUITE_PROC_LOG=$log PYTHONPATH=.:$here/count_procs /usr/bin/time -f "%U user %S sys %e wall" \
-  /work/venv/bin/python -m pytest -q -p no:xdist "$@" 2>&1 | tail -3
-/work/venv/bin/python "$here/count_procs/summarize.py" "$log"
+  "${PYTHON:-python3}" -m pytest -q -p no:xdist "$@" 2>&1 | tail -3
+"${PYTHON:-python3}" "$here/count_procs/summarize.py" "$log"
