@@ -179,10 +179,15 @@ def _header(rec, ctx):
     if r.deadline_h:
         shape.append(f"deadline {format_hours(r.deadline_h)}")
     head.add_row("workload", ", ".join(shape) or "-")
-    unmeasured = [n.split(":")[0] for n in e.notes if UNMEASURED in n]  # priors no run has measured yet
-    head.add_row("calibration", "; ".join([*(c.summary() for c in e.calibration)] or ["packaged constants only"]
-                                          + unmeasured))
+    head.add_row("calibration", calibration_words(e))
     return Panel(head, title="[bold]cardwise[/bold]", title_align="left")
+
+
+def calibration_words(e) -> str:
+    """What the estimate's numbers rest on: the measured calibration applied (or the packaged constants),
+    then any prior no run has measured yet (a setup's note saying UNMEASURED), whichever calibration is on."""
+    measured = [c.summary() for c in e.calibration] or ["packaged constants only"]
+    return "; ".join(measured + [n.split(":")[0] for n in e.notes if UNMEASURED in n])
 
 
 def _has_class(m) -> bool:

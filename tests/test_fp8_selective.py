@@ -98,6 +98,14 @@ def test_an_unmeasured_fp8_rate_is_said_in_the_notes_and_the_reports_header(monk
     assert main(["--model", "llama3.2-1b", "--gpu", "H100", "--gpus", "1", "--precision", "fp8"]) == 0
     header = capsys.readouterr().out.split("recommendation")[0]
     assert "fp8 speed assumed, not measured" in header
+    from types import SimpleNamespace
+
+    from cli.report import calibration_words
+
+    note = "fp8 speed assumed, not measured: the prior"  # said beside a measured calibration too
+    measured = SimpleNamespace(summary=lambda: "H100 fit (3 runs)")
+    assert calibration_words(SimpleNamespace(calibration=[measured], notes=[note])) == \
+        "H100 fit (3 runs); fp8 speed assumed, not measured"
     monkeypatch.setattr(precision, "fp8_rates", lambda: {**prior, "source": "fit by benchmarks/calibration/..."})
     assert not any("assumed" in n for n in fp8_step_change(LLAMA, cfg, H100.gpu, default_calibration()).notes)
 
