@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from advisor.setup import COMPROMISES, NO_ACCUMULATION
+from advisor.setup import COMPROMISES, NO_ACCUMULATION, offloads
 from advisor.units import format_hours
 from rules.compromise import find, gives_up, name_of, risk_text
 from rules.host_ram import host_short, host_text
@@ -86,7 +86,7 @@ def host_ram_short(ctx: TreeContext, cmd: CommandFn) -> list[Alternative]:
                   and t.result.closest is not None and host_short(t.result.closest, p)), None)
     if short is not None:
         e = short.result.closest
-    elif isinstance(ctx.choice, Choice) and _OFFLOAD.on(ctx.choice.config) and host_short(ctx.choice.estimate, p):
+    elif isinstance(ctx.choice, Choice) and offloads(ctx.choice.config) and host_short(ctx.choice.estimate, p):
         e = ctx.choice.estimate
     if e is None:
         return []

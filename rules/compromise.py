@@ -169,7 +169,7 @@ def _blocked(p: Planner, level: Level, n: int) -> str:
             return "needs one process without FSDP (strategy single)"
         return ("the optimizer step in backward needs strategy single; CPU offload is FSDP's" if row.id.startswith("in-")
                 else "bitsandbytes' 8-bit AdamW steps on the GPU; CPU offload steps on the CPU")
-    if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and any(s.accum1 for s in names.active(base))):
+    if any(getattr(base, k) == v for k, v in u.items()) or (level.accum1 and names.no_accumulation(base) is not None):
         return "already part of the configuration"
     return ""
 
@@ -182,7 +182,7 @@ def _refused(p: Planner, level: Level, n: int, rows: tuple[str, ...], strategy: 
 
 
 def _strategies(p: Planner, level: Level, n: int) -> list[Strategy]:
-    if level.host_offload or any(s.host_offload for s in names.active(p.base)):
+    if level.host_offload or names.offloads(p.base):
         out = [Strategy.fsdp]
     else:
         out = [Strategy.single] if n == 1 else [Strategy.ddp, Strategy.fsdp]

@@ -61,9 +61,10 @@ DDP_PREFERENCE = 0.045
 # and a hybrid strategy's (the setup's ``hybrid``: HSDP's replica all-reduce) moves 1/GPUs-per-node of it:
 # there the hybrid plan is taken when its estimated edge is larger than anything the multi-GPU model has got
 # wrong on held-out published rows over those links (advisor.comm.scaling_error_bound; no published
-# multi-node rows exist, so the worst of any link kind; the fit writes the table). GPT-2-XL on 16 nodes of
-# 8 H100: HSDP 22 h against DDP's 56 h. A flat sharded plan (FSDP over all nodes) moves as much over the
-# network as DDP; its edge, like any within a node, is the unmeasured part: DDP stays.
+# multi-node rows exist, so the worst of any link kind; the fit writes the table). Example, cardwise's own
+# estimate: GPT-2-XL on 2 nodes of 8 H100 with a 2 h deadline (tests/test_strategy_preference.py's request)
+# plans HSDP, 82% faster than DDP. A flat sharded plan (FSDP over all nodes) moves as much over the network
+# as DDP; its edge, like any within a node, is the unmeasured part: DDP stays.
 # FSDP with the weights kept gathered across accumulation (fsdp-keep) is taken over plain FSDP only when
 # it is at least this much faster: it holds a full unsharded copy of the weights and the gradients
 # (less headroom for the allocator's fragmentation), and no run has measured it yet (docs/design.md

@@ -11,7 +11,7 @@ import math
 
 from advisor.config import Precision, Strategy, TrainConfig
 from advisor.estimate import Estimate
-from advisor.setup import COMPROMISES, active
+from advisor.setup import COMPROMISES, offloads
 from rules.facts import (CompileFacts, ConfigFacts, DataFacts, EstimateFacts, Facts, GpuFacts, HardwareFacts,
                          ModelFacts, PinnedFacts, PlanFacts, WorkloadFacts)
 from rules.planner import Choice, Planner, model_layers
@@ -121,7 +121,7 @@ def _host_ram(p: Planner, ch: Choice) -> dict:
     m = ch.estimate.memory
     return dict(host_node_gib=m.host_node_gib, host_ram_gib=p.host_ram_gib,
                 host_ram_source=p.host_ram_source or "", host_ram_need=host_text(ch.estimate) if m.host_node_gib else "",
-                host_ram_short=bool(any(s.host_offload for s in active(ch.config)) and host_short(ch.estimate, p)))
+                host_ram_short=bool(offloads(ch.config) and host_short(ch.estimate, p)))
 
 
 def _table_efficiency(ctx: TreeContext, ch: Choice) -> float | None:
