@@ -1,7 +1,8 @@
 """fp8 (torchao float8 Linears) and selective activation checkpointing (every k-th block): their estimate terms
 (advisor.setup.precision.Fp8, advisor.setup.checkpointing.SelectiveCkpt), their refusals, the runtime's model
 changes (launcher.model_setups) and a real selective-checkpointing launch on two CPU processes. The GPU
-measurement is benchmarks/gpu_checks/fp8_selective.py; its table benchmarks/calibration/results/fp8-selective.md."""
+measurement is benchmarks/gpu_checks/fp8_selective.py (not yet run on a GPU); its fit writes the table
+benchmarks/calibration/results/fp8-selective.md."""
 
 from __future__ import annotations
 
