@@ -61,7 +61,7 @@ def advise(*argv: str, timeout: float = 120) -> tuple[int, str, str]:
 
 
 def refused(argv: list[str], *words: str) -> str:
-    return assert_refused(advise, argv, *words)
+    return assert_refused(advise, argv, *words, fix_line=True)  # what, then the fix
 
 
 @pytest.fixture

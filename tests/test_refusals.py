@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import COMMANDS, build_parser, main
+from tests.refusals import check_refusal, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT2 = ROOT / "tests" / "data" / "hf" / "gpt2" / "config.json"
@@ -140,25 +141,6 @@ def no_process(monkeypatch):
     mem = namedtuple("mem", "available total")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: mem(64 * 2**30, 64 * 2**30))
     return started
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``advise ARGV`` in this process: (exit status, stdout, stderr); argparse's exits count too."""
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_refused(rc: int, err: str, words: str) -> None:
-    assert rc == 2, err
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.splitlines() if not ln.startswith("advise: note:")]
-    assert len([ln for ln in lines if "error:" in ln]) == 1, err
-    assert len(lines) <= 2 and all(ln.startswith(("  fix:", "  see")) for ln in lines[1:]), err
-    assert words in err, err
 
 
 def assert_nothing_recorded(home: Path) -> None:
@@ -356,7 +338,7 @@ def test_refused_with_one_line_before_anything_starts(argv, words, d, no_process
     monkeypatch.setattr(sys, "stdin", io.StringIO())
     monkeypatch.chdir(d)
     rc, _, err = run_cli([a.replace("{d}", str(d)).replace("{{lr}}", "{lr}") for a in argv], capsys)
-    assert_refused(rc, err, words)
+    check_refusal(rc, err, words)
     assert "--name" not in err
     assert no_process == []
     assert_nothing_recorded(_isolated_home)
@@ -372,7 +354,7 @@ def test_an_unreadable_home_is_said_so(d, no_process, capsys, monkeypatch):
     # Tests may run as root, whom permissions do not stop: the check's own view is replaced.
     monkeypatch.setattr(cli.flags.os, "access", lambda p, mode: False if Path(p) == home else real(p, mode))
     rc, _, err = run_cli(["runs", "--home", str(home)], capsys)
-    assert_refused(rc, err, "cannot read the cardwise home")
+    check_refusal(rc, err, "cannot read the cardwise home")
 
 
 def test_the_wizard_screen_refuses_a_cpu_launch_that_does_not_fit(monkeypatch):
@@ -439,7 +421,7 @@ def test_no_command_takes_an_abbreviated_flag(name, capsys, no_process):
     assert prefixes, name
     for prefix in prefixes:
         rc, out, err = run_cli([name, *needs_id, prefix], capsys)
-        assert_refused(rc, err, f"unrecognized arguments: {prefix}")
+        check_refusal(rc, err, f"unrecognized arguments: {prefix}")
     # the recipes' own parsers (options after `--`) too
     if name == "launch":
         from launcher import recipes
@@ -464,7 +446,7 @@ def test_every_number_flag_states_its_range_and_refuses_a_huge_value(name, capsy
         assert shown and f"[{shown}]" in action.help, (name, action.option_strings)
         flag = action.option_strings[-1]
         rc, out, err = run_cli([name, *needs_id, flag, str(10**40)], capsys)
-        assert_refused(rc, err, f"argument {flag}: ")
+        check_refusal(rc, err, f"argument {flag}: ")
         assert f"{shown}" in err, err
 
 
@@ -574,7 +556,7 @@ def test_resume_refuses_what_a_launch_of_its_plan_refuses(case, extra, words, tm
     run_id = _old_run(home, nodes=2 if case == "two nodes" else 1, status="succeeded" if case == "done" else "failed",
                       step=4 if case == "done" else 2)
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home), *extra], capsys)
-    assert_refused(rc, err, words)
+    check_refusal(rc, err, words)
     assert resumed == [] and no_process == []
     from launcher.store import RunStore
 
@@ -601,7 +583,7 @@ def test_resume_with_force_launches_what_does_not_fit_as_a_launch_would(tmp_path
     run_id = _old_run(home)
     monkeypatch.setattr(launcher.host_fit, "rank_state_gib", lambda plan: 1000.0)  # more than the 64 GiB here
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
-    assert_refused(rc, err, "GiB of host RAM per CPU process")
+    check_refusal(rc, err, "GiB of host RAM per CPU process")
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home), "--force"], capsys)
     assert rc == 0 and "forced (--force)" in err, err
     [(plan, _)] = resumed
@@ -622,7 +604,7 @@ def test_resume_of_a_resumed_run_that_saved_no_checkpoint_starts_where_it_did(tm
     assert options.extra_env["CARDWISE_RESUME"] == str(ckpt)
     (ckpt / "cardwise.json").unlink()  # no longer a complete checkpoint: not trusted
     rc, _, err = run_cli(["launch", "--resume", second, "--home", str(home)], capsys)
-    assert_refused(rc, err, "has no checkpoint to resume from")
+    check_refusal(rc, err, "has no checkpoint to resume from")
 
 
 def test_resume_refuses_a_run_whose_script_is_gone(tmp_path, no_process, resumed, capsys):
@@ -631,7 +613,7 @@ def test_resume_refuses_a_run_whose_script_is_gone(tmp_path, no_process, resumed
     home = tmp_path / "home"
     run_id = _old_run(home, target=Target(kind="script", name=str(tmp_path / "gone.py")))
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
-    assert_refused(rc, err, "training script is gone")
+    check_refusal(rc, err, "training script is gone")
     assert resumed == []
 
 
@@ -662,7 +644,7 @@ def test_resume_does_not_trust_a_checkpoint_whose_metadata_is_out_of_range(meta,
     assert options.extra_env["CARDWISE_RESUME"].endswith("step-00000002")
     (step_dir(rdir, 2) / META_NAME).unlink()
     rc, _, err = run_cli(["launch", "--resume", run_id, "--home", str(home)], capsys)
-    assert_refused(rc, err, "checkpoints are all damaged")
+    check_refusal(rc, err, "checkpoints are all damaged")
     assert words in err and len(resumed) == 1
 
 
@@ -676,4 +658,4 @@ def test_a_factory_that_calls_os_exit_is_refused_not_a_silent_exit_0(tmp_path):
                        (["--module", f"{tmp_path}/quits_on_import.py:build"], "importing it called os._exit(0)")):
         res = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--input-shape", "4", "--gpu", "h100"],
                              capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
-        assert_refused(res.returncode, res.stderr, said)
+        check_refusal(res.returncode, res.stderr, said)
