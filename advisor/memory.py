@@ -137,9 +137,10 @@ class MemoryEstimate(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
-    """All parameters, or what an active setup trains instead (the adapters: ``Setup.trainable_params``)."""
-    for s in setup.active(config):
+def trainable_params(model: ModelSpec, config: TrainConfig, setups: list | None = None) -> int:
+    """All parameters, or what an active setup trains instead (the adapters: ``Setup.trainable_params``).
+    ``setups``: the config's active setups when the caller holds them (the estimators' ledgers)."""
+    for s in (setup.active(config) if setups is None else setups):
         n = s.trainable_params(model, config)
         if n is not None:
             return n
@@ -149,7 +150,8 @@ def trainable_params(model: ModelSpec, config: TrainConfig) -> int:
 def estimate_memory(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> MemoryEstimate:
     """The standard terms of each phase, then the active setups' (advisor.setup.base's hooks, in order)."""
     strategy = setup.strategy_of(config)
-    led = MemoryLedger(model, config, hw, cal, setup.active(config), n=model.params, nt=trainable_params(model, config))
+    active = setup.active(config)
+    led = MemoryLedger(model, config, hw, cal, active, n=model.params, nt=trainable_params(model, config, active))
     led.world = strategy.world(hw)
     led.shard = strategy.shard(led.world, hw)  # FSDP: every GPU; HSDP: the GPUs of one node
     led.states = state_bytes(model, config, led.nt)  # optimizer states (+ Kahan buffer), all trainable params

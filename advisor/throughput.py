@@ -336,7 +336,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         step.notes.append(f"host-bound: the CPU's kernel dispatch ({host_s * 1e3:.1f} ms a micro-batch) sets the pace, "
                           f"not the GPU ({gpu_s * 1e3:.1f} ms); host speed {cal.host_source}"
                           + ("; `advise probe` measures this machine's" if cal.host is None else ""))
-    nt = step.nt = trainable_params(model, config)
+    nt = step.nt = trainable_params(model, config, step.setups)
     shard = step.shard = strategy.shard(step.world, hw)
     step.opt_s = nt * STREAM_BYTES[config.optimizer] * 1.0 / shard / step.bw
     step.grad_bytes = nt * 4

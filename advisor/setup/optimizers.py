@@ -165,7 +165,7 @@ class OptimizerInBackward(Setup):
         return True
 
     def gradient_terms(self, led: MemoryLedger) -> None:
-        led.live_grads = led.grads = largest_tensor_params(led.model, led.config) * led.gb / led.shard
+        led.live_grads = led.grads = largest_tensor_params(led.model, led.config, led.setups) * led.gb / led.shard
         led.accum_grads = led.live_grads
         led.notes.append("optimizer step in backward: each gradient is freed right after its parameter's step")
 
@@ -197,13 +197,6 @@ class OptimizerInBackward(Setup):
 
 
 OPTIMIZERS: tuple[Setup, ...] = (AdamW8bit(), OptimizerInBackward(), PagedAdamW8bit())
-
-
-def _active(config: TrainConfig) -> list[Setup]:
-    """The active setups of ``config`` (advisor.setup.active; imported here, where the registry is built)."""
-    from advisor.setup import active
-
-    return active(config)
 
 
 def small_tensor_params(model: ModelSpec, config: TrainConfig) -> int:
@@ -239,12 +232,12 @@ def state_bytes(model: ModelSpec, config: TrainConfig, trainable: int) -> float:
     return trainable * ((4 + (KAHAN_BYTES if config.kahan else 0)) if pure else 8)
 
 
-def largest_tensor_params(model: ModelSpec, config: TrainConfig | None = None) -> int:
+def largest_tensor_params(model: ModelSpec, config: TrainConfig | None = None, setups: list[Setup] = ()) -> int:
     """Elements of the largest trainable tensor: the one gradient alive when each parameter steps in
     its own hook (the embedding or the LM head of an LLM, an MLP projection otherwise; with adapters,
-    the largest adapter matrix: ``Setup.largest_trainable``)."""
+    the largest adapter matrix: ``Setup.largest_trainable``; ``setups``: the config's active ones)."""
     a = model.arch
-    for s in (_active(config) if config is not None else ()):
+    for s in setups:
         n = s.largest_trainable(model, config)
         if n is not None:
             return n
