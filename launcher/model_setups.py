@@ -115,11 +115,9 @@ def describe(model: torch.nn.Module) -> dict:
 
 
 def apply(plan: Plan, model: torch.nn.Module) -> torch.nn.Module:
-    """Let each active setup of ``plan`` with an entry in ``MODEL`` change ``model`` (in place)."""
-    from advisor import setup
+    """Let each active setup of ``plan`` with an entry in ``MODEL`` change ``model`` (in place), in the
+    registry's order (fp8 before selective checkpointing: the checkpoint wrapper hides the Linears)."""
+    from launcher.setup_launch import apply as apply_table
 
-    active = {s.name for s in setup.active(plan.config)}
-    for name, change in MODEL.items():
-        if name in active:
-            change(plan, model)
+    apply_table(MODEL, plan, model)
     return model
