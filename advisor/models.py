@@ -83,6 +83,13 @@ class TransformerArch(BaseModel):
             return side * side + 1
         return seq_len or self.max_seq
 
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of one block's linear projections: q, k, v, o, then the MLP's (what LoRA adapts and
+        what fp8 converts)."""
+        h, f, kv = self.d_model, self.d_ff, self.kv_heads * self.head_dim
+        mlp = [(h, f), (h, f), (f, h)] if self.mlp == "swiglu" else [(h, f), (f, h)]
+        return [(h, h), (h, kv), (h, kv), (h, h)] + mlp
+
     # ---- parameter counts (exact for the implementations in advisor.zoo and HF/torchvision) ----
     def layer_params(self) -> int:
         h, f, kv = self.d_model, self.d_ff, self.kv_heads * self.head_dim

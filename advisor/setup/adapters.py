@@ -165,11 +165,7 @@ def quantized_base_params(model: ModelSpec) -> int:
 
 def lora_shapes(model: ModelSpec) -> list[tuple[int, int]]:
     """(in, out) of the linear projections of one layer that LoRA adapts: q, k, v, o and the MLP's."""
-    a = model.arch
-    kv = a.kv_heads * a.head_dim
-    h, f = a.d_model, a.d_ff
-    mlp = [(h, f), (h, f), (f, h)] if a.mlp == "swiglu" else [(h, f), (f, h)]
-    return [(h, h), (h, kv), (h, kv), (h, h)] + mlp
+    return model.arch.linear_shapes()
 
 
 def lora_params(model: ModelSpec, rank: int) -> int:

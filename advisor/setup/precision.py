@@ -164,9 +164,7 @@ def fp8_linears(model) -> list[tuple[int, int]]:
     a = model.arch
     if a is None:
         return []
-    h, f, kv = a.d_model, a.d_ff, a.kv_heads * a.head_dim
-    per = [(h, h), (h, kv), (h, kv), (h, h)] + [(h, f)] * (2 if a.mlp == "swiglu" else 1) + [(f, h)]
-    per = [(i, o) for i, o in per if i % FP8_DIM_MULTIPLE == 0 and o % FP8_DIM_MULTIPLE == 0]
+    per = [(i, o) for i, o in a.linear_shapes() if i % FP8_DIM_MULTIPLE == 0 and o % FP8_DIM_MULTIPLE == 0]
     return per * a.n_layers
 
 
