@@ -26,7 +26,7 @@
 #                          SQuAD's BertForQuestionAnswering, BertForMaskedLM, ResNet-50; PUBLISHED_BUDGET, 150)
 #   reference[:IDS]        the H200 reference set's rows on this GPU (measure/reference.py --only; eager rows
 #                          first, compiled last; REFERENCE_BUDGET, 220)
-#   refset:SET             one of measure/reference.py's sets (--set SET: hostbound, i39), eager rows first,
+#   refset:SET             one of measure/reference.py's sets (--set SET: hostbound, i39, i39b), eager rows first,
 #                          compiled last, into NAME/SET.jsonl (REFSET_BUDGET, 420)
 #
 # The calls behind the committed results, as this script (benchmarks/README.md lists them all):
