@@ -92,8 +92,16 @@ class Calibration(BaseModel):
     # extern) 21-32 us.
     # Microseconds; fit on the compiled fit rows; 0 leaves the GEMM launches alone.
     compile_kernel_us: float = 0.0
-    # Device and host time combine as (gpu^p + host^p)^(1/p); 0 = max. Fit on the fit rows.
+    # Device and host time combine as the p-norm of their paths (compromise_cost.overlap); 0 = max. Fit on the
+    # fit rows.
     host_combine_p: float = 0.0
+    # The share of an eager / a compiled step's host dispatch spent in the forward (throughput.crossing_seconds):
+    # the host's forward then the GPU's backward is a path of its own. Fit on the fit rows (H200 and H100);
+    # 0 (or a mode missing): the two-path combination of the totals.
+    host_forward_share: dict[str, float] = Field(default_factory=dict)
+    # Host microseconds per checkpointed block in an eager step, beyond its recomputed ops' dispatch
+    # (advisor.throughput.host_seconds); fit on the checkpointed fit rows (H200 and H100). 0: not charged.
+    ckpt_block_us: float = 0.0
     # Compiled GELU MLPs: how many f-wide tensors inductor keeps per token (1 = recomputes GELU,
     # 2 = keeps both); fit on the compile rows.
     compile_gelu_kept: float = 1.0

@@ -55,6 +55,7 @@ class CompromiseCost:
     gpu_s: float | None = None  # the step's GPU pipeline, all micro-batches
     host_s: float | None = None  # the step's host pipeline, all micro-batches
     combine_p: float = 0.0  # the calibration's host_combine_p
+    crossing_s: float = 0.0  # the host's forwards then the GPU's backwards, all micro-batches (overlap; 0: none)
     in_backward: bool = False  # an active setup steps the optimizer inside backward
     # an unsynchronised optimizer's host and GPU parts, when its hook modelled them
     opt_host: float | None = None
@@ -72,15 +73,25 @@ def param_tensors(model: ModelSpec) -> int:
     return a.n_layers * (proj + norms + biases) + 3
 
 
-def _combine(gpu_s: float, host_s: float, p: float) -> float:
-    """throughput.combine (not imported: throughput imports this module)."""
+def overlap(gpu_s: float, host_s: float, p: float, crossing_s: float = 0.0) -> float:
+    """Step time of a host that dispatches work to a device running behind it: the longest of the paths through
+    the two pipelines (max for p = 0, else the p-norm, slower than max near a crossing: queue stalls, syncs).
+
+    The host dispatches the forward and then the backward; the device runs each kernel once the host has
+    dispatched it and the device is done with the one before. The step ends at the longest of three paths:
+    all the device's work (``gpu_s``), all the host's (``host_s``), and the host's forward followed by the
+    device's backward (``crossing_s``, 0 when not modelled): the host can run ahead only as far as it has
+    dispatched. Eager forwards dispatch op by op from Python and backwards from autograd's C++ engine, so a
+    step can wait on the host in its forward and on the device in its backward, and take longer than either
+    total (issue 39's H100 rows: benchmarks/notebook/2026-12-07-i39-host-gpu-phases)."""
+    paths = (gpu_s, host_s, crossing_s) if crossing_s > 0 else (gpu_s, host_s)
     if p <= 0:
-        return max(gpu_s, host_s)
+        return max(paths)
     try:
-        return (gpu_s**p + host_s**p) ** (1.0 / p)
-    except OverflowError:  # a huge step (--seq-len 1e8): the same norm, scaled by the larger term
-        big = max(gpu_s, host_s)
-        return big * ((gpu_s / big) ** p + (host_s / big) ** p) ** (1.0 / p)
+        return sum(t**p for t in paths) ** (1.0 / p)
+    except OverflowError:  # a step of ~1e60 s (--seq-len 1e8): the same norm, scaled by the longest path
+        big = max(paths)
+        return big * sum((t / big) ** p for t in paths) ** (1.0 / p)
 
 
 def compromise_cost(step: StepLedger) -> CompromiseCost:
@@ -90,6 +101,7 @@ def compromise_cost(step: StepLedger) -> CompromiseCost:
     cal, accum = step.cal, step.config.grad_accum
     out = CompromiseCost(tensors=param_tensors(step.model), launch_us=cal.launch_us * cal.host_factor,
                          gpu_s=step.gpu_s * accum, host_s=step.host_s * accum, combine_p=cal.host_combine_p,
+                         crossing_s=step.crossing_s * accum,
                          in_backward=any(s.steps_in_backward for s in step.setups))
     if not any(s.host_offload for s in step.setups):
         for s in step.setups:

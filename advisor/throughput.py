@@ -44,7 +44,7 @@ from advisor import host_speed
 from advisor.calibration import Calibration, calibration_key
 from advisor import setup
 from advisor.comm import CommBreakdown, comm_constants
-from advisor.compromise_cost import compromise_cost
+from advisor.compromise_cost import compromise_cost, overlap
 from advisor.config import Precision, TrainConfig
 from advisor.gpu_perf import work_kind
 from advisor.gpus import GpuSpec, get_gpu
@@ -52,6 +52,7 @@ from advisor.hardware import HardwareSpec, threads_per_rank
 from advisor.loader import LoaderEstimate, data_kind, loader_estimate
 from advisor.memory import trainable_params
 from advisor.models import ModelSpec
+from advisor.setup.checkpointing import layer_count, recomputed_share
 from advisor.setup.ledger import StepLedger
 from advisor.setup.optimizers import STREAM_BYTES
 from advisor.step_work import StepWork, shared_step_work, step_work
@@ -86,6 +87,8 @@ class ThroughputEstimate(BaseModel):
     matmul_s: float = Field(0.0, description="per optimizer step: the matmul part of the GPU time")
     gpu_s: float = Field(0.0, description="per optimizer step: GPU time of all micro-batches (matmul + memory)")
     host_s: float = Field(0.0, description="per optimizer step: CPU time dispatching all micro-batches")
+    crossing_s: float = Field(0.0, description="per optimizer step: the CPU's forward dispatch then the GPU's backward, "
+                                               "the third path the step takes at least (0: not modelled)")
     comm_s: float = Field(description="per optimizer step: communication time (before overlap)")
     exposed_comm_s: float = Field(description="per optimizer step: communication not hidden by compute")
     optimizer_s: float
@@ -297,19 +300,27 @@ def host_seconds(model: ModelSpec, config: TrainConfig, cal: Calibration, work: 
     # norms, attention: autocast's weight casts, library heuristics, more Python): light_launch_us.
     light_us = launch_us if cal.light_launch_us is None else cal.light_launch_us
     heavy = work.kernels - work.light_kernels
-    return (heavy * launch_us + work.light_kernels * light_us + optimizer) * 1e-6 * cal.host_factor
+    # A checkpointed block costs the host Python beyond its recomputed ops: torch.utils.checkpoint's
+    # non-reentrant frame, a pack hook per saved tensor in the forward, the unpack and recompute hooks in the
+    # backward (Calibration.ckpt_block_us, fit; blocks of a model with a layer count: its layers' share).
+    blocks = layer_count(model) * recomputed_share(model, config)
+    return (heavy * launch_us + work.light_kernels * light_us + optimizer
+            + blocks * cal.ckpt_block_us) * 1e-6 * cal.host_factor
 
 
-def combine(gpu_s: float, host_s: float, p: float) -> float:
-    """Step time of a device and a host pipeline running ahead of it: max for p = 0 (= infinity),
-    else the p-norm, which is slower than max near the crossing (queue stalls, syncs)."""
-    if p <= 0:
-        return max(gpu_s, host_s)
-    try:
-        return (gpu_s**p + host_s**p) ** (1.0 / p)
-    except OverflowError:  # a step of ~1e60 s (--seq-len 1e8): the same norm, scaled by the larger term
-        big = max(gpu_s, host_s)
-        return big * ((gpu_s / big) ** p + (host_s / big) ** p) ** (1.0 / p)
+def crossing_seconds(gpu_s: float, host_s: float, config: TrainConfig, recomputed: float, cal: Calibration) -> float:
+    """One micro-batch's host forward followed by its GPU backward (``compromise_cost.overlap``'s third path),
+    0 when the calibration has no forward share for this mode.
+
+    The GPU's forward is a third of forward + backward (the backward's two GEMMs per forward GEMM: Narayanan et
+    al. 2021's 2N + 4N FLOPs per token); a recomputed forward (``recomputed``: the share checkpointing runs again)
+    runs inside the backward: 1 / (3 + recomputed). The host's forward share (``Calibration.host_forward_share``,
+    fit) is of a step without recompute; the recomputed forward is dispatched again, from Python, in backward."""
+    a = cal.host_forward_share.get("compiled" if config.compile else "eager", 0.0)
+    if a <= 0:
+        return 0.0
+    host_fwd = a * host_s / (1.0 + a * recomputed)
+    return host_fwd + gpu_s * (1.0 - 1.0 / (3.0 + recomputed))
 
 
 def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec, cal: Calibration) -> ThroughputEstimate:
@@ -329,7 +340,8 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     step.bw = gpu.bandwidth_vs_h200 * cal.rate_efficiency["bytes"]
     step.each("dispatch_terms")  # DataParallel: one Python thread per replica
     gpu_s, host_s = step.gpu_s, step.host_s
-    step.micro_s = combine(gpu_s, host_s, cal.host_combine_p)
+    step.crossing_s = crossing_seconds(gpu_s, host_s, config, recomputed_share(model, config), cal)
+    step.micro_s = overlap(gpu_s, host_s, cal.host_combine_p, step.crossing_s)
     compute_s = step.compute_s = step.micro_s * config.grad_accum
     if host_s > gpu_s and gpu.name != "cpu":
         # Host speed varies by machine far more than GPU speed does (advisor.host_speed): say whose was used.
@@ -376,7 +388,7 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
         samples_per_s=sps, step_s=step_s, tokens_per_s=sps * tokens if tokens else None,
         mfu=model_flops / (peak_flops(model, config, hw) * step.world), tflops_per_gpu=model_flops / step.world / 1e12,
         compute_s=compute_s, matmul_s=mm_s * config.grad_accum, gpu_s=gpu_s * config.grad_accum,
-        host_s=host_s * config.grad_accum, comm_s=step.comm, exposed_comm_s=exposed, optimizer_s=opt_s,
+        host_s=host_s * config.grad_accum, crossing_s=step.crossing_s * config.grad_accum, comm_s=step.comm, exposed_comm_s=exposed, optimizer_s=opt_s,
         host_bound=host_s > gpu_s, host_speed=cal.host_source, calibrated=bool(factor), notes=step.notes,
         sync_s=sync, comm=step.breakdown, gpu_samples_per_s=gpu_sps if loader is not None else None, loader=loader,
         loader_bound=bool(loader and loader.bound),

@@ -76,6 +76,7 @@ class StepLedger:
     compute_s: float = 0.0  # all micro-batches
     gpu_s: float = 0.0  # one micro-batch's GPU time
     host_s: float = 0.0  # one micro-batch's host time
+    crossing_s: float = 0.0  # one micro-batch's host forward then GPU backward (compromise_cost.overlap)
     bw: float = 0.0  # achieved memory bandwidth fraction x H200 ratio (advisor.throughput)
     opt_s: float = 0.0  # the optimizer's streaming pass
     grad_bytes: float = 0.0

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.compromise_cost import CompromiseCost, _combine, compromise_rates
+from advisor.compromise_cost import CompromiseCost, compromise_rates, overlap
 from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.base import Option, Setup
@@ -183,9 +183,10 @@ class OptimizerInBackward(Setup):
             # The hooks run on autograd's thread while backward's kernels are still queued on the GPU, and
             # neither fused AdamW/SGD nor KahanAdamW synchronises (launcher/compromises/in_backward.py): their
             # host time joins the host pipeline that runs ahead of the GPU and their kernels the GPU's, the
-            # two combined as throughput.combine does for any step. (bitsandbytes synchronises after every
+            # two combined as any step's (compromise_cost.overlap). (bitsandbytes synchronises after every
             # tensor: its calls stay added after backward.)
-            both = _combine(gpu_s + cost.opt_gpu, host_s + cost.opt_host + launches, cost.combine_p)
+            both = overlap(gpu_s + cost.opt_gpu, host_s + cost.opt_host + launches, cost.combine_p,
+                           cost.crossing_s and cost.crossing_s + cost.opt_gpu)
             cost.extra_s += both - step.compute_s - (opt_s if fused else cost.optimizer_s)
         else:
             cost.extra_s += launches

@@ -113,6 +113,11 @@ def report(set_name: str = "i39") -> str:
              f"benchmarks/calibration/gpu_call.sh OUT h100-{set_name} refset:{set_name}`. Predicted for {gpu} by the "
              f"packaged estimator; *before*: `{predicted.name}`, written before the call (reference host). "
              f"Regenerate: `python -m benchmarks.calibration.h100_i39 --set {set_name}`.", ""]
+    if set_name == "i39":
+        lines += ["Since the three-path host/GPU overlap (`compromise_cost.overlap`), every row of this set, fit and "
+                  "holdout alike, enters the throughput fit (`benchmarks/calibration/fit.py`): its holdout rows had "
+                  "been studied while that model was built. The held-out judgement of those terms is set i39b's "
+                  "(`h100-i39b.md`), declared before its call.", ""]
     for split in ("fit", "holdout"):
         lines.append(f"## {split} rows")
         lines.append("")
