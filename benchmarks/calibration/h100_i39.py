@@ -118,6 +118,15 @@ def report(set_name: str = "i39") -> str:
                   "holdout alike, enters the throughput fit (`benchmarks/calibration/fit.py`): its holdout rows had "
                   "been studied while that model was built. The held-out judgement of those terms is set i39b's "
                   "(`h100-i39b.md`), declared before its call.", ""]
+    if set_name == "i39b":
+        lines += ["**Read with the host's drift.** In this call the host dispatched the same kernel sequences 1.2-2.1x "
+                  "slower than in i39's call while its start-of-call probe read 1.08x, and the same call's earlier "
+                  "fp8 rows ran faster than estimated (`benchmarks/notebook/2026-12-07-i39b-host-drift`): the "
+                  "host-bound rows' samples/s errors below carry that drift, which the refset protocol did not "
+                  "probe row by row then (it does now: `host_dispatch_in_row_us`); post hoc, one host 1.25x slower than "
+                  "the probe for the whole call would leave 8.8% median, 38.2% worst (the notebook's script). Memory "
+                  "does not depend on the host.",
+                  ""]
     for split in ("fit", "holdout"):
         lines.append(f"## {split} rows")
         lines.append("")

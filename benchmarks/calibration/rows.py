@@ -107,13 +107,13 @@ def host_factor_of(path: Path, row: dict | None = None) -> float:
 
 def load(path: Path) -> tuple[dict, list[dict]]:
     header, rows = {}, []
-    factor = host_factor_of(path)
     for line in path.read_text().splitlines():
         r = json.loads(line)
         if r.get("kind") == "header":
             header = r
-        elif "error" not in r:
-            rows.append(dict(r, source=path.name, cudnn_tf32=r.get("cudnn_tf32", "tf32" in header), host_factor=factor))
+        elif "error" not in r:  # each row for its own host reading where it has one (host_factor_of)
+            rows.append(dict(r, source=path.name, cudnn_tf32=r.get("cudnn_tf32", "tf32" in header),
+                             host_factor=host_factor_of(path, r)))
     return header, rows
 
 
@@ -190,12 +190,13 @@ def fresh_compiled_rows(path: Path, rows: list[dict]) -> list[dict]:
     return out
 
 
-def row_calibration(r: dict, cal: Calibration) -> Calibration:
-    """``cal`` for the host that measured the row (all rows ran on an H200)."""
+def row_calibration(r: dict, cal: Calibration, device: str = "H200") -> Calibration:
+    """``cal`` for the host that measured the row, on the machine of GPU kind ``device`` (the estimate applies a
+    host's speed only on its own machine's GPU kind: advisor.throughput)."""
     f = r.get("host_factor", 1.0)
     if f == 1.0:
         return cal
-    host = HostSpeed(us_per_step=f * cal.host_dispatch_ref_us, device="H200", source="the row's file header")
+    host = HostSpeed(us_per_step=f * cal.host_dispatch_ref_us, device=device, source="the row's file header")
     return cal.model_copy(update={"host": host})
 
 
@@ -219,7 +220,7 @@ def config_of(r: dict) -> TrainConfig:
 
 
 def predict(r: dict, cal: Calibration, hw: HardwareSpec):
-    return estimate(spec_of(r), config_of(r), hw, calibration=row_calibration(r, cal))
+    return estimate(spec_of(r), config_of(r), hw, calibration=row_calibration(r, cal, hw.gpu.name))
 
 def family_of(r: dict) -> str:
     spec = spec_of(r)

@@ -232,12 +232,18 @@ def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=prec in ("bf16", "fp16"))
     step = make_step(lambda: step_fn(x, y), opt, autocast)
     warm = warm_up(step, warmup, device)
+    # The host's dispatch speed in the row's own seconds (model alive, device idle): a call's host drifts
+    # (issue 39's i39b call: the same kernel sequences 1.5-2.2x slower than in the i39 call, its start-of-call
+    # probe 1.08x), and rows.host_factor_of takes this reading first.
+    in_row = host_dispatch.measure(device, windows=3)["us_per_step"] if device == "cuda" else None
     run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
     elapsed = run["elapsed_s"]
     out = dict(row)
     out.update(step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed,
                warmup_s=warm["warmup_s"], first_loss=warm["first_loss"], last_loss=run["last_loss"],
                params=sum(p.numel() for p in model.parameters()), matmul_tf32=mm_tf32, cudnn_tf32=cudnn_tf32)
+    if in_row:
+        out["host_dispatch_in_row_us"] = in_row
     out.update(memory(device))  # before count_kernels: its step is not part of the timed region
     out["cuda_kernels"] = count_kernels(step, device)  # what one step launches (host-bound regime)
     del model, opt, step_fn, x, y, step

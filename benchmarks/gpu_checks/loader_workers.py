@@ -1,0 +1,127 @@
+"""Why a loader-fed run delivers less than the probe's rate times its workers (issue 39, point 5).
+
+The first loader-fed check (results/loader-fed/, an H100 machine, 2026-12-07) planned 399 images/s for 2 DataLoader
+workers from `advise probe --data` (200 images/s per core, per CPU second, one process) and measured 260 in the
+image recipe's run. This script separates the suspects on the same kind of machine, without training:
+
+1. the probe's rate per CPU second (``launcher.loader_probe``, what the product stores) and per wall second, one
+   process: a VM whose host is shared loses wall time to other guests (steal) that CPU time does not see;
+2. the recipe's own dataset and transform (``launcher.recipes.image_classification``: file read, torchvision's
+   transform when it imports, the per-sample RNG) in one process, per wall second;
+3. the same dataset through ``torch.utils.data.DataLoader`` as ``launcher.runtime`` builds it (batch 128,
+   persistent workers, pinned memory, the recipe's collate) with 1, 2 and 4 workers, images/s per wall second,
+   and the machine's steal share (/proc/stat) over each.
+
+    python -m benchmarks.gpu_checks.loader_workers OUT [--files 512] [--batches 6]
+
+Writes OUT/loader-workers.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def cpu_times() -> tuple[float, float]:
+    """(all jiffies, steal jiffies) of the machine, from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        parts = [float(x) for x in f.readline().split()[1:]]
+    return sum(parts), parts[7] if len(parts) > 7 else 0.0
+
+
+def steal_share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    total = after[0] - before[0]
+    return (after[1] - before[1]) / total if total > 0 else 0.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--files", type=int, default=512)
+    ap.add_argument("--batches", type=int, default=6, help="timed batches per worker count")
+    ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--batch", type=int, default=128)
+    a = ap.parse_args()
+    import torch
+
+    from benchmarks.calibration.loader_rate import make_jpegs
+    from launcher import loader_probe
+    from launcher.recipes.image_classification import ImageFolderDataset, collate, training_transform
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="loader-workers-"))
+    blobs = make_jpegs(64)
+    for i in range(a.files):
+        d = root / f"c{i % 2}"
+        d.mkdir(exist_ok=True)
+        (d / f"{i:05d}.jpg").write_bytes(blobs[i % len(blobs)])
+    result: dict = {"cpu": loader_probe.cpu_model(), "cores": os.cpu_count(), "files": a.files,
+                    "torch": torch.__version__}
+
+    # 1. the probe's chain, one process: per CPU second (the product's) and per wall second
+    apply = loader_probe.imagenet_train_transform(224, random.Random(0))
+    torch.set_num_threads(1)
+    apply(blobs[0])
+    n, w0, c0, s0 = 0, time.perf_counter(), time.process_time(), cpu_times()
+    while time.perf_counter() - w0 < 3.0:
+        apply(blobs[n % len(blobs)])
+        n += 1
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    result["probe"] = {"per_cpu_s": n / cpu, "per_wall_s": n / wall, "steal": steal_share(s0, cpu_times())}
+
+    # 2. the recipe's dataset, one process (file read, its transform, its per-sample RNG)
+    transform, which = training_transform(224)
+    samples = sorted((str(p), int(p.parent.name[1:])) for p in root.glob("c*/*.jpg"))
+    ds = ImageFolderDataset(samples, transform)
+    ds[0]
+    n, w0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - w0 < 3.0:
+        ds[n % len(ds)]
+        n += 1
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    result["dataset"] = {"transform": which, "per_cpu_s": n / cpu, "per_wall_s": n / wall}
+
+    # 3. DataLoader as launcher.runtime builds it (no model, no GPU work): images/s per wall second
+    rows = []
+    for workers in [int(w) for w in a.workers.split(",")]:
+        for pin in (True, False):
+            loader = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
+                                                 num_workers=workers, pin_memory=pin and torch.cuda.is_available(),
+                                                 persistent_workers=True, prefetch_factor=2, collate_fn=collate)
+            it = iter(loader)
+            for _ in range(workers):  # the workers' first batches: start-up and the prefetch fill
+                next(it)
+            s0, w0 = cpu_times(), time.perf_counter()
+            got = 0
+            for _ in range(a.batches):
+                try:
+                    x = next(it)[0]
+                except StopIteration:
+                    it = iter(loader)
+                    x = next(it)[0]
+                got += x.shape[0]
+            wall = time.perf_counter() - w0
+            rows.append({"workers": workers, "pin_memory": pin, "images_per_s": got / wall,
+                         "per_worker": got / wall / workers, "steal": steal_share(s0, cpu_times())})
+            del it, loader
+            print(json.dumps(rows[-1]), flush=True)
+    result["dataloader"] = rows
+    (a.out / "loader-workers.json").write_text(json.dumps(result, indent=1) + "\n")
+    p, d = result["probe"], result["dataset"]
+    print(f"probe chain: {p['per_cpu_s']:.0f}/CPU-s, {p['per_wall_s']:.0f}/wall-s (steal {p['steal']:.0%}); "
+          f"recipe dataset ({d['transform']}): {d['per_cpu_s']:.0f}/CPU-s, {d['per_wall_s']:.0f}/wall-s")
+    for r in rows:
+        print(f"workers {r['workers']} pin {r['pin_memory']}: {r['images_per_s']:.0f} images/s, "
+              f"{r['per_worker']:.0f} per worker, steal {r['steal']:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
