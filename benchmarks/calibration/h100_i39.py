@@ -124,7 +124,7 @@ def report(set_name: str = "i39") -> str:
                   "fp8 rows ran faster than estimated (`benchmarks/notebook/2026-12-07-i39b-host-drift`): the "
                   "host-bound rows' samples/s errors below carry that drift, which the refset protocol did not "
                   "probe row by row then (it does now: `host_dispatch_in_row_us`); post hoc, one host 1.25x slower than "
-                  "the probe for the whole call would leave 8.8% median, 38.2% worst (the notebook's script). Memory "
+                  "the probe for the whole call would leave 9.3% median, 36.9% worst (the notebook's script). Memory "
                   "does not depend on the host.",
                   ""]
     for split in ("fit", "holdout"):
