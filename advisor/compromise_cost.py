@@ -61,6 +61,12 @@ class CompromiseCost:
     opt_host: float | None = None
     opt_gpu: float | None = None
 
+    def with_unsynced(self, gpu: float, host: float) -> float:
+        """The step's compute with ``gpu`` and ``host`` seconds more that nothing synchronises from backward (an
+        optimizer launched while backward's kernels are still queued): both pipelines grow, and the device's
+        share lands after the host's forward (``overlap``'s third path). Needs ``gpu_s`` and ``host_s``."""
+        return overlap(self.gpu_s + gpu, self.host_s + host, self.combine_p, self.crossing_s and self.crossing_s + gpu)
+
 
 def param_tensors(model: ModelSpec) -> int:
     """Parameter tensors (each steps in its own hook): per layer the projections, norms and biases."""

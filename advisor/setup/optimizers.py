@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from advisor.compromise_cost import CompromiseCost, compromise_rates, overlap
+from advisor.compromise_cost import CompromiseCost, compromise_rates
 from advisor.config import Optimizer, TrainConfig
 from advisor.models import ModelSpec
 from advisor.setup.base import Option, Setup
@@ -178,21 +178,19 @@ class OptimizerInBackward(Setup):
         launches = cost.tensors * per_call * cost.launch_us * 1e-6
         if fused:
             cost.opt_host, cost.opt_gpu = 0.0, opt_s
-        gpu_s, host_s = cost.gpu_s, cost.host_s
-        if cost.opt_host is not None and gpu_s is not None and host_s is not None and config.grad_accum == 1:
+        if cost.opt_host is not None and cost.gpu_s is not None and cost.host_s is not None and config.grad_accum == 1:
             # The hooks run on autograd's thread while backward's kernels are still queued on the GPU, and
             # neither fused AdamW/SGD nor KahanAdamW synchronises (launcher/compromises/in_backward.py): their
             # host time joins the host pipeline that runs ahead of the GPU and their kernels the GPU's, the
-            # two combined as any step's (compromise_cost.overlap). (bitsandbytes synchronises after every
+            # two combined as any step's (CompromiseCost.with_unsynced). (bitsandbytes synchronises after every
             # tensor: its calls stay added after backward.)
-            both = overlap(gpu_s + cost.opt_gpu, host_s + cost.opt_host + launches, cost.combine_p,
-                           cost.crossing_s and cost.crossing_s + cost.opt_gpu)
+            both = cost.with_unsynced(cost.opt_gpu, cost.opt_host + launches)
             cost.extra_s += both - step.compute_s - (opt_s if fused else cost.optimizer_s)
         else:
             cost.extra_s += launches
         cost.notes.append(f"optimizer step in backward: {cost.tensors} per-parameter optimizer calls "
                           f"(~{launches * 1e3:.0f} ms on the host per step, run while the GPU works through backward)"
-                          if cost.opt_host is not None and gpu_s is not None else
+                          if cost.opt_host is not None and cost.gpu_s is not None else
                           f"optimizer step in backward: {cost.tensors} per-parameter optimizer calls "
                           f"(~{launches * 1e3:.0f} ms on the host per step)")
 

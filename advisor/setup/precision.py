@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.compromise_cost import CompromiseCost, overlap
+from advisor.compromise_cost import CompromiseCost
 from advisor.config import Optimizer, Precision, PureBf16Update
 from advisor.setup.base import UNMEASURED, Option, Setup
 
@@ -120,8 +120,7 @@ class PureBf16(Setup):
             if cost.gpu_s is not None and cost.host_s is not None and not cost.in_backward:
                 # Nothing synchronises between backward and the step (clip_grad_norm_ keeps the norm on the
                 # device): the host launches the step's kernels while the GPU still works through backward.
-                cost.optimizer_s = overlap(cost.gpu_s + gpu, cost.host_s + host, cost.combine_p,
-                                           cost.crossing_s and cost.crossing_s + gpu) - step.compute_s
+                cost.optimizer_s = cost.with_unsynced(gpu, host) - step.compute_s
             cost.notes.append(f"KahanAdamW: {KAHAN_KERNELS_PER_TENSOR} unfused kernels per tensor x {cost.tensors} "
                               f"(~{gpu * 1e3:.0f} ms on the GPU, ~{host * 1e3:.0f} ms of launches)")
         elif config.optimizer is Optimizer.adamw and config.pure_bf16_update is PureBf16Update.plain:
