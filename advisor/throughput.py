@@ -343,7 +343,12 @@ def estimate_throughput(model: ModelSpec, config: TrainConfig, hw: HardwareSpec,
     step.crossing_s = crossing_seconds(gpu_s, host_s, config, recomputed_share(model, config), cal)
     step.micro_s = overlap(gpu_s, host_s, cal.host_combine_p, step.crossing_s)
     compute_s = step.compute_s = step.micro_s * config.grad_accum
-    if host_s > gpu_s and gpu.name != "cpu":
+    if step.crossing_s > max(gpu_s, host_s) and gpu.name != "cpu":
+        # The third path is the longest: neither total explains the step, so say which path does.
+        step.notes.append(f"host and GPU cross: the CPU's forward dispatch then the GPU's backward set the pace "
+                          f"({step.crossing_s * 1e3:.1f} ms a micro-batch; GPU {gpu_s * 1e3:.1f} ms, host "
+                          f"{host_s * 1e3:.1f} ms in all); host speed {cal.host_source}")
+    elif host_s > gpu_s and gpu.name != "cpu":
         # Host speed varies by machine far more than GPU speed does (advisor.host_speed): say whose was used.
         step.notes.append(f"host-bound: the CPU's kernel dispatch ({host_s * 1e3:.1f} ms a micro-batch) sets the pace, "
                           f"not the GPU ({gpu_s * 1e3:.1f} ms); host speed {cal.host_source}"

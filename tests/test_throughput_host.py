@@ -89,3 +89,27 @@ def test_more_layers_more_host_time_and_slower_launches_slower_steps():
     a = estimate_throughput(small, cfg, H200, CAL)
     b = estimate_throughput(small, cfg, H200, slow)
     assert b.step_s > a.step_s and b.host_s == pytest.approx(2 * a.host_s)
+
+
+def test_a_step_paced_by_the_host_forward_then_the_gpu_backward_says_so():
+    """When the third path (the CPU's forward, then the GPU's backward) is the longest, neither the host-bound
+    nor a silent GPU-bound reading explains the step: the notes name the crossing instead."""
+    from advisor.catalog import catalog_model
+    from advisor.calibration import default_calibration
+    from advisor.config import Precision, TrainConfig
+    from advisor.estimate import estimate
+    from advisor.gpus import get_gpu
+    from advisor.hardware import HardwareSpec
+
+    hw, cfg = HardwareSpec(gpu=get_gpu("H100"), gpus_per_node=1), \
+        TrainConfig(micro_batch=10, seq_len=1024, precision=Precision.bf16, grad_ckpt=True)
+    base = default_calibration()
+    crossed = estimate(catalog_model("gpt2"), cfg, hw,
+                       calibration=base.model_copy(update={"host_forward_share": {"eager": 0.9}})).throughput
+    assert crossed.crossing_s > max(crossed.gpu_s, crossed.host_s)
+    assert any(n.startswith("host and GPU cross") for n in crossed.notes)
+    assert not any(n.startswith("host-bound") for n in crossed.notes)
+    two_paths = estimate(catalog_model("gpt2"), cfg, hw,
+                         calibration=base.model_copy(update={"host_forward_share": {}})).throughput
+    assert two_paths.crossing_s == 0 and not any(n.startswith("host and GPU cross") for n in two_paths.notes)
+    assert crossed.step_s > two_paths.step_s  # the longer path lengthens the step
