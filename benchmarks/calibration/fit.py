@@ -224,7 +224,8 @@ def fit(rows: list[dict], hw: HardwareSpec) -> Calibration:
     cal = search(cal, best, prepared, names, 150)
     # Stage two: the overlap's constants on both GPUs' rows (issue 39's H100 set, each row predicted for the H100
     # and its host), from stage one's values and the overlap's starting guesses.
-    both = prepared + [_Row(r, h100_i39.hardware()) for r in h100_i39.measured_rows()]
+    h100 = h100_i39.hardware()  # the set's file header names the GPU: read once, not per row
+    both = prepared + [_Row(r, h100) for r in h100_i39.measured_rows()]
     host_names = list(OVERLAP_NAMES)
     cal = cal.model_copy(update={"host_forward_share": {"eager": 0.5, "compiled": 0.5}, "ckpt_block_us": 200.0})
     cal, best = descend(cal, both, host_names)
