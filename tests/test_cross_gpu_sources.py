@@ -43,3 +43,14 @@ def test_squad_rows_train_the_question_answering_head_at_their_harness_rate():
     assert 0.5 < eff < 1.0
     assert P.predict(r, harness={}) > P.predict(r)  # the harness slows every GPU rate of the row
     assert P.harness_efficiency(_row("lambda-a100-sxm-80gb-r50-fp16-1")) == 1.0  # ResNet-50 names no harness
+
+
+def test_the_report_states_each_precision_class_sign_for_a_source_with_both():
+    # issue 39's "no systematic sign": a cause that slows fp16 alone shows as one class's sign, so the page says both
+    rows = [_row("nvidia-v100-sxm2-32gb-bertl-squad384-fp16-1"), _row("nvidia-v100-sxm2-32gb-bertl-squad384-fp16-8"),
+            _row("nvidia-v100-sxm2-32gb-bertl-squad384-fp32-1")]
+    res = [(rows[0], 0.0, 0.10), (rows[1], 0.0, 0.20), (rows[2], 0.0, -0.04)]
+    assert P.signed_by_class(res) == "; half +15.0% (2 of 2 over), full -4.0% (0 of 1 over)"
+    assert P.signed_by_class(res[:2]) == ""  # one class only: the source's own signed median says it
+    line = next(x for x in P.report(res).splitlines() if x.startswith("- holdout, NVIDIA DLE BERT"))
+    assert "half +15.0%" in line and "full -4.0%" in line

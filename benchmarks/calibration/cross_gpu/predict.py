@@ -128,6 +128,16 @@ def signed(errs: list[float]) -> str:
             f"{sum(e < 0 for e in errs)} under)")
 
 
+def signed_by_class(sel: list[tuple[dict, float, float]]) -> str:
+    """The signed median per precision class (``precision_class``: half, full), for a source with both: a cause that
+    slows one class only (a harness's fp16 path, a container's kernels) shows as one class's sign, not the other's."""
+    by = {c: [e for r, _, e in sel if precision_class(r) == c] for c in ("half", "full")}
+    if not all(by.values()):
+        return ""
+    return "; " + ", ".join(f"{c} {statistics.median(e) * 100:+.1f}% ({sum(v > 0 for v in e)} of {len(e)} over)"
+                            for c, e in by.items())
+
+
 def source_of(r: dict) -> str:
     u = r["source"]
     if "lambdal" in u:
@@ -165,7 +175,8 @@ def report(res: list[tuple[dict, float, float]], before: dict[str, float] | None
             sel = [x for x in res if x[0]["split"] == split and source_of(x[0]) == src]
             errs = [e for _, _, e in sel]
             pub = [last[r["id"]] / r["published"] - 1 for r, _, _ in sel if last and r["id"] in last]
-            lines.append(f"- {split}, {src}: {stats(errs)}{signed(errs)}" + (f" (last published: {stats(pub)})" if pub else ""))
+            lines.append(f"- {split}, {src}: {stats(errs)}{signed(errs)}{signed_by_class(sel)}"
+                         + (f" (last published: {stats(pub)})" if pub else ""))
         errs = [e for r, _, e in res if r["split"] == split]
         lines.append(f"- **{split}, every source: {stats(errs)}{signed(errs)}**")
         lines.append("")
