@@ -2,7 +2,9 @@
 
 samples/s = min(what the GPUs do, what the loader delivers) (DESIGN.md). The loader's rate is the CPU
 cores each GPU's workers get (one left for the training process) x the per-core rate of the data kind:
-  jpeg       decode + RandomResizedCrop + flip + normalise at the model's resolution: measured on several
+  jpeg       decode + RandomResizedCrop + flip + normalise at the model's resolution, then the hand-off of each
+             batch to the training process (``delivered``: a worker collates the batch into shared memory, a
+             page-faulted copy of every float sample, 15-20% of a 224 px image's time): measured on several
              hosts by ``python -m benchmarks.calibration.loader_rate`` (Pillow; torchvision's transforms are the
              same Pillow calls); advisor/data/loader_rates.json holds the lowest host's rate (CPUs differ by 2x
              on this chain), the conservative default for named GPUs, with every host's table for the range
@@ -58,6 +60,8 @@ class HostRate(BaseModel):
 
     cpu: str
     jpeg_per_core: dict[str, float]
+    handoff_ms_per_mb: float | None = Field(None, description="a worker's batch hand-off per MB of samples (None: "
+                                                              "measured before the hand-off was)")
     note: str = ""
 
 
@@ -71,13 +75,29 @@ class LoaderRates(BaseModel):
     source_image: str = ""
     source: str = "python -m benchmarks.calibration.loader_rate"
     hosts: list[HostRate] = Field(default_factory=list, description="every host measured, for the stated range")
+    handoff_ms_per_mb: float = Field(0.0, description="a DataLoader worker's batch hand-off (collate into shared "
+                                                      "memory) per MB of samples: the slowest host measured")
+
+    def handoff_ms(self, px: int) -> float:
+        """The hand-off of one float32 sample at ``px``."""
+        return self.handoff_ms_per_mb * sample_mb(px)
 
     def jpeg_range(self, px: int) -> tuple[float, float] | None:
-        """(lowest, highest) JPEG images/s per core at ``px`` over the hosts measured."""
+        """(lowest, highest) JPEG images/s per core at ``px`` over the hosts measured, hand-off included."""
         if not self.hosts:
             return None
-        rates = [_at_resolution(h.jpeg_per_core, px) for h in self.hosts]
+        rates = [delivered(_at_resolution(h.jpeg_per_core, px), self.handoff_ms(px)) for h in self.hosts]
         return min(rates), max(rates)
+
+
+def sample_mb(px: int) -> float:
+    """MB of one sample as the chain leaves it: float32, 3 x px x px (ToTensor + Normalize)."""
+    return 3 * px * px * 4 / 1e6
+
+
+def delivered(chain_per_core: float, handoff_ms: float) -> float:
+    """Samples/s one worker delivers: the chain's time per sample plus its hand-off's."""
+    return 1.0 / (1.0 / chain_per_core + handoff_ms / 1e3)
 
 
 class LoaderEstimate(BaseModel):
@@ -172,15 +192,16 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
     elif rates is None:
         return LoaderEstimate(**base, rate_source="no loader rates packaged")
     elif kind == "jpeg":
-        per_core, basis, spread = _at_resolution(rates.jpeg_per_core, px), "default", rates.jpeg_range(px)
+        per_core, basis, spread = delivered(_at_resolution(rates.jpeg_per_core, px), rates.handoff_ms(px)), "default", rates.jpeg_range(px)
         measured = (f"; {len(rates.hosts)} hosts measured {spread[0]:,.0f}-{spread[1]:,.0f} images/s per core "
                     f"({', '.join(h.cpu for h in rates.hosts)}): the lowest assumed, `advise probe --data DIR` "
                     "measures this host's" if spread else "")
-        src = (f"Pillow decode + RandomResizedCrop + flip + normalise at {px} px, measured on {rates.cpu} "
-               f"({rates.source}){measured}")
+        src = (f"Pillow decode + RandomResizedCrop + flip + normalise at {px} px{_handoff_words(rates, px)}, measured "
+               f"on {rates.cpu} ({rates.source}){measured}")
     elif kind == "decoded":
-        per_core, basis = _at_resolution(rates.decoded_per_core, px), "default"
-        src = f"pre-decoded uint8 tensors: crop + flip + normalise at {px} px, measured on {rates.cpu} ({rates.source})"
+        per_core, basis = delivered(_at_resolution(rates.decoded_per_core, px), rates.handoff_ms(px)), "default"
+        src = (f"pre-decoded uint8 tensors: crop + flip + normalise at {px} px{_handoff_words(rates, px)}, measured on "
+               f"{rates.cpu} ({rates.source})")
     else:
         per_core, basis = rates.tokenized_per_core, "default"
         src = f"pre-tokenized text: indexing + collation, measured on {rates.cpu} ({rates.source})"
@@ -192,7 +213,7 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
         fixes.append(f"{need} CPU cores per GPU would keep up (--cpus-per-gpu {need}): x{gpu_rate_per_gpu / rate:.2f}")
         if kind == "jpeg":
             if rates is not None:
-                dec = _at_resolution(rates.decoded_per_core, px) * workers
+                dec = delivered(_at_resolution(rates.decoded_per_core, px), rates.handoff_ms(px)) * workers
                 # each fix as its effect on samples/s only: the report states the rate once (issue 40)
                 fixes.append(f"pre-decoded, pre-resized images (FFCV, or uint8 tensors: --data decoded): "
                              f"x{min(dec, gpu_rate_per_gpu) / rate:.2f}")
@@ -202,6 +223,12 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
                      "on your files")
     return LoaderEstimate(**base, per_core_samples_per_s=per_core, rate_source=src, rate_basis=basis,
                           per_core_range=spread, samples_per_s_per_gpu=rate, bound=bound, fixes=fixes)
+
+
+def _handoff_words(rates: LoaderRates, px: int) -> str:
+    if not rates.handoff_ms_per_mb:
+        return ""
+    return f" + the batch hand-off to the training process ({rates.handoff_ms(px):.2f} ms a sample, the slowest host's)"
 
 
 def detected_cpus(gpus_on_node: int) -> tuple[float, str]:
@@ -239,12 +266,19 @@ LEGACY_FILE = "loader-rate.json"
 
 class LoaderProbe(BaseModel):
     """This machine's loader rate on the user's own files, measured by ``advise probe --data DIR`` or by
-    ``advise launch --data DIR`` before it plans (launcher.loader_probe): one core's samples/s through the same
-    chain the packaged rates time."""
+    ``advise launch --data DIR`` before it plans (launcher.loader_probe): what one DataLoader worker delivers per
+    second of its core, through the same chain the packaged rates time and the batch hand-off. A file an older
+    cardwise wrote timed the chain alone (``method`` "transform loop"): the packaged hand-off is added to it."""
 
     model_config = ConfigDict(extra="forbid")
 
-    per_core: float = Field(gt=0, description="images/s one core decodes and augments")
+    per_core: float = Field(gt=0, description="images/s one core delivers (method says whether hand-off included)")
+    method: Literal["transform loop", "dataloader worker"] = Field(
+        "transform loop", description="dataloader worker: one worker, batches collated as the recipe does, in its CPU "
+                                      "time; transform loop: the chain alone (files an older cardwise wrote)")
+    batch: int | None = Field(None, description="images per batch the worker collated")
+    transform_ms: float | None = Field(None, description="the chain's time per image in the worker")
+    handoff_ms: float | None = Field(None, description="the rest of the worker's time per image: the batch hand-off")
     data: Literal["jpeg"] = "jpeg"
     image_size: int = Field(description="output resolution the chain produced, px")
     files: int = Field(description="files timed")
@@ -255,18 +289,28 @@ class LoaderProbe(BaseModel):
     source: str = "advise probe --data"
 
     def rate_at(self, px: int) -> float:
-        """At another output resolution: the decode is the same file's, the resize and normalise scale with
-        pixels; the packaged table's ratio between the two resolutions carries the difference."""
+        """What one worker delivers at ``px``: the chain's time scales as the packaged table's between the two
+        resolutions (the decode is the same file's, the resize and normalise scale with pixels), the hand-off
+        with the sample's bytes. A chain-only probe gets the packaged hand-off added."""
         rates = loader_rates()
-        if rates is None or px == self.image_size:
+        chain_scale = 1.0 if rates is None else (
+            _at_resolution(rates.jpeg_per_core, self.image_size) / _at_resolution(rates.jpeg_per_core, px))
+        if self.method == "transform loop":
+            return delivered(self.per_core / chain_scale, rates.handoff_ms(px) if rates else 0.0)
+        if px == self.image_size or self.transform_ms is None or self.handoff_ms is None:
             return self.per_core
-        return self.per_core * _at_resolution(rates.jpeg_per_core, px) / _at_resolution(rates.jpeg_per_core, self.image_size)
+        hand_share = self.handoff_ms / (self.transform_ms + self.handoff_ms)
+        scale = (1 - hand_share) * chain_scale + hand_share * sample_mb(px) / sample_mb(self.image_size)
+        return self.per_core / scale
 
     def summary(self) -> str:
         import datetime as _dt
 
+        how = (f"one DataLoader worker, batches of {self.batch}, hand-off {self.handoff_ms:.2f} ms an image"
+               if self.method == "dataloader worker" and self.handoff_ms is not None
+               else "the chain alone, an older probe: the packaged hand-off added")
         return (f"measured here by {self.source} {self.directory} on {self.cpu} "
-                f"({_dt.date.fromtimestamp(self.when).isoformat()}, {self.files} files)")
+                f"({_dt.date.fromtimestamp(self.when).isoformat()}, {self.files} files; {how})")
 
 
 def this_host() -> str:

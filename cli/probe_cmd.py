@@ -100,17 +100,21 @@ def run_probe(args: argparse.Namespace, plan, machine, *, spec=None, save: bool 
 def run_data(args: argparse.Namespace) -> int:
     """``--data DIR``: this machine's loader rate on the user's files, stored beside the other probe files."""
     from advisor.loader import save_loader_probe
-    from launcher.loader_probe import probe_directory
+    from launcher.loader_probe import PROBE_BATCH, probe_directory
 
     size = args.image_size or 224
-    probe = probe_directory(args.data, size,
+    # batches of the micro-batch the user plans, when given: a worker hands over whole batches
+    batch = getattr(args, "micro_batch", None) or PROBE_BATCH
+    probe = probe_directory(args.data, size, batch=batch,
                             progress=lambda text: print(f"advise: probe: {text}", file=sys.stderr, flush=True))
     stored = str(save_loader_probe(flags.home_dir(args), probe)) if args.save else None
     if args.json:
         print(json.dumps({**probe.model_dump(), "stored": stored}, indent=2))
         return 0
-    print(f"loader: {probe.per_core:,.0f} images/s per core at {size} px on {probe.cpu} ({probe.files} files)")
-    print("  a GPU whose loader has N cores (one left for the training process) gets (N - 1) x that")
+    print(f"loader: {probe.per_core:,.0f} images/s per DataLoader worker at {size} px on {probe.cpu} ({probe.files} files)")
+    print(f"  a worker's time per image: {probe.transform_ms:.2f} ms decode + crop + flip + normalise, "
+          f"{probe.handoff_ms:.2f} ms handing its batch of {probe.batch} to the training process (shared memory)")
+    print("  a GPU whose loader has N cores (one left for the training process) gets (N - 1) workers")
     if stored:
         print(f"  stored in {stored}: later estimates' JPEG input pipeline uses it")
     return 0

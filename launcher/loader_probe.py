@@ -5,8 +5,15 @@ The chain is torchvision's ImageNet training transform: decode (Pillow) -> Rando
 (scale 0.08-1, ratio 3/4-4/3, bilinear) -> RandomHorizontalFlip -> ToTensor -> Normalize. torchvision
 does not install beside the CPU torch build cardwise tests on, so it is written with the calls
 torchvision.transforms makes on a PIL image (``Image.resize(box=...)``, ``transpose``) and torch ops.
-One process, one thread (``torch.set_num_threads(1)``), timed in this process's CPU time: what one
-DataLoader worker does per second, whatever else the machine runs.
+
+What a training run gets is not the chain alone: a DataLoader worker also collates each batch into shared
+memory (``default_collate`` allocates the batch there in a worker) for the training process to map. That
+hand-off is a fresh page-faulted copy of every sample, ~0.8-1.0 ms per 224 px float image on the
+development VM (benchmarks/gpu_checks/loader_workers.py), 15-20% of the chain's time: a probe that timed the
+chain in a loop planned 399 images/s for two workers where the image recipe's run got 260 (issue 39,
+benchmarks/gpu_checks/results/loader-fed/). So ``worker_rate`` times the chain inside one real DataLoader
+worker, batches collated as the recipe collates them, in that worker's CPU time: what one worker delivers
+per second of its core, whatever else the machine runs.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from advisor.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet normalisation (torchvision's references)
 MAX_FILES = 256
+PROBE_BATCH = 64  # a typical per-GPU image micro-batch; the hand-off per image is flat from 32 to 256 (loader_workers.py)
 
 
 def random_resized_crop_box(w: int, h: int, rng: random.Random) -> tuple[int, int, int, int]:
@@ -72,6 +80,71 @@ def calls_per_cpu_second(fn: Callable[[], object], seconds: float) -> float:
     return n / max(time.process_time() - t0, 1e-9)
 
 
+class WorkerTiming(NamedTuple):
+    """One DataLoader worker's rate, and where its time went (per image, in the worker's CPU time)."""
+
+    per_core: float  # images delivered per CPU second of the worker
+    transform_ms: float  # decode + crop + flip + normalise
+    handoff_ms: float  # the rest: collating the batch into shared memory, queueing it
+    batch: int
+    images: int  # images timed
+
+
+class _TimedImages:
+    """A map-style dataset over in-memory image files: each item is the chain's tensor and the worker CPU
+    seconds the chain took (a module-level class: DataLoader pickles it to workers under ``spawn``)."""
+
+    def __init__(self, blobs: list[bytes], size: int):
+        self.blobs, self.size, self.apply = blobs, size, None
+
+    def __len__(self) -> int:
+        return 1 << 30  # a stream: the probe stops on time, not at an epoch's end
+
+    def __getitem__(self, i: int):
+        if self.apply is None:  # built in the worker, its RNG seeded as torchvision's would be per worker
+            self.apply = imagenet_train_transform(self.size, random.Random(i))
+        t0 = time.process_time()
+        x = self.apply(self.blobs[i % len(self.blobs)])
+        return x, time.process_time() - t0
+
+
+def _timed_collate(items):
+    """The recipe's collation (``default_collate``: in a worker it builds the batch in shared memory), and the
+    worker's CPU clock after it: (batch, chain seconds in it, worker CPU seconds now)."""
+    import torch
+
+    batch = torch.utils.data.default_collate([x for x, _ in items])
+    return batch, sum(s for _, s in items), time.process_time()
+
+
+def worker_rate(blobs: list[bytes], size: int, *, batch: int = PROBE_BATCH, seconds: float = 3.0) -> WorkerTiming:
+    """Images one DataLoader worker delivers per CPU second: the chain and the batch hand-off, timed in the
+    worker from the end of its first batch (start-up and imports excluded) for ``seconds`` of its CPU time.
+    Wall time is capped too (a starved worker on a busy host still ends the probe, on the batches it made)."""
+    import torch
+
+    loader = torch.utils.data.DataLoader(_TimedImages(blobs, size), batch_size=batch, num_workers=1,
+                                         collate_fn=_timed_collate, prefetch_factor=2, timeout=120)
+    it = iter(loader)
+    try:
+        _, _, cpu0 = next(it)
+        images, chain, cpu, wall0 = 0, 0.0, cpu0, time.perf_counter()
+        while cpu - cpu0 < seconds or images < 2 * batch:
+            x, chain_s, cpu = next(it)
+            images, chain = images + x.shape[0], chain + chain_s
+            if time.perf_counter() - wall0 > 4 * seconds + 10 and images >= batch:
+                break
+    except RuntimeError as exc:  # a worker killed (a bus error when /dev/shm is too small) or timed out
+        raise UserError(f"--data: a DataLoader worker failed while timing the loader ({exc})",
+                        where="DataLoader worker",
+                        fix="give the container more shared memory (docker run --shm-size=8g) and probe again") from exc
+    finally:
+        del it
+    spent = max(cpu - cpu0, 1e-9)
+    return WorkerTiming(per_core=images / spent, transform_ms=1e3 * chain / images,
+                        handoff_ms=1e3 * max(spent - chain, 0.0) / images, batch=batch, images=images)
+
+
 def image_files(directory: Path, limit: int = MAX_FILES) -> list[Path]:
     """Up to ``limit`` image files under ``directory`` (an ImageFolder tree), in a stable order."""
     out: list[Path] = []
@@ -86,9 +159,10 @@ def image_files(directory: Path, limit: int = MAX_FILES) -> list[Path]:
 
 
 def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: Callable[[str], None] | None = None,
-                    source: str = "advise probe --data"):
+                    source: str = "advise probe --data", batch: int = PROBE_BATCH):
     """advisor.loader.LoaderProbe of this machine on the files under ``directory`` (read into memory first,
-    so the disk's speed is not timed: a warm page cache, as an epoch after the first)."""
+    so the disk's speed is not timed: a warm page cache, as an epoch after the first): one DataLoader
+    worker's rate, batches of ``batch`` (``worker_rate``)."""
     from advisor.loader import LoaderProbe
 
     directory = Path(directory).expanduser()
@@ -101,7 +175,8 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
                         where=str(directory), fix="give the folder that holds the training images")
     blobs = [p.read_bytes() for p in files]
     if progress:
-        progress(f"timing decode + RandomResizedCrop({size}) + flip + normalise on {len(files)} files, one core")
+        progress(f"timing one DataLoader worker on {len(files)} files: decode + RandomResizedCrop({size}) + flip + "
+                 f"normalise, batches of {batch} into shared memory")
     apply = imagenet_train_transform(size, random.Random(0))
     bad = []
     for p, b in zip(files, blobs):
@@ -113,17 +188,12 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
         raise UserError(f"--data: Pillow could not decode any of {len(files)} files ({bad[0]})",
                         where=str(directory), fix="give a folder of JPEG/PNG images")
     good = [b for b, p in zip(blobs, files) if not any(x.startswith(p.name + ":") for x in bad)]
-    i = [0]
-
-    def one():
-        apply(good[i[0] % len(good)])
-        i[0] += 1
-
-    rate = calls_per_cpu_second(one, seconds)
+    timing = worker_rate(good, size, batch=batch, seconds=seconds)
     from advisor.loader import this_host
 
-    return LoaderProbe(per_core=rate, image_size=size, files=len(good), directory=str(directory), cpu=cpu_model(),
-                       host=this_host(), when=time.time(), source=source)
+    return LoaderProbe(per_core=timing.per_core, image_size=size, files=len(good), directory=str(directory),
+                       cpu=cpu_model(), host=this_host(), when=time.time(), source=source, method="dataloader worker",
+                       batch=batch, transform_ms=timing.transform_ms, handoff_ms=timing.handoff_ms)
 
 
 def cpu_model() -> str:

@@ -5,6 +5,7 @@ import pytest
 
 from advisor.catalog import catalog_model
 from advisor.config import TrainConfig
+from advisor.errors import UserError
 from advisor.estimate import estimate
 from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
@@ -98,8 +99,11 @@ def test_probe_data_measures_and_later_estimates_use_it(tmp_path):
     for i, blob in enumerate(make_jpegs(3)):
         (images / f"{i}.jpg").write_bytes(blob)
     (images / "notes.txt").write_text("not an image")
-    probe = probe_directory(tmp_path / "train", 64, seconds=0.2)
+    probe = probe_directory(tmp_path / "train", 64, seconds=0.2, batch=4)
     assert probe.files == 3 and probe.per_core > 0 and probe.image_size == 64
+    # timed in one DataLoader worker: the chain and the batch hand-off, which together are the worker's time
+    assert probe.method == "dataloader worker" and probe.batch == 4 and probe.transform_ms > 0 and probe.handoff_ms > 0
+    assert probe.per_core == pytest.approx(1e3 / (probe.transform_ms + probe.handoff_ms))
     home = tmp_path / "home"
     save_loader_probe(home, probe.model_copy(update={"per_core": 10.0, "image_size": 160}))
     assert read_loader_probe(home).per_core == 10.0
@@ -108,6 +112,29 @@ def test_probe_data_measures_and_later_estimates_use_it(tmp_path):
     t = estimate(catalog_model("resnet50"), R50.model_copy(update={"image_size": 160}), hw, calibration=cal).throughput
     assert t.loader_bound and "advise probe --data" in t.loader.rate_source
     assert t.samples_per_s / 8 == pytest.approx(7 * 10.0, rel=0.05)
+
+
+def _bus_error(self, i):  # what a worker gets when /dev/shm is full
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGBUS)
+
+
+def test_a_worker_killed_while_probing_is_one_line_with_the_shm_fix(monkeypatch):
+    pytest.importorskip("PIL")
+    pytest.importorskip("torch")
+    import multiprocessing
+
+    from benchmarks.calibration.loader_rate import make_jpegs
+    from launcher import loader_probe
+
+    if multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
+        pytest.skip("the patched item is inherited only by forked workers")
+    monkeypatch.setattr(loader_probe._TimedImages, "__getitem__", _bus_error)
+    with pytest.raises(UserError) as e:
+        loader_probe.worker_rate(make_jpegs(2), 32, batch=2, seconds=0.1)
+    assert "DataLoader worker failed" in e.value.what and "--shm-size" in e.value.fix
 
 
 def test_small_images_default_to_decoded_arrays():

@@ -45,9 +45,12 @@ def test_named_gpus_without_data_assume_the_slowest_host_and_state_the_range():
     assert t.loader_bound and t.samples_per_s / 8 <= 3 * lo * 1.0001  # 3 workers at the slowest host's rate
 
 
-def _probe(host: str, per_core: float = 50.0) -> LoaderProbe:
+def _probe(host: str, per_core: float = 50.0, **worker) -> LoaderProbe:
     return LoaderProbe(per_core=per_core, image_size=224, files=4, directory="/data/train", cpu="Test CPU", host=host,
-                       when=1.7e9)
+                       when=1.7e9, **worker)
+
+
+WORKER = dict(method="dataloader worker", batch=64, transform_ms=15.0, handoff_ms=5.0)  # 50/s: 20 ms an image
 
 
 def test_a_measurement_is_kept_per_host_and_another_host_does_not_read_it(tmp_path):
@@ -67,11 +70,47 @@ def test_a_probed_host_plans_with_its_own_rate(tmp_path):
     from advisor.calibration import load_calibration
     from advisor.loader import this_host
 
-    save_loader_probe(tmp_path, _probe(this_host(), 50.0))
+    save_loader_probe(tmp_path, _probe(this_host(), 50.0, **WORKER))
     cal = load_calibration(tmp_path)
     hw = HardwareSpec(gpu=get_gpu("H100"), gpus_per_node=8, input=InputPipeline(cpus_per_gpu=8))
     le = estimate(catalog_model("resnet50"), R50, hw, calibration=cal).throughput.loader
     assert le.rate_basis == "measured here" and le.per_core_samples_per_s == 50.0 and le.per_core_range is None
+    assert "one DataLoader worker, batches of 64, hand-off 5.00 ms" in le.rate_source
+
+
+def test_a_worker_probe_scales_its_chain_and_its_hand_off_apart():
+    from advisor.loader import _at_resolution, sample_mb
+
+    rates = loader_rates()
+    probe = _probe("h", 50.0, **WORKER)
+    chain = 15.0 * _at_resolution(rates.jpeg_per_core, 224) / _at_resolution(rates.jpeg_per_core, 448)
+    assert probe.rate_at(224) == 50.0
+    assert probe.rate_at(448) == pytest.approx(1e3 / (chain + 5.0 * sample_mb(448) / sample_mb(224)))
+    assert probe.rate_at(448) < 50.0 * _at_resolution(rates.jpeg_per_core, 448) / _at_resolution(rates.jpeg_per_core, 224)
+
+
+def test_an_older_chain_only_probe_gets_the_packaged_hand_off_and_defaults_carry_it():
+    from advisor.loader import _at_resolution, delivered
+
+    rates = loader_rates()
+    assert rates.handoff_ms_per_mb > 0
+    old = _probe("h", 50.0)  # a file an older cardwise wrote: the chain alone
+    assert old.method == "transform loop"
+    assert old.rate_at(224) == pytest.approx(1e3 / (20.0 + rates.handoff_ms(224))) and old.rate_at(224) < 50.0
+    assert "the packaged hand-off added" in old.summary()
+    hw = HardwareSpec(gpu=get_gpu("H100"), gpus_per_node=8, input=InputPipeline(cpus_per_gpu=4))
+    le = estimate(catalog_model("resnet50"), R50, hw).throughput.loader
+    assert le.per_core_samples_per_s == pytest.approx(delivered(_at_resolution(rates.jpeg_per_core, 224),
+                                                                rates.handoff_ms(224)))
+    assert le.per_core_samples_per_s < _at_resolution(rates.jpeg_per_core, 224)
+    assert "batch hand-off to the training process" in le.rate_source
+
+
+def test_the_packaged_hand_off_is_the_largest_host_measured():
+    from benchmarks.calibration.loader_rate import read_rows
+
+    measured = [r["handoff_ms_per_mb"] for r in read_rows() if r.get("handoff_ms_per_mb") is not None]
+    assert measured and loader_rates().handoff_ms_per_mb == max(measured)
 
 
 def _images(root):

@@ -486,7 +486,8 @@ def _flags_in_messages() -> set[tuple[str, str]]:
 
 def test_every_flag_an_error_names_exists():
     known = {"--help", "--log-every", "--pool", "--steps", "--eval-fraction", "--data", "--bad-samples",  # recipes' own options
-             "--time", "--partition"}  # sbatch's, in `--emit slurm` messages
+             "--time", "--partition",  # sbatch's, in `--emit slurm` messages
+             "--shm-size"}  # docker run's, in the shared-memory fixes
     for name in COMMANDS:
         for action in build_parser(name)._actions:
             known.update(action.option_strings)

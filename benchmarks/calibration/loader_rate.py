@@ -12,6 +12,10 @@ One process, one thread (torch.set_num_threads(1)): what one DataLoader worker d
   images; `advise probe --data DIR` times the same chain on the user's files.
 - decoded: uint8 CHW tensors already at 1.14x the size (pre-resized): random crop + flip + float + normalise.
 - tokenized: indexing 512-token rows out of a token array and stacking them (collation).
+- handoff_ms_per_mb: the chain at 224 px inside one real DataLoader worker (``loader_probe.worker_rate``,
+  batches of 64 collated into shared memory as the recipe's are), its time per image beyond the chain's, per
+  MB of float32 sample: what a worker spends handing each batch to the training process. The fit keeps the
+  largest host's (rows measured before it have none), and advisor.loader adds it to every default rate.
 Each host measured is a row of benchmarks/calibration/results/loader-rate-hosts.jsonl (``--record`` appends this
 host's, with ``--note`` saying how the machine was loaded). The packaged file is the fit of those rows
 (``--fit``; tests/test_loader_hosts.py checks it is): per data kind and resolution the LOWEST host's rate, the
@@ -32,7 +36,8 @@ import random
 import sys
 from pathlib import Path
 
-from launcher.loader_probe import MEAN, STD, cpu_model, imagenet_train_transform
+from advisor.loader import sample_mb
+from launcher.loader_probe import MEAN, STD, cpu_model, imagenet_train_transform, worker_rate
 from launcher.loader_probe import calls_per_cpu_second as rate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,9 +101,13 @@ def measure(seconds: float) -> dict:
         return torch.stack([tokens[j] for j in idx])
 
     text = round(rate(one_text, seconds) * 32, 1)
+    worker = worker_rate(jpegs, 224, seconds=seconds)
     from PIL import __version__ as pil_version
 
     return {"cpu": cpu_model(), "jpeg_per_core": jpeg, "decoded_per_core": decoded, "tokenized_per_core": text,
+            "handoff_ms_per_mb": round(worker.handoff_ms / sample_mb(224), 3),
+            "worker_224": {"per_core": round(worker.per_core, 1), "transform_ms": round(worker.transform_ms, 3),
+                           "handoff_ms": round(worker.handoff_ms, 3), "batch": worker.batch, "images": worker.images},
             "source_image": f"500x375 JPEG q90, Pillow {pil_version}, torch {torch.__version__}, 1 thread",
             "source": "python -m benchmarks.calibration.loader_rate"}
 
@@ -107,15 +116,19 @@ HOSTS = Path(__file__).parent / "results" / "loader-rate-hosts.jsonl"
 
 
 def fit(rows: list[dict]) -> dict:
-    """The packaged rates from every host's row: the lowest per kind and resolution, and each host's JPEG table."""
+    """The packaged rates from every host's row: the lowest per kind and resolution, the largest hand-off of the
+    hosts that measured one, and each host's JPEG table."""
     def lowest(key: str) -> dict[str, float]:
         return {px: min(r[key][px] for r in rows) for px in rows[0][key]}
 
+    handoffs = [r["handoff_ms_per_mb"] for r in rows if r.get("handoff_ms_per_mb") is not None]
     return {"cpu": f"the slowest of {len(rows)} hosts measured, per data kind and resolution",
             "jpeg_per_core": lowest("jpeg_per_core"), "decoded_per_core": lowest("decoded_per_core"),
             "tokenized_per_core": min(r["tokenized_per_core"] for r in rows),
+            "handoff_ms_per_mb": max(handoffs, default=0.0),
             "source_image": rows[0]["source_image"], "source": "python -m benchmarks.calibration.loader_rate --fit",
-            "hosts": [{"cpu": r["cpu"], "jpeg_per_core": r["jpeg_per_core"], "note": r.get("note", "")} for r in rows]}
+            "hosts": [{"cpu": r["cpu"], "jpeg_per_core": r["jpeg_per_core"],
+                       "handoff_ms_per_mb": r.get("handoff_ms_per_mb"), "note": r.get("note", "")} for r in rows]}
 
 
 def read_rows(path: Path = HOSTS) -> list[dict]:

@@ -10,7 +10,14 @@ image recipe's run. This script separates the suspects on the same kind of machi
    transform when it imports, the per-sample RNG) in one process, per wall second;
 3. the same dataset through ``torch.utils.data.DataLoader`` as ``launcher.runtime`` builds it (batch 128,
    persistent workers, pinned memory, the recipe's collate) with 1, 2 and 4 workers, images/s per wall second,
-   and the machine's steal share (/proc/stat) over each.
+   and the machine's steal share (/proc/stat) over each;
+4. what the product now plans with: ``advise probe --data``'s measurement (``loader_probe.probe_directory``: one
+   DataLoader worker, the chain and the batch hand-off, per worker CPU second) on the same folder, and each
+   worker count's planned rate (workers x that) against 3.
+
+Found with it (2026-12-08, the 2-core development VM): the chain alone 196-209 images/s, one worker 145-176:
+a worker's ``default_collate`` builds the batch in shared memory, a fresh page-faulted copy of each float
+sample, ~0.9 ms of ~6 per 224 px image (notebook 2026-12-08-loader-handoff).
 
     python -m benchmarks.gpu_checks.loader_workers OUT [--files 512] [--batches 6]
 
@@ -113,13 +120,25 @@ def main() -> int:
             del it, loader
             print(json.dumps(rows[-1]), flush=True)
     result["dataloader"] = rows
+
+    # 4. the product's probe on the same folder, and what it plans for each worker count
+    probe = loader_probe.probe_directory(root, 224, seconds=3.0)
+    result["product_probe"] = {"per_core": probe.per_core, "transform_ms": probe.transform_ms,
+                               "handoff_ms": probe.handoff_ms, "batch": probe.batch}
+    for r in rows:
+        r["planned"] = probe.per_core * r["workers"]
+        r["planned_error"] = r["planned"] / r["images_per_s"] - 1
     (a.out / "loader-workers.json").write_text(json.dumps(result, indent=1) + "\n")
     p, d = result["probe"], result["dataset"]
     print(f"probe chain: {p['per_cpu_s']:.0f}/CPU-s, {p['per_wall_s']:.0f}/wall-s (steal {p['steal']:.0%}); "
           f"recipe dataset ({d['transform']}): {d['per_cpu_s']:.0f}/CPU-s, {d['per_wall_s']:.0f}/wall-s")
+    q = result["product_probe"]
+    print(f"advise probe --data: {q['per_core']:.0f} images/s per worker (chain {q['transform_ms']:.2f} ms + hand-off "
+          f"{q['handoff_ms']:.2f} ms an image, batches of {q['batch']})")
     for r in rows:
         print(f"workers {r['workers']} pin {r['pin_memory']}: {r['images_per_s']:.0f} images/s, "
-              f"{r['per_worker']:.0f} per worker, steal {r['steal']:.0%}")
+              f"{r['per_worker']:.0f} per worker, steal {r['steal']:.0%}; planned {r['planned']:.0f} "
+              f"({r['planned_error']:+.1%})")
     return 0
 
 
