@@ -26,8 +26,11 @@
 #                          SQuAD's BertForQuestionAnswering, BertForMaskedLM, ResNet-50; PUBLISHED_BUDGET, 150)
 #   reference[:IDS]        the H200 reference set's rows on this GPU (measure/reference.py --only; eager rows
 #                          first, compiled last; REFERENCE_BUDGET, 220)
-#   refset:SET             one of measure/reference.py's sets (--set SET: hostbound, i39, i39b), eager rows first,
-#                          compiled last, into NAME/SET.jsonl (REFSET_BUDGET, 420)
+#   refset:SET             one of measure/reference.py's sets (--set SET: hostbound, i39, i39b, i39c), eager rows
+#                          first, compiled last, into NAME/SET.jsonl (REFSET_BUDGET, 420)
+#   loader                 the loader on this host: gpu_checks/loader_workers.py (where a worker's time goes, the
+#                          product's probe against DataLoader as the runtime builds it; 75) then
+#                          gpu_checks/loader_fed.py (the probed plan against the image recipe's run; 120)
 #
 # The calls behind the committed results, as this script (benchmarks/README.md lists them all):
 #   unseen sets u3..u14       gpu_call.sh OUT u14 unseen:u14            (u5..u8: BUDGET=460-480, ROUNDS=1)
@@ -38,9 +41,10 @@
 #   rounds 3-5 (gpu_checks)   gpu_call.sh OUT round3 recipes compromises:adamw-8bit,in-backward,lora-r16,...
 #   H100 (issue 28)           gpu_call.sh OUT h100-i28 published reference:r50-fp32-64,...,r50-bf16-cl-compile-128
 #   H100 (issue 39)           gpu_call.sh OUT h100-i39 refset:i39
+#   next, prepared (39)       REFSET_BUDGET=300 gpu_call.sh OUT h100-i39c loader refset:i39c   (~560 s)
 set -uo pipefail
 usage="usage: bash benchmarks/calibration/gpu_call.sh OUT_DIR NAME STEP [STEP ...]"
-steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS, published[:IDS], reference[:IDS], refset:SET"
+steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS, published[:IDS], reference[:IDS], refset:SET, loader"
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 out=${1:?$usage}
 name=${2:?$usage}
@@ -48,7 +52,7 @@ shift 2
 [[ $# -gt 0 ]] || { echo "gpu_call: no step given; $usage" >&2; exit 2; }
 for step in "$@"; do  # every step known before the call spends a second of the GPU's time
   case ${step%%:*} in
-    unseen|users|hostbound|contended|compiled-fresh|rerun|profile|recipes|compromises|probe|published|reference|refset) ;;
+    unseen|users|hostbound|contended|compiled-fresh|rerun|profile|recipes|compromises|probe|published|reference|refset|loader) ;;
     *) echo "gpu_call: unknown step '$step'; steps: $steps" >&2; exit 2 ;;
   esac
 done
@@ -121,6 +125,10 @@ for step in "$@"; do
     refset)
       run "refset-$arg" $(( ${REFSET_BUDGET:-420} + 90 )) python3 -m benchmarks.calibration.measure.reference \
         --set "$arg" --out "$r/$arg.jsonl" --budget-s "${REFSET_BUDGET:-420}" ;;
+    loader)
+      run loader-workers 75 python3 -m benchmarks.gpu_checks.loader_workers "$r/loader-workers" --files 512 --batches 6
+      run loader-fed 120 python3 -m benchmarks.gpu_checks.loader_fed "$r/loader-fed" --files 512 --cores 3,5 \
+        --steps 30 --row-seconds 0.5 ;;
   esac
 done
 tar -czf "$out/$name.tgz" -C "$out" "$name"

@@ -6,7 +6,8 @@
 
 The rows are ``measure/reference.py --set SET`` (splits declared there before the call), measured on an H100
 80GB (``gpu_call.sh OUT h100-SET refset:SET``, raw rows ``results/h100-SET.jsonl``). Set i39 has fit and holdout
-rows; set i39b, declared after i39's rows had been studied, is all holdout. Each row is predicted for
+rows; sets i39b and i39c, declared after i39's rows had been studied, are all holdout (i39c after i39b's call
+drifted in host speed: its rows carry the host probed inside each). Each row is predicted for
 an H100-SXM as ``benchmarks/calibration/rows.py`` predicts the H200's rows, for the host that measured it (its
 file's dispatch speed over the reference host's). ``--predict`` writes what the estimator of the day says for
 every row before any of them ran, for the reference host (committed before the call).
@@ -24,10 +25,10 @@ from advisor.gpus import get_gpu
 from advisor.hardware import HardwareSpec
 from benchmarks.calibration import rows as fc
 from benchmarks.calibration.h100_check import emit
-from benchmarks.calibration.measure.reference import I39, I39B, KEYS
+from benchmarks.calibration.measure.reference import I39, I39B, I39C, KEYS
 
 RESULTS = Path(__file__).with_name("results")
-SETS = {"i39": I39, "i39b": I39B}
+SETS = {"i39": I39, "i39b": I39B, "i39c": I39C}
 GPU = "H100-SXM"  # nvidia-smi: "NVIDIA H100 80GB HBM3", the SXM5 part
 # The GPU kind by the measured file's header (device name): the call asks for an H100, and may get an H200.
 KIND_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200"}

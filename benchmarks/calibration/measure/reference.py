@@ -177,6 +177,33 @@ I39B = [
     ("b-gpt2m-bf16-compile-4", "gpt2-medium", 4, 1024, None, "bf16", True, False, False, "holdout"),
     ("b-r101-bf16-cl-compile-32", "resnet101", 32, None, 224, "bf16", True, False, True, "holdout"),
 ]
+# Issue 39's third H100 set (declared 2026-12-08 02:35 UTC, before any call and before any refit): all held out.
+# i39b's call drifted in host speed within the call (notebook 2026-12-07-i39b-host-drift), so it cannot judge the
+# host/GPU overlap cleanly; these rows are measured with the host probed inside each row
+# (``host_dispatch_in_row_us``). Models and batch sizes neither i39 nor i39b ran (ResNet-18 eager, ViT-H, GPT-2-XL,
+# fp32/TF32, compiled at small batches, checkpointing at small and large ones). Eager rows first, compiled last.
+I39C = [
+    ("c-r18-bf16-64", "resnet18", 64, None, 224, "bf16", False, False, False, "holdout"),
+    ("c-r50-tf32-32", "resnet50", 32, None, 224, "tf32", False, False, False, "holdout"),
+    ("c-r152-bf16-8", "resnet152", 8, None, 224, "bf16", False, False, False, "holdout"),
+    ("c-vith-bf16-4", "vit-h-14", 4, None, 224, "bf16", False, False, False, "holdout"),
+    ("c-bert-bf16-32-s128", "bert-base", 32, 128, None, "bf16", False, False, False, "holdout"),
+    ("c-gpt2-bf16-8-s512", "gpt2", 8, 512, None, "bf16", False, False, False, "holdout"),
+    ("c-gpt2xl-bf16-1", "gpt2-xl", 1, 1024, None, "bf16", False, False, False, "holdout"),
+    ("c-l3b-bf16-1-s1024", "llama3.2-3b", 1, 1024, None, "bf16", False, False, False, "holdout"),
+    ("c-mini-bf16-128", "mini-transformer", 128, 256, None, "bf16", False, False, False, "holdout"),
+    ("c-r50-bf16-ckpt-128", "resnet50", 128, None, 224, "bf16", False, True, False, "holdout"),
+    ("c-vitb-bf16-ckpt-16", "vit-b-16", 16, None, 224, "bf16", False, True, False, "holdout"),
+    ("c-gpt2m-bf16-ckpt-8", "gpt2-medium", 8, 1024, None, "bf16", False, True, False, "holdout"),
+    ("c-l1b-bf16-ckpt-8-s1024", "llama3.2-1b", 8, 1024, None, "bf16", False, True, False, "holdout"),
+    ("c-bertl-bf16-ckpt-4", "bert-large", 4, 512, None, "bf16", False, True, False, "holdout"),
+    ("c-mini-bf16-compile-8", "mini-transformer", 8, 256, None, "bf16", True, False, False, "holdout"),
+    ("c-r50-bf16-cl-compile-32", "resnet50", 32, None, 224, "bf16", True, False, True, "holdout"),
+    ("c-vitb-bf16-compile-16", "vit-b-16", 16, None, 224, "bf16", True, False, False, "holdout"),
+    ("c-bertl-bf16-compile-8", "bert-large", 8, 512, None, "bf16", True, False, False, "holdout"),
+    ("c-gpt2l-bf16-compile-2", "gpt2-large", 2, 1024, None, "bf16", True, False, False, "holdout"),
+    ("c-l1b-bf16-compile-1-s2048", "llama3.2-1b", 1, 2048, None, "bf16", True, False, False, "holdout"),
+]
 KEYS = ("id", "model", "micro_batch", "seq_len", "image_size", "precision", "compile", "grad_ckpt",
         "channels_last", "split")
 
@@ -259,13 +286,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting new configs after this")
     ap.add_argument("--smoke", action="store_true", help="CPU, two tiny configs")
-    ap.add_argument("--set", choices=("reference", "hostbound", "i39", "i39b"), default="reference",
+    ap.add_argument("--set", choices=("reference", "hostbound", "i39", "i39b", "i39c"), default="reference",
                     help="hostbound: small batches, compiled small rows, fp32 with cuDNN TF32 (issue 16); "
-                         "i39, i39b: compiled, small-batch and checkpointed rows for an H100 (issue 39)")
+                         "i39, i39b, i39c: compiled, small-batch and checkpointed rows for an H100 (issue 39)")
     ap.add_argument("--eager-only", action="store_true", help="skip the compiled rows")
     args = ap.parse_args()
     device = "cpu" if args.smoke else "cuda"
-    rows = [dict(zip(KEYS, c)) for c in {"hostbound": HOSTBOUND, "i39": I39, "i39b": I39B}.get(args.set, CONFIGS)]
+    rows = [dict(zip(KEYS, c)) for c in {"hostbound": HOSTBOUND, "i39": I39, "i39b": I39B, "i39c": I39C}.get(args.set, CONFIGS)]
     if args.eager_only:
         rows = [r for r in rows if not r["compile"]]
     if args.smoke:
