@@ -48,6 +48,35 @@ def steal_share(before: tuple[float, float], after: tuple[float, float]) -> floa
     return (after[1] - before[1]) / total if total > 0 else 0.0
 
 
+def runtime_loader(ds, workers: int, batch: int, pin: bool = False):
+    """The image recipe's DataLoader as ``launcher.runtime`` builds it (persistent workers, prefetch 2, shuffled,
+    the recipe's collate), started: (loader, iterator) after each worker's first batch (start-up, prefetch fill)."""
+    import torch
+
+    from launcher.recipes.image_classification import collate
+
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, drop_last=True, num_workers=workers,
+                                         pin_memory=pin and torch.cuda.is_available(), persistent_workers=True,
+                                         prefetch_factor=2, collate_fn=collate)
+    it = iter(loader)
+    for _ in range(workers):
+        next(it)
+    return loader, it
+
+
+def draw(loader, it, batches: int):
+    """(iterator, images) after ``batches`` more batches, across epochs."""
+    got = 0
+    for _ in range(batches):
+        try:
+            x = next(it)[0]
+        except StopIteration:
+            it = iter(loader)
+            x = next(it)[0]
+        got += x.shape[0]
+    return it, got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
@@ -60,7 +89,7 @@ def main() -> int:
 
     from benchmarks.calibration.loader_rate import make_jpegs
     from launcher import loader_probe
-    from launcher.recipes.image_classification import ImageFolderDataset, collate, training_transform
+    from launcher.recipes.image_classification import ImageFolderDataset, training_transform
 
     a.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="loader-workers-"))
@@ -99,21 +128,9 @@ def main() -> int:
     rows = []
     for workers in [int(w) for w in a.workers.split(",")]:
         for pin in (True, False):
-            loader = torch.utils.data.DataLoader(ds, batch_size=a.batch, shuffle=True, drop_last=True,
-                                                 num_workers=workers, pin_memory=pin and torch.cuda.is_available(),
-                                                 persistent_workers=True, prefetch_factor=2, collate_fn=collate)
-            it = iter(loader)
-            for _ in range(workers):  # the workers' first batches: start-up and the prefetch fill
-                next(it)
+            loader, it = runtime_loader(ds, workers, a.batch, pin)
             s0, w0 = cpu_times(), time.perf_counter()
-            got = 0
-            for _ in range(a.batches):
-                try:
-                    x = next(it)[0]
-                except StopIteration:
-                    it = iter(loader)
-                    x = next(it)[0]
-                got += x.shape[0]
+            it, got = draw(loader, it, a.batches)
             wall = time.perf_counter() - w0
             rows.append({"workers": workers, "pin_memory": pin, "images_per_s": got / wall,
                          "per_worker": got / wall / workers, "steal": steal_share(s0, cpu_times())})

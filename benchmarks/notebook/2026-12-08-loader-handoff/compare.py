@@ -34,7 +34,8 @@ def main() -> int:
 
     from benchmarks.calibration.loader_rate import make_jpegs
     from launcher import loader_probe
-    from launcher.recipes.image_classification import ImageFolderDataset, collate, training_transform
+    from benchmarks.gpu_checks.loader_workers import draw, runtime_loader
+    from launcher.recipes.image_classification import ImageFolderDataset, training_transform
 
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="handoff-"))
@@ -58,19 +59,10 @@ def main() -> int:
 
         loop = loader_probe.calls_per_cpu_second(one, 3.0)
         probe = loader_probe.worker_rate(data, 224, seconds=3.0)
-        loader = torch.utils.data.DataLoader(ds, batch_size=128, shuffle=True, drop_last=True, num_workers=1,
-                                             persistent_workers=True, prefetch_factor=2, collate_fn=collate)
-        it = iter(loader)
-        next(it)
+        loader, it = runtime_loader(ds, 1, 128)
         pid = it._workers[0].pid
-        c0, w0, got = worker_cpu(pid), time.perf_counter(), 0
-        for _ in range(5):
-            try:
-                x = next(it)[0]
-            except StopIteration:
-                it = iter(loader)
-                x = next(it)[0]
-            got += x.shape[0]
+        c0, w0 = worker_cpu(pid), time.perf_counter()
+        it, got = draw(loader, it, 5)
         wall, cpu = time.perf_counter() - w0, worker_cpu(pid) - c0
         del it, loader
         rows.append({"round": r, "loop": loop, "probe": probe.per_core, "probe_handoff_ms": probe.handoff_ms,
