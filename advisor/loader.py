@@ -277,6 +277,8 @@ class LoaderProbe(BaseModel):
         "transform loop", description="dataloader worker: one worker, batches collated as the recipe does, in its CPU "
                                       "time; transform loop: the chain alone (files an older cardwise wrote)")
     batch: int | None = Field(None, description="images per batch the worker collated")
+    transform: str | None = Field(None, description="the image recipe's transform it timed: torchvision, or "
+                                                    "Pillow + torch where torchvision does not import")
     transform_ms: float | None = Field(None, description="the chain's time per image in the worker")
     handoff_ms: float | None = Field(None, description="the rest of the worker's time per image: the batch hand-off")
     data: Literal["jpeg"] = "jpeg"
@@ -306,7 +308,8 @@ class LoaderProbe(BaseModel):
     def summary(self) -> str:
         import datetime as _dt
 
-        how = (f"one DataLoader worker, batches of {self.batch}, hand-off {self.handoff_ms:.2f} ms an image"
+        how = (f"one DataLoader worker, {self.transform or 'the chain'}, batches of {self.batch}, hand-off "
+               f"{self.handoff_ms:.2f} ms an image"
                if self.method == "dataloader worker" and self.handoff_ms is not None
                else "the chain alone, an older probe: the packaged hand-off added")
         return (f"measured here by {self.source} {self.directory} on {self.cpu} "

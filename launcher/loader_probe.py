@@ -1,25 +1,25 @@
 """Time the CPU input pipeline on image files: ``advise probe --data DIR`` on the user's own files, and
-``python -m benchmarks.calibration.loader_rate`` on generated ones (the packaged rates), through one chain.
+``python -m benchmarks.calibration.loader_rate`` on generated ones (the packaged rates).
 
 The chain is torchvision's ImageNet training transform: decode (Pillow) -> RandomResizedCrop(size)
-(scale 0.08-1, ratio 3/4-4/3, bilinear) -> RandomHorizontalFlip -> ToTensor -> Normalize. torchvision
-does not install beside the CPU torch build cardwise tests on, so it is written with the calls
-torchvision.transforms makes on a PIL image (``Image.resize(box=...)``, ``transpose``) and torch ops.
+(scale 0.08-1, ratio 3/4-4/3, bilinear) -> RandomHorizontalFlip -> ToTensor -> Normalize, as the image recipe
+runs it (``launcher.recipes.image_classification``: torchvision's transforms when it imports, else
+``PilTransform``, the same calls with Pillow and torch; the packaged rates time ``PilTransform``).
 
 What a training run gets is not the chain alone: a DataLoader worker also collates each batch into shared
 memory (``default_collate`` allocates the batch there in a worker) for the training process to map. That
 hand-off is a fresh page-faulted copy of every sample, ~0.8-1.0 ms per 224 px float image on the
-development VM (benchmarks/gpu_checks/loader_workers.py), 15-20% of the chain's time: a probe that timed the
-chain in a loop planned 399 images/s for two workers where the image recipe's run got 260 (issue 39,
-benchmarks/gpu_checks/results/loader-fed/). So ``worker_rate`` times the chain inside one real DataLoader
-worker, batches collated as the recipe collates them, in that worker's CPU time: what one worker delivers
-per second of its core, whatever else the machine runs.
+development VM (benchmarks/notebook/2026-12-08-loader-handoff), 15-20% of the chain's time: a probe that timed
+the chain in a loop planned 399 images/s for two workers where the image recipe's run got 260 (issue 39,
+benchmarks/gpu_checks/results/loader-fed/). So ``probe_directory`` runs the image recipe's own dataset on the
+user's files inside one real DataLoader worker (``worker_rate``), batches collated as the recipe collates them,
+timed in that worker's CPU seconds: what one worker delivers per second of its core, whatever else the machine
+runs.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import os
 import random
 import time
@@ -34,35 +34,17 @@ MAX_FILES = 256
 PROBE_BATCH = 64  # a typical per-GPU image micro-batch; the hand-off per image is flat from 32 to 256 (loader_workers.py)
 
 
-def random_resized_crop_box(w: int, h: int, rng: random.Random) -> tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop.get_params: scale (0.08, 1), ratio (3/4, 4/3), 10 tries then centre."""
-    area = w * h
-    for _ in range(10):
-        target = area * rng.uniform(0.08, 1.0)
-        ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-        cw, ch = int(round(math.sqrt(target * ratio))), int(round(math.sqrt(target / ratio)))
-        if 0 < cw <= w and 0 < ch <= h:
-            x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
-            return x, y, x + cw, y + ch
-    s = min(w, h)
-    return (w - s) // 2, (h - s) // 2, (w + s) // 2, (h + s) // 2
-
-
 def imagenet_train_transform(size: int, rng: random.Random) -> Callable[[bytes], object]:
-    """bytes of an image file -> normalised float CHW tensor, as torchvision's training transform."""
-    import torch
+    """bytes of an image file -> normalised float CHW tensor: the image recipe's Pillow + torch transform
+    (``PilTransform``: torchvision's algorithm) on the decoded file."""
     from PIL import Image
 
-    mean = torch.tensor(MEAN).view(3, 1, 1)
-    std = torch.tensor(STD).view(3, 1, 1)
+    from launcher.recipes.image_classification import PilTransform
+
+    transform = PilTransform(size)
 
     def apply(data: bytes):
-        img = Image.open(io.BytesIO(data)).convert("RGB")
-        img = img.resize((size, size), Image.BILINEAR, box=random_resized_crop_box(img.width, img.height, rng))
-        if rng.random() < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        t = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(size, size, 3)
-        return (t.permute(2, 0, 1).float().div_(255) - mean) / std
+        return transform(Image.open(io.BytesIO(data)).convert("RGB"), rng)
 
     return apply
 
@@ -90,40 +72,55 @@ class WorkerTiming(NamedTuple):
     images: int  # images timed
 
 
-class _TimedImages:
-    """A map-style dataset over in-memory image files: each item is the chain's tensor and the worker CPU
-    seconds the chain took (a module-level class: DataLoader pickles it to workers under ``spawn``)."""
+class ImageBlobs:
+    """Image files held in memory, each item the chain's tensor (``imagenet_train_transform``): the packaged
+    rates' generated JPEGs (benchmarks/calibration/loader_rate.py)."""
 
     def __init__(self, blobs: list[bytes], size: int):
         self.blobs, self.size, self.apply = blobs, size, None
 
     def __len__(self) -> int:
-        return 1 << 30  # a stream: the probe stops on time, not at an epoch's end
+        return len(self.blobs)
 
     def __getitem__(self, i: int):
-        if self.apply is None:  # built in the worker, its RNG seeded as torchvision's would be per worker
+        if self.apply is None:  # built in the worker
             self.apply = imagenet_train_transform(self.size, random.Random(i))
+        return (self.apply(self.blobs[i % len(self.blobs)]),)
+
+
+class _Timed:
+    """A stream over a map-style dataset whose items start with the sample tensor: each item is that tensor and
+    the worker CPU seconds the dataset took for it (module-level: DataLoader pickles it to workers under spawn)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return 1 << 30  # the probe stops on time, not at an epoch's end
+
+    def __getitem__(self, i: int):
         t0 = time.process_time()
-        x = self.apply(self.blobs[i % len(self.blobs)])
+        x = self.dataset[i % len(self.dataset)][0]
         return x, time.process_time() - t0
 
 
 def _timed_collate(items):
     """The recipe's collation (``default_collate``: in a worker it builds the batch in shared memory), and the
-    worker's CPU clock after it: (batch, chain seconds in it, worker CPU seconds now)."""
+    worker's CPU clock after it: (batch, dataset seconds in it, worker CPU seconds now)."""
     import torch
 
     batch = torch.utils.data.default_collate([x for x, _ in items])
     return batch, sum(s for _, s in items), time.process_time()
 
 
-def worker_rate(blobs: list[bytes], size: int, *, batch: int = PROBE_BATCH, seconds: float = 3.0) -> WorkerTiming:
-    """Images one DataLoader worker delivers per CPU second: the chain and the batch hand-off, timed in the
-    worker from the end of its first batch (start-up and imports excluded) for ``seconds`` of its CPU time.
-    Wall time is capped too (a starved worker on a busy host still ends the probe, on the batches it made)."""
+def worker_rate(dataset, *, batch: int = PROBE_BATCH, seconds: float = 3.0) -> WorkerTiming:
+    """Images one DataLoader worker delivers per CPU second from ``dataset`` (items starting with the sample
+    tensor): its items and the batch hand-off, timed in the worker from the end of its first batch (start-up and
+    imports excluded) for ``seconds`` of its CPU time. Wall time is capped too (a starved worker on a busy host
+    still ends the probe, on the batches it made)."""
     import torch
 
-    loader = torch.utils.data.DataLoader(_TimedImages(blobs, size), batch_size=batch, num_workers=1,
+    loader = torch.utils.data.DataLoader(_Timed(dataset), batch_size=batch, num_workers=1,
                                          collate_fn=_timed_collate, prefetch_factor=2, timeout=120)
     it = iter(loader)
     try:
@@ -134,7 +131,10 @@ def worker_rate(blobs: list[bytes], size: int, *, batch: int = PROBE_BATCH, seco
             images, chain = images + x.shape[0], chain + chain_s
             if time.perf_counter() - wall0 > 4 * seconds + 10 and images >= batch:
                 break
-    except RuntimeError as exc:  # a worker killed (a bus error when /dev/shm is too small) or timed out
+    except RuntimeError as exc:
+        if "DataLoader worker" not in str(exc):  # the dataset's own error, raised again in this process
+            raise
+        # a worker killed (a bus error when /dev/shm is too small) or silent past the timeout
         raise UserError(f"--data: a DataLoader worker failed while timing the loader ({exc})",
                         where="DataLoader worker",
                         fix="give the container more shared memory (docker run --shm-size=8g) and probe again") from exc
@@ -175,8 +175,8 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
                         where=str(directory), fix="give the folder that holds the training images")
     blobs = [p.read_bytes() for p in files]
     if progress:
-        progress(f"timing one DataLoader worker on {len(files)} files: decode + RandomResizedCrop({size}) + flip + "
-                 f"normalise, batches of {batch} into shared memory")
+        progress(f"timing one DataLoader worker on {len(files)} files: the image recipe's decode + "
+                 f"RandomResizedCrop({size}) + flip + normalise, batches of {batch} into shared memory")
     apply = imagenet_train_transform(size, random.Random(0))
     bad = []
     for p, b in zip(files, blobs):
@@ -187,13 +187,18 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
     if len(bad) == len(files):
         raise UserError(f"--data: Pillow could not decode any of {len(files)} files ({bad[0]})",
                         where=str(directory), fix="give a folder of JPEG/PNG images")
-    good = [b for b, p in zip(blobs, files) if not any(x.startswith(p.name + ":") for x in bad)]
-    timing = worker_rate(good, size, batch=batch, seconds=seconds)
+    good = [p for p in files if not any(x.startswith(p.name + ":") for x in bad)]
+    # the image recipe's own dataset and transform (torchvision's when it imports) on the files themselves
+    from launcher.recipes.image_classification import ImageFolderDataset, training_transform
+
+    transform, which = training_transform(size)
+    timing = worker_rate(ImageFolderDataset([(str(p), 0) for p in good], transform, skip_bad=True), batch=batch,
+                         seconds=seconds)
     from advisor.loader import this_host
 
     return LoaderProbe(per_core=timing.per_core, image_size=size, files=len(good), directory=str(directory),
                        cpu=cpu_model(), host=this_host(), when=time.time(), source=source, method="dataloader worker",
-                       batch=batch, transform_ms=timing.transform_ms, handoff_ms=timing.handoff_ms)
+                       batch=batch, transform=which, transform_ms=timing.transform_ms, handoff_ms=timing.handoff_ms)
 
 
 def cpu_model() -> str:

@@ -103,6 +103,7 @@ def test_probe_data_measures_and_later_estimates_use_it(tmp_path):
     assert probe.files == 3 and probe.per_core > 0 and probe.image_size == 64
     # timed in one DataLoader worker: the chain and the batch hand-off, which together are the worker's time
     assert probe.method == "dataloader worker" and probe.batch == 4 and probe.transform_ms > 0 and probe.handoff_ms > 0
+    assert probe.transform in ("torchvision", "Pillow + torch")  # the image recipe's own transform
     assert probe.per_core == pytest.approx(1e3 / (probe.transform_ms + probe.handoff_ms))
     home = tmp_path / "home"
     save_loader_probe(home, probe.model_copy(update={"per_core": 10.0, "image_size": 160}))
@@ -131,9 +132,9 @@ def test_a_worker_killed_while_probing_is_one_line_with_the_shm_fix(monkeypatch)
 
     if multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
         pytest.skip("the patched item is inherited only by forked workers")
-    monkeypatch.setattr(loader_probe._TimedImages, "__getitem__", _bus_error)
+    monkeypatch.setattr(loader_probe.ImageBlobs, "__getitem__", _bus_error)
     with pytest.raises(UserError) as e:
-        loader_probe.worker_rate(make_jpegs(2), 32, batch=2, seconds=0.1)
+        loader_probe.worker_rate(loader_probe.ImageBlobs(make_jpegs(2), 32), batch=2, seconds=0.1)
     assert "DataLoader worker failed" in e.value.what and "--shm-size" in e.value.fix
 
 

@@ -50,7 +50,7 @@ def _probe(host: str, per_core: float = 50.0, **worker) -> LoaderProbe:
                        when=1.7e9, **worker)
 
 
-WORKER = dict(method="dataloader worker", batch=64, transform_ms=15.0, handoff_ms=5.0)  # 50/s: 20 ms an image
+WORKER = dict(method="dataloader worker", batch=64, transform="torchvision", transform_ms=15.0, handoff_ms=5.0)  # 50/s: 20 ms an image
 
 
 def test_a_measurement_is_kept_per_host_and_another_host_does_not_read_it(tmp_path):
@@ -75,7 +75,7 @@ def test_a_probed_host_plans_with_its_own_rate(tmp_path):
     hw = HardwareSpec(gpu=get_gpu("H100"), gpus_per_node=8, input=InputPipeline(cpus_per_gpu=8))
     le = estimate(catalog_model("resnet50"), R50, hw, calibration=cal).throughput.loader
     assert le.rate_basis == "measured here" and le.per_core_samples_per_s == 50.0 and le.per_core_range is None
-    assert "one DataLoader worker, batches of 64, hand-off 5.00 ms" in le.rate_source
+    assert "one DataLoader worker, torchvision, batches of 64, hand-off 5.00 ms" in le.rate_source
 
 
 def test_a_worker_probe_scales_its_chain_and_its_hand_off_apart():

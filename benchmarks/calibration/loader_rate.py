@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from advisor.loader import sample_mb
-from launcher.loader_probe import MEAN, STD, cpu_model, imagenet_train_transform, worker_rate
+from launcher.loader_probe import MEAN, STD, ImageBlobs, cpu_model, imagenet_train_transform, worker_rate
 from launcher.loader_probe import calls_per_cpu_second as rate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def measure(seconds: float) -> dict:
     jpeg, decoded = {}, {}
     for size in SIZES:
         i = [0]
-        chain = imagenet_train_transform(size, rng)  # the same chain `advise probe --data` times
+        chain = imagenet_train_transform(size, rng)  # the recipe's PilTransform on each decoded file
 
         def one_jpeg(chain=chain):
             i[0] += 1
@@ -101,7 +101,7 @@ def measure(seconds: float) -> dict:
         return torch.stack([tokens[j] for j in idx])
 
     text = round(rate(one_text, seconds) * 32, 1)
-    worker = worker_rate(jpegs, 224, seconds=seconds)
+    worker = worker_rate(ImageBlobs(jpegs, 224), seconds=seconds)
     from PIL import __version__ as pil_version
 
     return {"cpu": cpu_model(), "jpeg_per_core": jpeg, "decoded_per_core": decoded, "tokenized_per_core": text,

@@ -1,7 +1,9 @@
 """Interleaved rounds on one host: the old probe (the chain in a loop), the new probe (one DataLoader worker,
 ``loader_probe.worker_rate``), and the image recipe's DataLoader as ``launcher.runtime`` builds it (its dataset
 reading the files, its collate, batch 128, persistent workers, shuffle), one worker, rated per wall second and
-per the worker's CPU second (/proc/PID/stat, so another tenant's load on a shared VM shows as the gap).
+per the worker's CPU second (/proc/PID/stat, so another tenant's load on a shared VM shows as the gap). The
+new probe is ``advise probe --data``'s own (``probe_directory``: since 2026-12-08 02:45 UTC the recipe's dataset
+on the files; the first two runs below timed the chain on in-memory files in the worker).
 
     python benchmarks/notebook/2026-12-08-loader-handoff/compare.py OUT.json [--rounds 5]
 """
@@ -58,7 +60,7 @@ def main() -> int:
             i[0] += 1
 
         loop = loader_probe.calls_per_cpu_second(one, 3.0)
-        probe = loader_probe.worker_rate(data, 224, seconds=3.0)
+        probe = loader_probe.probe_directory(root, 224, seconds=3.0)  # the product's: the recipe's dataset, one worker
         loader, it = runtime_loader(ds, 1, 128)
         pid = it._workers[0].pid
         c0, w0 = worker_cpu(pid), time.perf_counter()
