@@ -192,7 +192,8 @@ def loader_estimate(pipe: InputPipeline, *, is_vision: bool, image_size: int | N
     elif rates is None:
         return LoaderEstimate(**base, rate_source="no loader rates packaged")
     elif kind == "jpeg":
-        per_core, basis, spread = delivered(_at_resolution(rates.jpeg_per_core, px), rates.handoff_ms(px)), "default", rates.jpeg_range(px)
+        per_core = delivered(_at_resolution(rates.jpeg_per_core, px), rates.handoff_ms(px))
+        basis, spread = "default", rates.jpeg_range(px)
         measured = (f"; {len(rates.hosts)} hosts measured {spread[0]:,.0f}-{spread[1]:,.0f} images/s per core "
                     f"({', '.join(h.cpu for h in rates.hosts)}): the lowest assumed, `advise probe --data DIR` "
                     "measures this host's" if spread else "")
@@ -266,9 +267,9 @@ LEGACY_FILE = "loader-rate.json"
 
 class LoaderProbe(BaseModel):
     """This machine's loader rate on the user's own files, measured by ``advise probe --data DIR`` or by
-    ``advise launch --data DIR`` before it plans (launcher.loader_probe): what one DataLoader worker delivers per
-    second of its core, through the same chain the packaged rates time and the batch hand-off. A file an older
-    cardwise wrote timed the chain alone (``method`` "transform loop"): the packaged hand-off is added to it."""
+    ``advise launch --data DIR`` before it plans (launcher.loader_probe): what one DataLoader worker running the
+    image recipe's dataset delivers per second of its core, the batch hand-off included. A file an older cardwise
+    wrote timed the transform chain alone (``method`` "transform loop"): the packaged hand-off is added to it."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -111,7 +111,8 @@ def run_data(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**probe.model_dump(), "stored": stored}, indent=2))
         return 0
-    print(f"loader: {probe.per_core:,.0f} images/s per DataLoader worker at {size} px on {probe.cpu} ({probe.files} files)")
+    print(f"loader: {probe.per_core:,.0f} images/s per DataLoader worker at {size} px on {probe.cpu} "
+          f"({probe.files} files)")
     print(f"  a worker's time per image: {probe.transform_ms:.2f} ms reading + decode + crop + flip + normalise "
           f"({probe.transform}), "
           f"{probe.handoff_ms:.2f} ms handing its batch of {probe.batch} to the training process (shared memory)")

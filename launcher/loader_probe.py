@@ -31,7 +31,8 @@ from advisor.errors import UserError
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet normalisation (torchvision's references)
 MAX_FILES = 256
-PROBE_BATCH = 64  # a typical per-GPU image micro-batch; the hand-off per image is flat from 32 to 256 (loader_workers.py)
+# a typical per-GPU image micro-batch; a worker's rate is flat in it from 32 to 256 (notebook 2026-12-08-loader-handoff)
+PROBE_BATCH = 64
 
 
 def imagenet_train_transform(size: int, rng: random.Random) -> Callable[[bytes], object]:
@@ -160,9 +161,10 @@ def image_files(directory: Path, limit: int = MAX_FILES) -> list[Path]:
 
 def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: Callable[[str], None] | None = None,
                     source: str = "advise probe --data", batch: int = PROBE_BATCH):
-    """advisor.loader.LoaderProbe of this machine on the files under ``directory`` (read into memory first,
-    so the disk's speed is not timed: a warm page cache, as an epoch after the first): one DataLoader
-    worker's rate, batches of ``batch`` (``worker_rate``)."""
+    """advisor.loader.LoaderProbe of this machine on the files under ``directory``: the image recipe's dataset in
+    one DataLoader worker, batches of ``batch`` (``worker_rate``). Every file is read and decoded once first (an
+    unreadable one is named, not timed), so the page cache is warm, as in an epoch after the first: the disk's
+    speed is not timed."""
     from advisor.loader import LoaderProbe
 
     directory = Path(directory).expanduser()
