@@ -25,6 +25,7 @@ import torch
 
 from advisor.catalog import catalog_model
 from advisor.zoo import build_trainable, init_weights, synthetic_batch
+from benchmarks.calibration.measure.gpu_clocks import GpuClocks
 from benchmarks.calibration.measure.steploop import ceilings, free_device, make_step, memory, timed, warm_up
 from launcher import host_dispatch
 
@@ -263,7 +264,8 @@ def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
     # (issue 39's i39b call: the same kernel sequences 1.5-2.2x slower than in the i39 call, its start-of-call
     # probe 1.08x), and rows.host_factor_of takes this reading first.
     in_row = host_dispatch.measure(device, windows=3)["us_per_step"] if device == "cuda" else None
-    run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
+    with GpuClocks(torch.cuda.current_device() if device == "cuda" else 0) as clocks:  # what the GPU ran at
+        run = timed(step, steps, device)  # resets the peak counter: peak_gib is the timed steps'
     elapsed = run["elapsed_s"]
     out = dict(row)
     out.update(step_s=elapsed / steps, samples_per_s=row["micro_batch"] * steps / elapsed,
@@ -271,6 +273,7 @@ def run_config(row: dict, device: str, steps: int, warmup: int) -> dict:
                params=sum(p.numel() for p in model.parameters()), matmul_tf32=mm_tf32, cudnn_tf32=cudnn_tf32)
     if in_row:
         out["host_dispatch_in_row_us"] = in_row
+    out.update(clocks.summary())
     out.update(memory(device))  # before count_kernels: its step is not part of the timed region
     out["cuda_kernels"] = count_kernels(step, device)  # what one step launches (host-bound regime)
     del model, opt, step_fn, x, y, step
