@@ -41,7 +41,7 @@
 #   rounds 3-5 (gpu_checks)   gpu_call.sh OUT round3 recipes compromises:adamw-8bit,in-backward,lora-r16,...
 #   H100 (issue 28)           gpu_call.sh OUT h100-i28 published reference:r50-fp32-64,...,r50-bf16-cl-compile-128
 #   H100 (issue 39)           gpu_call.sh OUT h100-i39 refset:i39
-#   next, prepared (39)       REFSET_BUDGET=300 gpu_call.sh OUT h100-i39c loader refset:i39c   (~560 s)
+#   next, prepared (39)       REFSET_BUDGET=300 gpu_call.sh OUT h100-i39c refset:i39c loader   (~560 s)
 set -uo pipefail
 usage="usage: bash benchmarks/calibration/gpu_call.sh OUT_DIR NAME STEP [STEP ...]"
 steps="unseen:SET, users, hostbound, contended, compiled-fresh:IDS, rerun:SET:IDS, profile:IDS, recipes[:ONLY], compromises:NAMES, probe:FLAGS, published[:IDS], reference[:IDS], refset:SET, loader"
