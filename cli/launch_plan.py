@@ -110,8 +110,9 @@ def _measure_loader(args: argparse.Namespace) -> None:
     probe, now = cached_or_measured(flags.home_dir(args), Path(args.data).expanduser(), args.image_size or 224,
                                     progress=lambda text: print(f"advise: loader: {text}", file=sys.stderr, flush=True))
     if now:
-        print(f"advise: note: loader rate on this host {probe.per_core:,.0f} images/s per core at {probe.image_size} px "
-              f"({probe.files} files under {probe.directory}); stored for later plans here", file=sys.stderr)
+        print(f"advise: note: loader rate on this host {probe.per_core:,.0f} images/s per DataLoader worker at "
+              f"{probe.image_size} px (one worker on {probe.files} files under {probe.directory}, its batch hand-off "
+              "included); stored for later plans here", file=sys.stderr)
 
 
 def forced(plan, why: str, *, runs_here: bool = True):

@@ -219,11 +219,12 @@ def cpu_model() -> str:
 def cached_or_measured(home: Path, directory: Path, size: int, progress: Callable[[str], None] | None = None):
     """(probe, measured now): this host's stored JPEG rate if there is one (cached per host and data kind:
     advisor.loader.probe_path), else a measurement on the files under ``directory``, stored. What ``advise launch
-    --recipe image-classification --data DIR`` does before it plans, so that its loader cap is this host's."""
+    --recipe image-classification --data DIR`` does before it plans, so that its loader cap is this host's. A
+    stored probe an older cardwise wrote (the transform chain alone, no hand-off) is measured again."""
     from advisor.loader import read_loader_probe, save_loader_probe
 
     stored = read_loader_probe(home)
-    if stored is not None:
+    if stored is not None and stored.method == "dataloader worker":
         return stored, False
     probe = probe_directory(directory, size, progress=progress, source="advise launch --data")
     save_loader_probe(home, probe)

@@ -139,6 +139,18 @@ def test_launch_measures_the_loader_once_per_host_before_it_plans(tmp_path, caps
     assert "loader rate on this host" not in capsys.readouterr().err
 
 
+def test_launch_measures_again_over_an_older_chain_only_probe(tmp_path):
+    pytest.importorskip("torch")
+    from advisor.loader import this_host
+    from launcher.loader_probe import cached_or_measured
+
+    data, home = _images(tmp_path), tmp_path / "home"
+    save_loader_probe(home, _probe(this_host(), 50.0))  # what an older cardwise stored: the chain alone
+    probe, now = cached_or_measured(home, data, 64)
+    assert now and probe.method == "dataloader worker" and read_loader_probe(home).method == "dataloader worker"
+    assert cached_or_measured(home, data, 64) == (probe, False)  # and kept from then on
+
+
 def _plan(workers: int, micro_batch: int = 256, ranks: int = 8, prefetch: int = 2) -> Plan:
     return Plan(model=ModelRef(name="resnet50"), config=TrainConfig(micro_batch=micro_batch, image_size=224),
                 gpu="H100", processes_per_node=ranks, global_batch=micro_batch * ranks, lr=0.1, base_lr=0.1,
