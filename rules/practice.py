@@ -80,12 +80,15 @@ def data_facts(p: Planner, ch: Choice, est: Estimate) -> DataFacts:
     # Cores per GPU of the node (all its GPUs share the CPU, used by this run or not), so that the
     # same node gives the same workers whatever count the tree picks; the loader's own when it states them.
     cores_per_gpu = ld.cpus_per_gpu if ld is not None else p.hw.cpu_cores / p.hw.gpus_per_node
-    cap = d.text_max_workers if p.model.is_text else d.max_workers
-    workers = int(max(1, min(cap, math.floor(cores_per_gpu) - 1)))
     sps_gpu = t.samples_per_s / ch.gpus
     gpu_rate = (t.gpu_samples_per_s or t.samples_per_s) / ch.gpus
     per_core = ld.per_core_samples_per_s if ld is not None and ld.per_core_samples_per_s else d.decode_rate
     need = gpu_rate / per_core + 1 if p.model.is_vision else 0.0
+    # The usual cap, unless the GPU needs more workers than it to be fed: then every core but the training
+    # process's, which is what advisor.loader's rate assumes (cores - 1 workers), so a loader-bound plan
+    # launches the workers its estimate counted.
+    cap = d.text_max_workers if p.model.is_text else max(d.max_workers, math.ceil(need - 1))
+    workers = int(max(1, min(cap, math.floor(cores_per_gpu) - 1)))
     return DataFacts(workers=workers, cores_per_gpu=cores_per_gpu, prefetch_factor=2,
                      samples_per_s_per_worker=sps_gpu / workers, cores_needed_per_gpu=need, decode_rate=per_core,
                      cpu_bound=t.loader_bound, loader_rate_per_gpu=(ld.samples_per_s_per_gpu or 0.0) if ld else 0.0,
