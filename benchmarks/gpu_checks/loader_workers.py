@@ -87,17 +87,14 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
-    from benchmarks.calibration.loader_rate import make_jpegs
+    from benchmarks.gpu_checks.loader_fed import write_folder
     from launcher import loader_probe
     from launcher.recipes.image_classification import ImageFolderDataset, training_transform
 
     a.out.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="loader-workers-"))
-    blobs = make_jpegs(64)
-    for i in range(a.files):
-        d = root / f"c{i % 2}"
-        d.mkdir(exist_ok=True)
-        (d / f"{i:05d}.jpg").write_bytes(blobs[i % len(blobs)])
+    root = write_folder(Path(tempfile.mkdtemp(prefix="loader-workers-")), a.files)
+    files = sorted(root.rglob("*.jpg"))
+    blobs = [p.read_bytes() for p in files[:64]]  # the in-memory chain's sample
     result: dict = {"cpu": loader_probe.cpu_model(), "cores": os.cpu_count(), "files": a.files,
                     "torch": torch.__version__}
 
@@ -114,8 +111,7 @@ def main() -> int:
 
     # 2. the recipe's dataset, one process (file read, its transform, its per-sample RNG)
     transform, which = training_transform(224)
-    samples = sorted((str(p), int(p.parent.name[1:])) for p in root.glob("c*/*.jpg"))
-    ds = ImageFolderDataset(samples, transform)
+    ds = ImageFolderDataset([(str(p), 0) for p in files], transform)  # labels do not change the time
     ds[0]
     n, w0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - w0 < 3.0:
