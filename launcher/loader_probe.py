@@ -31,7 +31,8 @@ from advisor.errors import UserError
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet normalisation (torchvision's references)
 MAX_FILES = 256
-# a typical per-GPU image micro-batch; a worker's rate is flat in it from 32 to 256 (notebook 2026-12-08-loader-handoff)
+# a typical per-GPU image micro-batch; a worker's rate moves little with it from 32 to 256
+# (python -m benchmarks.gpu_checks.loader_handoff split --batch N; notebook 2026-12-08-loader-handoff)
 PROBE_BATCH = 64
 
 
@@ -165,7 +166,7 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
     one DataLoader worker, batches of ``batch`` (``worker_rate``). Every file is read and decoded once first (an
     unreadable one is named, not timed), so the page cache is warm, as in an epoch after the first: the disk's
     speed is not timed."""
-    from advisor.loader import LoaderProbe
+    from advisor.loader import LoaderProbe, this_host
 
     directory = Path(directory).expanduser()
     if not directory.is_dir():
@@ -175,29 +176,27 @@ def probe_directory(directory: Path, size: int, seconds: float = 3.0, progress: 
     if not files:
         raise UserError(f"--data: no image files ({', '.join(IMAGE_SUFFIXES)}) in it or below",
                         where=str(directory), fix="give the folder that holds the training images")
-    blobs = [p.read_bytes() for p in files]
     if progress:
         progress(f"timing one DataLoader worker on {len(files)} files: the image recipe's decode + "
                  f"RandomResizedCrop({size}) + flip + normalise, batches of {batch} into shared memory")
+    # each file read and decoded once here: an unreadable one is named, and the page cache is warm for the worker
     apply = imagenet_train_transform(size, random.Random(0))
-    bad = []
-    for p, b in zip(files, blobs):
+    good, bad = [], []
+    for path in files:
         try:
-            apply(b)
+            apply(path.read_bytes())
+            good.append(path)
         except Exception as exc:  # Pillow raises several kinds for a file it cannot read
-            bad.append(f"{p.name}: {exc}")
-    if len(bad) == len(files):
+            bad.append(f"{path.name}: {exc}")
+    if not good:
         raise UserError(f"--data: Pillow could not decode any of {len(files)} files ({bad[0]})",
                         where=str(directory), fix="give a folder of JPEG/PNG images")
-    good = [p for p in files if not any(x.startswith(p.name + ":") for x in bad)]
     # the image recipe's own dataset and transform (torchvision's when it imports) on the files themselves
     from launcher.recipes.image_classification import ImageFolderDataset, training_transform
 
     transform, which = training_transform(size)
     timing = worker_rate(ImageFolderDataset([(str(p), 0) for p in good], transform, skip_bad=True), batch=batch,
                          seconds=seconds)
-    from advisor.loader import this_host
-
     return LoaderProbe(per_core=timing.per_core, image_size=size, files=len(good), directory=str(directory),
                        cpu=cpu_model(), host=this_host(), when=time.time(), source=source, method="dataloader worker",
                        batch=batch, transform=which, transform_ms=timing.transform_ms, handoff_ms=timing.handoff_ms)

@@ -88,8 +88,8 @@ def data_facts(p: Planner, ch: Choice, est: Estimate) -> DataFacts:
     # the training process's, which is what advisor.loader's rate assumes (cores - 1 workers), so a loader-bound
     # plan launches the workers its estimate counted. Not for loaders the CPU does not limit (DALI on the GPU,
     # synthetic data): no per-core rate, the usual cap.
-    cpu_rated = ld is not None and bool(ld.per_core_samples_per_s)
-    cap = d.text_max_workers if p.model.is_text else max(d.max_workers, math.ceil(need - 1) if cpu_rated else 0)
+    to_feed = math.ceil(gpu_rate / per_core) if ld is not None and ld.per_core_samples_per_s else 0
+    cap = d.text_max_workers if p.model.is_text else max(d.max_workers, to_feed)
     workers = int(max(1, min(cap, math.floor(cores_per_gpu) - 1)))
     return DataFacts(workers=workers, cores_per_gpu=cores_per_gpu, prefetch_factor=2,
                      samples_per_s_per_worker=sps_gpu / workers, cores_needed_per_gpu=need, decode_rate=per_core,

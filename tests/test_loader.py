@@ -145,3 +145,16 @@ def test_small_images_default_to_decoded_arrays():
     assert data_kind(pipe, True, 32) == "decoded" and data_kind(pipe, True, 224) == "jpeg"
     assert data_kind(pipe, False, None) == "tokenized"
     assert data_kind(pipe.model_copy(update={"data": "jpeg"}), True, 32) == "jpeg"
+
+
+def test_an_unreadable_file_does_not_drop_a_good_one_of_the_same_name(tmp_path):
+    pytest.importorskip("PIL")
+    pytest.importorskip("torch")
+    from benchmarks.calibration.loader_rate import make_jpegs
+    from launcher.loader_probe import probe_directory
+
+    for cls, blob in (("a", make_jpegs(1)[0]), ("b", b"not a jpeg")):
+        (tmp_path / "train" / cls).mkdir(parents=True)
+        (tmp_path / "train" / cls / "0.jpg").write_bytes(blob)  # the same file name in two class folders
+    probe = probe_directory(tmp_path / "train", 32, seconds=0.1, batch=2)
+    assert probe.files == 1
