@@ -4,7 +4,8 @@ samples/s = min(what the GPUs do, what the loader delivers) (DESIGN.md). The loa
 cores each GPU's workers get (one left for the training process) x the per-core rate of the data kind:
   jpeg       decode + RandomResizedCrop + flip + normalise at the model's resolution, then the hand-off of each
              batch to the training process (``delivered``: a worker collates the batch into shared memory, a
-             page-faulted copy of every float sample, 15-20% of a 224 px image's time): measured on several
+             page-faulted copy of every float sample: 0.7-1.0 ms of 5.3-7.4 ms a 224 px image on the 2-core VM,
+             `python -m benchmarks.gpu_checks.loader_handoff split`): measured on several
              hosts by ``python -m benchmarks.calibration.loader_rate`` (Pillow; torchvision's transforms are the
              same Pillow calls); advisor/data/loader_rates.json holds the lowest host's rate (CPUs differ by 2x
              on this chain), the conservative default for named GPUs, with every host's table for the range

@@ -8,8 +8,9 @@ runs it (``launcher.recipes.image_classification``: torchvision's transforms whe
 
 What a training run gets is not the chain alone: a DataLoader worker also collates each batch into shared
 memory (``default_collate`` allocates the batch there in a worker) for the training process to map. That
-hand-off is a fresh page-faulted copy of every sample, ~0.8-1.0 ms per 224 px float image on the
-development VM (benchmarks/notebook/2026-12-08-loader-handoff), 15-20% of the chain's time: a probe that timed
+hand-off is a fresh page-faulted copy of every sample, 0.7-1.0 ms per 224 px float image against the chain's
+4.5-6.1 ms on the development VM (``python -m benchmarks.gpu_checks.loader_handoff split --batch N``, batches of
+8-256; benchmarks/notebook/2026-12-08-loader-handoff): a probe that timed
 the chain in a loop planned 399 images/s for two workers where the image recipe's run got 260 (issue 39,
 benchmarks/gpu_checks/results/loader-fed/). So ``probe_directory`` runs the image recipe's own dataset on the
 user's files inside one real DataLoader worker (``worker_rate``), batches collated as the recipe collates them,
